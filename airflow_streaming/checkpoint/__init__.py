@@ -1,0 +1,1 @@
+"""Reading Spark Structured Streaming checkpoints (read-only)."""

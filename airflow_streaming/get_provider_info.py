@@ -1,0 +1,35 @@
+"""Provider metadata read by Airflow's ProvidersManager through the ``apache_airflow_provider`` entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-streaming",
+        "name": "Spark Structured Streaming lifecycle",
+        "description": "Deploy, watch, stop and restart Spark Structured Streaming jobs from Airflow DAGs.",
+        "versions": ["0.1.0"],
+        "integrations": [
+            {
+                "integration-name": "Spark Structured Streaming",
+                "external-doc-url": "https://spark.apache.org/docs/latest/streaming/index.html",
+                "tags": ["apache"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "Spark Structured Streaming",
+                "python-modules": ["airflow_streaming.operators.deploy", "airflow_streaming.operators.stop"],
+            }
+        ],
+        "sensors": [
+            {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.sensors.progress"]}
+        ],
+        "hooks": [
+            {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.hooks.streaming_job"]}
+        ],
+        "triggers": [],
+        "notifications": [],
+    }

@@ -1,0 +1,323 @@
+"""I/O for one managed stream: submit its driver detached, read its control files, stop or kill it.
+
+Submission goes through the Spark provider's :class:`SparkSubmitHook` (its ``spark`` connection,
+conf handling and secret masking); only the final ``Popen`` differs: ``SparkSubmitHook.submit()``
+blocks until spark-submit exits, which for a stream in local/client mode is never, so the command is
+started here in its own session (process group) with its output in the control directory and its
+pid recorded in ``driver.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_streaming.checkpoint.batches import BatchPosition, read_batch_position
+from airflow_streaming.control import contract
+from airflow_streaming.control.contract import ControlPaths, DriverRecord, StatusDocument
+from airflow_streaming.control.storage import ControlStorage, storage_for
+from airflow_streaming.exceptions import (
+    ApplicationNotFoundError,
+    DriverStartError,
+    JavaNotFoundError,
+    StreamAlreadyRunningError,
+)
+from airflow_streaming.spec import StreamSpec
+
+log = logging.getLogger(__name__)
+
+LAUNCHER = str(Path(__file__).resolve().parents[2] / "spark_jobs" / "launch.py")
+JOBS_DIR = Path(__file__).resolve().parents[2] / "spark_jobs" / "jobs"
+JAVA_HINT = "install Java 17 (Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless) or set JAVA_HOME"
+KILL_GRACE_SECONDS = 10.0
+# Popen objects of drivers started by this process, so that their exit is reaped (no zombies).
+_CHILDREN: dict[int, subprocess.Popen] = {}
+
+
+def _reap() -> None:
+    for pid, proc in list(_CHILDREN.items()):
+        if proc.poll() is not None:
+            _CHILDREN.pop(pid, None)
+
+
+def check_java() -> str:
+    """Return the java binary spark-submit will use; raise :class:`JavaNotFoundError` if none (or < 17)."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={java_home} has no bin/java" if java_home else "no 'java' on PATH"
+        raise JavaNotFoundError(f"Spark needs Java 17: {where}; {JAVA_HINT}")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    major = int(match.group(1)) if match else 0
+    if major == 1 and match and match.group(2):
+        major = int(match.group(2))
+    if major < 17:
+        raise JavaNotFoundError(f"Spark 4 needs Java 17 or newer, {java} is version {major or 'unknown'}; {JAVA_HINT}")
+    return java
+
+
+@dataclass(frozen=True)
+class StopReport:
+    """How a stop went."""
+
+    stream: str
+    was_running: bool
+    graceful: bool
+    """The driver exited by itself after the stop request (no kill)."""
+    killed: bool
+    exit_code: int | None
+    position: BatchPosition | None
+    """The checkpoint's last planned/committed batch after the stop."""
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "was_running": self.was_running,
+            "graceful": self.graceful,
+            "killed": self.killed,
+            "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 3),
+            **(self.position.to_dict() if self.position else {"last_committed_batch": None, "clean": None}),
+        }
+
+
+class StreamingJobHook:
+    """Submit, watch, stop and kill the driver of one stream described by a :class:`StreamSpec`.
+
+    :param spec: the stream.
+    :param storage: control storage (default: chosen from the control location's scheme).
+    """
+
+    def __init__(self, spec: StreamSpec, storage: ControlStorage | None = None):
+        self.spec = spec
+        default_storage, control_dir = storage_for(spec.control_dir)
+        self.storage = storage or default_storage
+        self.paths = ControlPaths(control_dir)
+        _, self.checkpoint_path = storage_for(spec.checkpoint_location)
+
+    # ------------------------------------------------------------------ reading
+    def status(self) -> StatusDocument | None:
+        """The driver's status document (``None`` before the first driver wrote one)."""
+        return contract.read_status(self.storage, self.paths)
+
+    def driver_record(self) -> DriverRecord | None:
+        return contract.read_driver_record(self.storage, self.paths)
+
+    def batch_position(self) -> BatchPosition:
+        return read_batch_position(self.storage, self.checkpoint_path)
+
+    def running_driver(self) -> str | None:
+        """A description of the live driver of this stream, or ``None`` if none runs."""
+        _reap()
+        lease = contract.read_lease(self.storage, self.paths)
+        if lease is not None and not lease.is_stale():
+            return f"driver pid {lease.pid} on {lease.host} holds the lease (run {lease.run_id})"
+        record = self.driver_record()
+        if record is not None and record.alive():
+            return f"spark-submit pid {record.submit_pid} on {record.host} is alive (run {record.run_id})"
+        return None
+
+    def log_tail(self, run_id: str, lines: int = 40) -> str:
+        data = self.storage.read_text(self.paths.log(run_id)) or ""
+        return "\n".join(data.splitlines()[-lines:])
+
+    # ------------------------------------------------------------------ submitting
+    def application_argument(self) -> list[str]:
+        """``--job NAME`` or ``--script PATH``; :class:`ApplicationNotFoundError` if it is missing."""
+        app = self.spec.application
+        if self.spec.is_bundled:
+            if not (JOBS_DIR / f"{app}.py").is_file():
+                raise ApplicationNotFoundError(f"bundled job {app!r} is not installed ({JOBS_DIR / app}.py missing)")
+            return ["--job", app]
+        if not os.path.isfile(app):
+            raise ApplicationNotFoundError(f"application file {app} does not exist; nothing was submitted")
+        return ["--script", app]
+
+    def build_command(self, run_id: str) -> tuple[list[str], str]:
+        """The spark-submit command (through SparkSubmitHook) and its masked form."""
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        spec = self.spec
+        runtime_args = [
+            "--stream", spec.name, "--version", spec.version, "--run-id", run_id,
+            "--control-dir", self.paths.root, "--checkpoint", spec.checkpoint_location,
+            *self.application_argument(),
+            "--trigger-seconds", str(spec.trigger_interval), "--heartbeat-seconds", str(spec.heartbeat_interval),
+            "--lease-ttl", str(max(30.0, 6 * spec.heartbeat_interval)), "--", *spec.application_args,
+        ]
+        conf = {"spark.ui.showConsoleProgress": "false", **spec.spark_conf}
+        if spec.master is None:
+            self._require_connection()
+        hook = SparkSubmitHook(conf=conf, conn_id=spec.conn_id, name=f"{spec.name}:{spec.version}",
+                               application_args=runtime_args)
+        if spec.master is not None:
+            hook._connection["master"] = spec.master  # the spec overrides the connection's master
+        cmd = hook._build_spark_submit_command(LAUNCHER)
+        return cmd, hook._mask_cmd(cmd)
+
+    def _require_connection(self) -> None:
+        from airflow.sdk import BaseHook
+
+        try:
+            BaseHook.get_connection(self.spec.conn_id)
+        except Exception as exc:  # noqa: BLE001 - AirflowNotFoundException across Airflow versions
+            raise ValueError(
+                f"master: the spec sets no master and the Spark connection {self.spec.conn_id!r} cannot be "
+                f"loaded ({exc}); set `master: local[2]` in the spec or define the connection "
+                f"(e.g. AIRFLOW_CONN_{self.spec.conn_id.upper()}='{{\"conn_type\": \"spark\", \"host\": \"local[2]\"}}')"
+            ) from exc
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        env.setdefault("PYSPARK_DRIVER_PYTHON", env["PYSPARK_PYTHON"])
+        bindir = os.path.dirname(sys.executable)
+        if not shutil.which("spark-submit", path=env.get("PATH")) and os.path.exists(os.path.join(bindir, "spark-submit")):
+            env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+        if (self.spec.master or "").startswith("local"):
+            env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        return env
+
+    def submit(self) -> DriverRecord:
+        """Start the stream's driver detached and return its record.
+
+        Refuses (before anything is submitted) when a live driver already runs the stream, when the
+        application is missing, or when Java is not usable.
+        """
+        running = self.running_driver()
+        if running:
+            raise StreamAlreadyRunningError(
+                f"stream {self.spec.name!r} is already running: {running}. Stop it before deploying again."
+            )
+        self.application_argument()
+        check_java()
+        run_id = contract.new_run_id()
+        cmd, masked = self.build_command(run_id)
+        self.storage.makedirs(self.paths.root)
+        self.storage.makedirs(os.path.dirname(self.paths.log(run_id)))
+        contract.write_marker(self.storage, self.paths, run_id, self.spec.version)
+        log_path = self.paths.log(run_id)
+        with open(log_path, "ab") as log_file:
+            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=self._environment(), start_new_session=True, close_fds=True)
+        _CHILDREN[proc.pid] = proc
+        record = DriverRecord(
+            run_id=run_id, stream=self.spec.name, version=self.spec.version, application=self.spec.application,
+            submit_pid=proc.pid, submit_pid_start_time=contract.process_start_time(proc.pid),
+            host=socket.gethostname(), command=masked, log_path=log_path, submitted_at=time.time(),
+            checkpoint_location=self.spec.checkpoint_location,
+        )
+        self.storage.write_atomic(self.paths.driver, record.to_json())
+        log.info("submitted stream %s %s: run %s, spark-submit pid %s, log %s", self.spec.name, self.spec.version,
+                 run_id, proc.pid, log_path)
+        return record
+
+    def wait_until_ready(self, record: DriverRecord, timeout: float | None = None, poll: float = 0.5) -> StatusDocument:
+        """Wait until the run's query reports progress (or idles); raise :class:`DriverStartError` with the
+        driver's own error if it dies first. On timeout the driver is stopped and killed."""
+        timeout = self.spec.startup_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            _reap()
+            doc = self._status_of_run(record.run_id)
+            if doc is not None and doc.ready and doc.state == contract.RUNNING:
+                return doc
+            if doc is not None and doc.is_terminal or not record.alive():
+                time.sleep(0.5)  # let the driver finish writing its last status and log lines
+                raise DriverStartError(self._failure_message(record, self._status_of_run(record.run_id)))
+            if time.monotonic() > deadline:
+                self.kill(record)
+                raise DriverStartError(
+                    f"stream {record.stream!r} did not report progress within {timeout:.0f}s; the driver was "
+                    f"stopped. Last driver output:\n{self.log_tail(record.run_id)}"
+                )
+            time.sleep(poll)
+
+    def _status_of_run(self, run_id: str) -> StatusDocument | None:
+        try:
+            doc = self.status()
+        except contract.ControlFileError:
+            return None
+        return doc if doc is not None and doc.run_id == run_id else None
+
+    def _failure_message(self, record: DriverRecord, doc: StatusDocument | None) -> str:
+        head = f"driver of stream {record.stream!r} (run {record.run_id}) failed while starting"
+        if doc is not None and doc.last_exception:
+            err = doc.last_exception
+            head += f": [{err.get('error_class')}] {err.get('message')}"
+        if doc is not None and doc.exit:
+            head += f" (exit code {doc.exit.get('code')}: {doc.exit.get('reason')})"
+        return f"{head}\nLast driver output ({record.log_path}):\n{self.log_tail(record.run_id)}"
+
+    # ------------------------------------------------------------------ stopping
+    def request_stop(self) -> bool:
+        """Remove the run marker: the driver stops at the next micro-batch boundary."""
+        return contract.request_stop(self.storage, self.paths)
+
+    def kill(self, record: DriverRecord, grace: float = KILL_GRACE_SECONDS) -> None:
+        """SIGTERM the driver's process group, then SIGKILL after ``grace`` seconds. Never raises."""
+        contract.request_stop(self.storage, self.paths)
+        if record.host != socket.gethostname():
+            log.error("cannot kill driver of run %s on host %s from %s", record.run_id, record.host, socket.gethostname())
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if not record.alive():
+                return
+            log.warning("sending %s to driver process group %s (run %s)", sig.name, record.submit_pid, record.run_id)
+            try:
+                os.killpg(record.submit_pid, sig)
+            except ProcessLookupError:
+                return
+            except OSError:
+                log.exception("could not signal process group %s", record.submit_pid)
+                return
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and record.alive():
+                _reap()
+                time.sleep(0.2)
+
+    def stop(self, timeout: float | None = None, kill_on_timeout: bool = True) -> StopReport:
+        """Stop gracefully at a micro-batch boundary; after ``timeout`` (the spec's stop timeout) kill."""
+        timeout = self.spec.stop_timeout if timeout is None else timeout
+        started = time.monotonic()
+        record = self.driver_record()
+        running = record is not None and record.alive()
+        self.request_stop()
+        if not running:
+            log.info("stream %s is not running; nothing to stop", self.spec.name)
+            return StopReport(self.spec.name, False, False, False, None, self._position(), 0.0)
+        deadline = started + timeout
+        while record.alive() and time.monotonic() < deadline:
+            _reap()
+            time.sleep(0.2)
+        killed = False
+        if record.alive():
+            if not kill_on_timeout:
+                raise TimeoutError(f"stream {self.spec.name!r} did not stop within {timeout:.0f}s")
+            log.warning("stream %s did not stop within %.0fs: killing it", self.spec.name, timeout)
+            self.kill(record)
+            killed = True
+        doc = self._status_of_run(record.run_id)
+        exit_code = doc.exit.get("code") if doc is not None and doc.exit else None
+        report = StopReport(self.spec.name, True, not killed and exit_code == contract.EXIT_GRACEFUL, killed,
+                            exit_code, self._position(), time.monotonic() - started)
+        log.info("stream %s stopped: %s", self.spec.name, report.to_dict())
+        return report
+
+    def _position(self) -> BatchPosition | None:
+        try:
+            return self.batch_position()
+        except OSError:
+            return None

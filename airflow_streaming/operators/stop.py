@@ -1,0 +1,54 @@
+"""Stop a managed stream gracefully at a micro-batch boundary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_streaming.exceptions import StreamFailedError
+from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.spec import StreamSpec, as_spec
+
+
+class SparkStreamStopOperator(BaseOperator):
+    """Ask the stream's driver to stop between micro-batches; kill it after the timeout.
+
+    Returns (XCom) the stop report: graceful, killed, exit_code, last_planned_batch,
+    last_committed_batch, clean (the last planned batch is committed), next_batch_id, seconds.
+    Stopping a stream that is not running succeeds and says so.
+
+    :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a path to a YAML spec.
+    :param stop_timeout: seconds to wait for the graceful stop; default: the spec's ``stop_timeout``.
+    :param kill_on_timeout: kill the driver when the timeout passes (default) or fail the task.
+    :param fail_if_not_graceful: fail the task when the stream had to be killed (default False).
+    """
+
+    template_fields: Sequence[str] = ("spec",)
+    ui_color = "#f6d3c5"
+
+    def __init__(
+        self,
+        *,
+        spec: StreamSpec | Mapping[str, Any] | str,
+        stop_timeout: float | None = None,
+        kill_on_timeout: bool = True,
+        fail_if_not_graceful: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.stop_timeout = stop_timeout
+        self.kill_on_timeout = kill_on_timeout
+        self.fail_if_not_graceful = fail_if_not_graceful
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        spec = as_spec(self.spec)
+        report = StreamingJobHook(spec).stop(self.stop_timeout, self.kill_on_timeout)
+        result = report.to_dict()
+        self.log.info("stream %s stop: graceful=%s killed=%s last committed batch=%s clean=%s", spec.name,
+                      report.graceful, report.killed, result.get("last_committed_batch"), result.get("clean"))
+        if report.was_running and not report.graceful and self.fail_if_not_graceful:
+            raise StreamFailedError(f"stream {spec.name!r} did not stop gracefully: {result}")
+        return result

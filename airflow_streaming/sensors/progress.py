@@ -1,0 +1,63 @@
+"""Wait until a managed stream is making progress."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
+
+from airflow_streaming.control import contract
+from airflow_streaming.exceptions import StreamFailedError
+from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.spec import StreamSpec, as_spec
+
+
+class SparkStreamProgressSensor(BaseSensorOperator):
+    """Succeed once the stream's current run has completed ``min_batches`` micro-batches and read at
+    least ``min_input_rows`` rows; fail at once if its driver failed or exited.
+
+    Pushes the run's totals (batches, input_rows, quarantined_rows) and last batch id to XCom.
+
+    :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a path to a YAML spec.
+    :param min_batches: completed micro-batches required in this run.
+    :param min_input_rows: input rows required in this run (e.g. the number of events fed).
+    """
+
+    template_fields: Sequence[str] = ("spec", "min_input_rows")
+
+    def __init__(
+        self,
+        *,
+        spec: StreamSpec | Mapping[str, Any] | str,
+        min_batches: int = 1,
+        min_input_rows: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("poke_interval", 2)
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.min_batches = min_batches
+        self.min_input_rows = min_input_rows
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        spec = as_spec(self.spec)
+        hook = StreamingJobHook(spec)
+        doc = hook.status()
+        record = hook.driver_record()
+        if doc is None or record is None or doc.run_id != record.run_id:
+            self.log.info("stream %s: no status for the current run yet", spec.name)
+            return PokeReturnValue(is_done=False)
+        if doc.is_terminal or not record.alive():
+            err = doc.last_exception or {}
+            raise StreamFailedError(
+                f"stream {spec.name!r} is {doc.state if doc.is_terminal else 'gone (driver exited)'}: "
+                f"[{err.get('error_class')}] {err.get('message')}"
+            )
+        totals = doc.totals
+        self.log.info("stream %s: state %s, %s batches, %s input rows, %s quarantined, last batch %s",
+                      spec.name, doc.state, totals["batches"], totals["input_rows"], totals["quarantined_rows"],
+                      doc.last_batch_id())
+        done = doc.state == contract.RUNNING and totals["batches"] >= self.min_batches and (
+            totals["input_rows"] >= int(self.min_input_rows))
+        return PokeReturnValue(is_done=done, xcom_value={**totals, "last_batch_id": doc.last_batch_id()})

@@ -1,0 +1,443 @@
+"""Declarative description of one managed Spark Structured Streaming stream.
+
+This module is plain Python on purpose: it imports neither Airflow nor
+PySpark, because it is used both by the Airflow side (operators, hooks) and by
+the Spark driver. PyYAML is only imported by :meth:`StreamSpec.from_yaml`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["BUNDLED_JOBS", "SpecError", "StreamSpec", "as_spec", "parse_duration"]
+
+BUNDLED_JOBS: frozenset[str] = frozenset(
+    {"events_etl", "events_etl_v2", "device_signals", "device_signals_v2"}
+)
+"""Names of the Spark jobs shipped with this provider (``application`` may name one)."""
+
+ROOT_FIELD = "<root>"
+
+_SEGMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_MASTER_RE = re.compile(r"^(local(\[(\d+|\*)\])?|spark://.+|yarn|k8s://.+)$")
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_SUPPORTED_SCHEMES = ("file", "hdfs", "webhdfs")
+_DURATION_RE = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*([a-z]*)$")
+_DURATION_UNITS: dict[str, float] = {
+    "": 1.0,
+    **dict.fromkeys(("ms", "msec", "msecs", "millisecond", "milliseconds"), 0.001),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1.0),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60.0),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3600.0),
+}
+_DURATION_HINT = "'5 seconds', '500 milliseconds', '2 minutes', '10s', '250ms' or '1m'"
+_MAX_HEARTBEAT_INTERVAL = 60.0
+
+
+class SpecError(ValueError):
+    """A stream spec is invalid.
+
+    ``field`` is the dotted name of the offending field (for example
+    ``'trigger_interval'``, ``'spark_conf.spark.x'``, ``'application_args[2]'``
+    or ``'<root>'`` for the document as a whole); ``message`` is the reason.
+    ``str(error)`` is ``"<field>: <message>"``.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field: str = field
+        self.message: str = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.field, self.message))
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def _fmt_seconds(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def parse_duration(value: Any, field: str) -> float:
+    """Parse a duration into float seconds.
+
+    Accepts an ``int``/``float`` (seconds; ``bool`` is rejected) or a string
+    such as ``"5 seconds"``, ``"500 milliseconds"``, ``"2 minutes"``,
+    ``"10s"``, ``"250ms"``, ``"1m"``, ``"1h"`` or a bare number of seconds.
+    No range check is done here. Raises :class:`SpecError` naming ``field``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise SpecError(
+            field, f"must be a number of seconds or a duration string, got {_type_name(value)}"
+        )
+    if isinstance(value, str):
+        match = _DURATION_RE.match(value.strip().lower())
+        if match is None or match.group(2) not in _DURATION_UNITS:
+            raise SpecError(field, f"invalid duration {value!r} (expected e.g. {_DURATION_HINT})")
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    else:
+        seconds = float(value)
+    if not math.isfinite(seconds):
+        raise SpecError(field, f"must be a finite number of seconds, got {value!r}")
+    return seconds
+
+
+def _check_str(value: Any, field: str) -> str:
+    """Require a non-empty string without surrounding whitespace."""
+    if not isinstance(value, str):
+        raise SpecError(field, f"must be a string, got {_type_name(value)}")
+    if not value:
+        raise SpecError(field, "must be non-empty")
+    if value != value.strip():
+        raise SpecError(field, f"must not have leading or trailing whitespace, got {value!r}")
+    return value
+
+
+def _check_segment(value: Any, field: str) -> str:
+    """Require a string usable as a single, safe path segment."""
+    _check_str(value, field)
+    if value in (".", "..") or not _SEGMENT_RE.match(value):
+        raise SpecError(
+            field,
+            f"must be a safe path segment matching {_SEGMENT_RE.pattern} "
+            f"(letters, digits, '.', '_', '-'; at most 64 characters), got {value!r}",
+        )
+    return value
+
+
+def _check_location(value: Any, field: str) -> tuple[str, str, tuple[str, ...]]:
+    """Validate a location; return ``(scheme, host, normalised path segments)``."""
+    _check_str(value, field)
+    bad = (
+        f"must be an absolute path or a file://, hdfs:// or webhdfs:// URI, got {value!r}"
+    )
+    match = _SCHEME_RE.match(value)
+    if match:
+        scheme = match.group(1).lower()
+        if scheme not in _SUPPORTED_SCHEMES:
+            raise SpecError(field, f"unsupported scheme {match.group(1)!r} ({bad})")
+        if "?" in value or "#" in value:
+            raise SpecError(field, f"must not contain a query or fragment, got {value!r}")
+        rest = value[match.end():]
+        host, slash, path = rest.partition("/")
+        if not slash:
+            raise SpecError(field, bad)
+        path = "/" + path
+        host = host.lower()
+        if scheme == "file":
+            if host not in ("", "localhost"):
+                raise SpecError(
+                    field,
+                    f"file:// URI must have an empty host (file:///abs/path), got {value!r}",
+                )
+            host = ""
+    elif value.startswith("/"):
+        scheme, host, path = "file", "", value
+    else:
+        raise SpecError(field, bad)
+    segments = path.split("/")
+    if ".." in segments:
+        raise SpecError(field, f"must not contain '..' segments, got {value!r}")
+    return scheme, host, tuple(s for s in segments if s not in ("", "."))
+
+
+def _check_application(value: Any) -> str:
+    _check_str(value, "application")
+    if value in BUNDLED_JOBS:
+        return value
+    if value.startswith("/") and value.endswith(".py") and not value.endswith("/.py"):
+        return value
+    raise SpecError(
+        "application",
+        f"unknown bundled job {value!r} (bundled: {', '.join(sorted(BUNDLED_JOBS))}) "
+        "and not an absolute path to a .py file",
+    )
+
+
+def _check_application_args(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise SpecError("application_args", f"must be a list of strings, got {_type_name(value)}")
+    result: list[str] = []
+    for index, item in enumerate(value):
+        if isinstance(item, str):
+            result.append(item)
+        elif isinstance(item, (bool, int, float)):
+            result.append(str(item))
+        else:
+            raise SpecError(
+                f"application_args[{index}]",
+                f"must be a string, number or boolean, got {_type_name(item)}",
+            )
+    return tuple(result)
+
+
+def _check_spark_conf(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise SpecError("spark_conf", f"must be a mapping, got {_type_name(value)}")
+    result: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            raise SpecError(
+                "spark_conf", f"keys must be non-empty strings, got {_type_name(key)} {key!r}"
+            )
+        key_field = f"spark_conf.{key}"
+        if any(ch.isspace() for ch in key):
+            raise SpecError(key_field, "key must not contain whitespace")
+        if not key.startswith("spark.") or key == "spark.":
+            raise SpecError(key_field, f"key must start with 'spark.', got {key!r}")
+        if isinstance(item, bool):
+            result[key] = "true" if item else "false"
+        elif isinstance(item, (str, int, float)):
+            result[key] = str(item)
+        else:
+            raise SpecError(
+                key_field, f"value must be a string, number or boolean, got {_type_name(item)}"
+            )
+    return result
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """Declarative, validated description of one managed Structured Streaming stream.
+
+    Constructing an instance (directly, via :meth:`from_dict`,
+    :meth:`from_yaml` or :meth:`with_version`) validates and normalises every
+    field, raising :class:`SpecError` on the first problem found. Durations
+    are stored as float seconds, ``application_args`` as a tuple of strings
+    and ``spark_conf`` as a plain ``dict`` of strings.
+    """
+
+    name: str
+    """Stream name; a safe path segment (``^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$``)."""
+
+    application: str
+    """A bundled job name (see :data:`BUNDLED_JOBS`) or an absolute path to a ``.py`` file."""
+
+    checkpoint_location: str
+    """Spark checkpoint location: absolute local path or file://, hdfs://, webhdfs:// URI."""
+
+    control_location: str
+    """Parent of the stream's control dir (``control_location/name``); rules as for checkpoints."""
+
+    version: str = "v1"
+    """Version label of the deployed code/config; a safe path segment."""
+
+    application_args: tuple[str, ...] = ()
+    """Arguments passed to the application; scalars are converted with ``str()``."""
+
+    spark_conf: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """Extra Spark configuration; keys start with ``spark.``, values are stored as strings."""
+
+    conn_id: str = "spark_default"
+    """Id of the Airflow ``spark`` connection used to submit the job."""
+
+    master: str | None = None
+    """Optional override of the connection's master.
+
+    One of ``local``, ``local[N]``, ``local[*]``, ``spark://...``, ``yarn``, ``k8s://...``.
+    """
+
+    trigger_interval: float = 5.0
+    """Micro-batch trigger interval in seconds (>= 0; 0 means as fast as possible)."""
+
+    stop_timeout: float = 120.0
+    """Seconds (> 0) to wait for a graceful stop before giving up."""
+
+    startup_timeout: float = 300.0
+    """Seconds (> 0) to wait for the stream to report it is running."""
+
+    heartbeat_interval: float = 5.0
+    """Seconds (> 0, <= 60) between heartbeats written by the driver."""
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        _check_segment(self.name, "name")
+        _check_application(self.application)
+        checkpoint = _check_location(self.checkpoint_location, "checkpoint_location")
+        control = _check_location(self.control_location, "control_location")
+        _check_segment(self.version, "version")
+        set_(self, "application_args", _check_application_args(self.application_args))
+        set_(self, "spark_conf", _check_spark_conf(self.spark_conf))
+        _check_str(self.conn_id, "conn_id")
+        if self.master is not None:
+            _check_str(self.master, "master")
+            if not _MASTER_RE.match(self.master):
+                raise SpecError(
+                    "master",
+                    "must be local, local[N], local[*], spark://..., yarn or k8s://..., "
+                    f"got {self.master!r}",
+                )
+        durations = (
+            ("trigger_interval", 0.0, True),
+            ("stop_timeout", 0.0, False),
+            ("startup_timeout", 0.0, False),
+            ("heartbeat_interval", 0.0, False),
+        )
+        for name, lower, inclusive in durations:
+            seconds = parse_duration(getattr(self, name), name)
+            if seconds < lower or (not inclusive and seconds == lower):
+                op = ">=" if inclusive else ">"
+                raise SpecError(
+                    name,
+                    f"must be {op} {_fmt_seconds(lower)} seconds, got {_fmt_seconds(seconds)}",
+                )
+            set_(self, name, seconds)
+        if self.heartbeat_interval > _MAX_HEARTBEAT_INTERVAL:
+            raise SpecError(
+                "heartbeat_interval",
+                f"must be <= {_fmt_seconds(_MAX_HEARTBEAT_INTERVAL)} seconds, "
+                f"got {_fmt_seconds(self.heartbeat_interval)}",
+            )
+        # The checkpoint and the stream's control dir must not overlap.
+        control_dir = control[:2] + (control[2] + (self.name,),)
+        if checkpoint[:2] == control_dir[:2]:
+            a, b = checkpoint[2], control_dir[2]
+            if a[: len(b)] == b or b[: len(a)] == a:
+                raise SpecError(
+                    "checkpoint_location",
+                    f"must not be equal to or nested with the stream's control dir "
+                    f"{self.control_dir!r} (control_location/name)",
+                )
+
+    @property
+    def is_bundled(self) -> bool:
+        """True if ``application`` names a job bundled with this provider."""
+        return self.application in BUNDLED_JOBS
+
+    @property
+    def control_dir(self) -> str:
+        """The stream's control directory: ``control_location`` + ``/`` + ``name``."""
+        base = self.control_location.rstrip("/")
+        if base.endswith(":"):  # e.g. "file:///" -> "file:" -> "file://"
+            base += "//"
+        return f"{base}/{self.name}"
+
+    def with_version(
+        self,
+        version: str,
+        application: str | None = None,
+        application_args: list[Any] | tuple[Any, ...] | None = None,
+        spark_conf: Mapping[str, Any] | None = None,
+    ) -> StreamSpec:
+        """Return a validated copy with a new ``version`` (and optionally new code/args/conf).
+
+        Arguments left as ``None`` keep their current value.
+        """
+        changes: dict[str, Any] = {"version": version}
+        if application is not None:
+            changes["application"] = application
+        if application_args is not None:
+            changes["application_args"] = application_args
+        if spark_conf is not None:
+            changes["spark_conf"] = spark_conf
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-safe dict; ``StreamSpec.from_dict(s.to_dict()) == s``."""
+        return {
+            "name": self.name,
+            "application": self.application,
+            "checkpoint_location": self.checkpoint_location,
+            "control_location": self.control_location,
+            "version": self.version,
+            "application_args": list(self.application_args),
+            "spark_conf": dict(self.spark_conf),
+            "conn_id": self.conn_id,
+            "master": self.master,
+            "trigger_interval": self.trigger_interval,
+            "stop_timeout": self.stop_timeout,
+            "startup_timeout": self.startup_timeout,
+            "heartbeat_interval": self.heartbeat_interval,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StreamSpec:
+        """Build and validate a spec from a mapping (e.g. parsed YAML/JSON).
+
+        Unknown keys and missing required fields raise :class:`SpecError`.
+        A ``None`` value for an optional field means "use the default".
+        """
+        if not isinstance(data, Mapping):
+            raise SpecError(ROOT_FIELD, f"must be a mapping, got {_type_name(data)}")
+        fields = [f for f in dataclasses.fields(cls) if f.init]
+        allowed = [f.name for f in fields]
+        for key in data:
+            if not isinstance(key, str):
+                raise SpecError(
+                    ROOT_FIELD, f"field names must be strings, got {_type_name(key)} {key!r}"
+                )
+        unknown = sorted(k for k in data if k not in allowed)
+        if unknown:
+            key = unknown[0]
+            message = f"unknown field {key!r} (allowed: {', '.join(allowed)})"
+            close = difflib.get_close_matches(key, allowed, n=1)
+            if close:
+                message += f"; did you mean {close[0]!r}?"
+            raise SpecError(key, message)
+        kwargs: dict[str, Any] = {}
+        for f in fields:
+            required = (
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            )
+            value = data.get(f.name)
+            if value is None:
+                if required:
+                    raise SpecError(f.name, "is required")
+                continue
+            kwargs[f.name] = value
+        return cls(**kwargs)
+
+    @classmethod
+    def from_yaml(cls, text_or_path: str | os.PathLike[str]) -> StreamSpec:
+        """Build a spec from YAML text or from a YAML file.
+
+        A path-like argument, or a string naming an existing file, is read;
+        any other string is parsed as YAML text (``yaml.safe_load``).
+        """
+        import yaml  # local import: the Spark driver may not have PyYAML
+
+        if isinstance(text_or_path, os.PathLike) or (
+            isinstance(text_or_path, str)
+            and "\n" not in text_or_path
+            and os.path.isfile(text_or_path)
+        ):
+            try:
+                with open(text_or_path, encoding="utf-8") as fh:
+                    text = fh.read()
+            except (OSError, UnicodeDecodeError) as exc:
+                path = os.fspath(text_or_path)
+                raise SpecError(ROOT_FIELD, f"cannot read {path!r}: {exc}") from exc
+        elif isinstance(text_or_path, str):
+            text = text_or_path
+        else:
+            raise SpecError(
+                ROOT_FIELD, f"expected YAML text or a path, got {_type_name(text_or_path)}"
+            )
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SpecError(ROOT_FIELD, f"invalid YAML: {exc}") from exc
+        if not isinstance(data, Mapping):
+            got = "an empty document" if data is None else _type_name(data)
+            raise SpecError(ROOT_FIELD, f"top level must be a mapping, got {got}")
+        return cls.from_dict(data)
+
+
+def as_spec(value: StreamSpec | Mapping[str, Any] | str | os.PathLike[str]) -> StreamSpec:
+    """A :class:`StreamSpec` from a spec, a dict, a YAML file path or YAML text (what operators accept)."""
+    if isinstance(value, StreamSpec):
+        return value
+    if isinstance(value, Mapping):
+        return StreamSpec.from_dict(value)
+    if isinstance(value, (str, os.PathLike)):
+        return StreamSpec.from_yaml(value)
+    raise SpecError(ROOT_FIELD, f"expected a StreamSpec, a dict or a YAML path, got {_type_name(value)}")

@@ -1,0 +1,1 @@
+"""Bundled PySpark streaming jobs and the job runtime."""

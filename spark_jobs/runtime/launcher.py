@@ -1,0 +1,278 @@
+"""The driver-side runtime: ``spark_jobs/launch.py`` runs :func:`main` inside spark-submit.
+
+It takes the stream's lease, builds the SparkSession, starts the bundled job's query (or runs an
+unmodified user script and attaches to the queries it starts), keeps the status document current,
+watches the run marker and SIGTERM, stops between micro-batches, and exits with:
+
+- ``0`` graceful stop (or the script finished by itself),
+- ``3`` a query failed,
+- ``4`` startup failed (bad job, bad arguments, session or query start failure),
+- ``5`` another live driver holds the stream's lease.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import runpy
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_streaming.control import contract
+from airflow_streaming.control.contract import (
+    EXIT_GRACEFUL,
+    EXIT_LEASE_HELD,
+    EXIT_QUERY_FAILED,
+    EXIT_STARTUP_FAILED,
+    ControlPaths,
+    StatusDocument,
+)
+from airflow_streaming.control.storage import storage_for
+
+log = logging.getLogger("airflow_streaming.runtime")
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a bundled job's ``build(spark, args, ctx)`` gets to know about its stream."""
+
+    stream: str
+    version: str
+    checkpoint_location: str
+    trigger_seconds: float
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="spark_jobs/launch.py", description=__doc__)
+    parser.add_argument("--stream", required=True)
+    parser.add_argument("--version", required=True)
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--control-dir", required=True, help="the stream's control directory")
+    parser.add_argument("--checkpoint", required=True)
+    app = parser.add_mutually_exclusive_group(required=True)
+    app.add_argument("--job", help="bundled job module in spark_jobs.jobs")
+    app.add_argument("--script", help="absolute path of an unmodified user PySpark script")
+    parser.add_argument("--trigger-seconds", type=float, default=5.0)
+    parser.add_argument("--heartbeat-seconds", type=float, default=5.0)
+    parser.add_argument("--lease-ttl", type=float, default=60.0)
+    parser.add_argument("app_args", nargs=argparse.REMAINDER, help="after '--': the application's own arguments")
+    ns = parser.parse_args(argv)
+    if ns.app_args and ns.app_args[0] == "--":
+        ns.app_args = ns.app_args[1:]
+    return ns
+
+
+class Driver:
+    """One run of a managed stream inside its driver process."""
+
+    def __init__(self, ns: argparse.Namespace):
+        self.ns = ns
+        self.storage, control_dir = storage_for(ns.control_dir)
+        self.paths = ControlPaths(control_dir)
+        self.stop_requested = threading.Event()
+        self.abort = threading.Event()
+        self.reporter: Any = None
+        self.spark: Any = None
+        self.stopped_by_us = False
+
+    # ------------------------------------------------------------------ signals and marker
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self.stop_requested.is_set():
+            self.abort.set()  # a second SIGTERM: stop now, even mid-batch
+        self.stop_requested.set()
+
+    def _stop_wanted(self) -> bool:
+        if not self.stop_requested.is_set() and not contract.marker_present(self.storage, self.paths):
+            log.info("run marker %s removed: stopping gracefully", self.paths.marker)
+            self.stop_requested.set()
+        return self.stop_requested.is_set()
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> int:
+        ns = self.ns
+        try:
+            lease = contract.acquire_lease(self.storage, self.paths, ns.run_id, ns.lease_ttl)
+        except contract.LeaseHeldError as exc:
+            print(f"airflow-streaming: refusing to start stream {ns.stream!r}: {exc}", file=sys.stderr, flush=True)
+            return EXIT_LEASE_HELD
+        now = time.time()
+        doc = StatusDocument(
+            stream=ns.stream, version=ns.version, run_id=ns.run_id, state=contract.STARTING, pid=os.getpid(),
+            host=socket.gethostname(), started_at=now, heartbeat_at=now, checkpoint_location=ns.checkpoint,
+        )
+        from spark_jobs.runtime.reporter import StatusReporter
+
+        self.reporter = StatusReporter(self.storage, self.paths, doc, lease, ns.heartbeat_seconds)
+        self.reporter.write()
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        try:
+            code = self._run_job()
+        finally:
+            self._finish_cleanup(lease)
+        return code
+
+    def _session(self) -> Any:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName(f"{self.ns.stream}:{self.ns.version}").getOrCreate()
+        if self.ns.script:
+            # Named queries of a user script without their own checkpointLocation land under the stream's.
+            spark.conf.set("spark.sql.streaming.checkpointLocation", self.ns.checkpoint)
+        return spark
+
+    def _run_job(self) -> int:
+        from spark_jobs.runtime.reporter import describe_exception
+
+        ns = self.ns
+        try:
+            if ns.script and not os.path.isfile(ns.script):
+                raise FileNotFoundError(f"application script {ns.script} does not exist")
+            self.spark = self._session()
+            self.reporter.attach(self.spark)
+            log.info("stream %s %s: app %s, Spark UI %s", ns.stream, ns.version, self.reporter.doc.app_id,
+                     self.reporter.doc.spark_ui)
+            if ns.job:
+                self._start_bundled()
+        except BaseException as exc:  # noqa: BLE001 - every startup failure becomes exit code 4
+            log.exception("startup failed")
+            return self._exit(EXIT_STARTUP_FAILED, contract.FAILED, describe_exception(exc))
+        self.reporter.set_state(contract.RUNNING)
+        if ns.script:
+            return self._run_script()
+        return self._supervise_bundled()
+
+    def _start_bundled(self) -> None:
+        ns = self.ns
+        module = importlib.import_module(f"spark_jobs.jobs.{ns.job}")
+        ctx = JobContext(ns.stream, ns.version, ns.checkpoint, ns.trigger_seconds)
+        writer = module.build(self.spark, list(ns.app_args), ctx)
+        query = (
+            writer.option("checkpointLocation", ns.checkpoint)
+            .trigger(processingTime=f"{ns.trigger_seconds} seconds")
+            .queryName(ns.stream.replace("-", "_").replace(".", "_"))
+            .start()
+        )
+        log.info("query %s started (id %s, run %s)", query.name, query.id, query.runId)
+
+    def _supervise_bundled(self) -> int:
+        from spark_jobs.runtime.reporter import describe_exception
+
+        while True:
+            queries = [q for q in self.spark.streams.active]
+            if not queries:
+                break
+            if self._stop_wanted():
+                self._graceful_stop()
+                break
+            time.sleep(0.05)
+        failure = self._query_failure()
+        if failure is not None and not self.stopped_by_us:
+            return self._exit(EXIT_QUERY_FAILED, contract.FAILED, failure)
+        return self._exit(EXIT_GRACEFUL, contract.STOPPED, None, reason="graceful stop")
+
+    def _query_failure(self) -> dict[str, Any] | None:
+        from spark_jobs.runtime.reporter import describe_exception
+
+        for query in self.reporter.queries():
+            try:
+                exc = query.exception()
+            except Exception:  # noqa: BLE001
+                exc = None
+            if exc is not None:
+                return describe_exception(exc)
+        return self.reporter.doc.last_exception
+
+    def _graceful_stop(self) -> None:
+        from spark_jobs.runtime.graceful_stop import stop_at_batch_boundary
+
+        self.reporter.set_state(contract.STOPPING)
+        self.stopped_by_us = True
+        for query in list(self.spark.streams.active):
+            stop_at_batch_boundary(query, self.abort)
+
+    def _run_script(self) -> int:
+        """Run an unmodified user script in the main thread; a watcher thread handles stop requests."""
+        from spark_jobs.runtime.reporter import describe_exception
+
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                if self._stop_wanted():
+                    # Wait for the script to have started its queries, then stop them between batches.
+                    self._graceful_stop()
+                    return
+                time.sleep(0.05)
+
+        watcher = threading.Thread(target=watch, name="stop-watcher", daemon=True)
+        watcher.start()
+        sys.argv = [self.ns.script, *self.ns.app_args]
+        try:
+            runpy.run_path(self.ns.script, run_name="__main__")
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                done.set()
+                return self._exit(EXIT_QUERY_FAILED if self.reporter.queries() else EXIT_STARTUP_FAILED,
+                                  contract.FAILED, {"message": f"script exited with {exc.code}", "error_class": "SystemExit"})
+        except BaseException as exc:  # noqa: BLE001
+            done.set()
+            if self.stopped_by_us and not self._query_failure():
+                return self._exit(EXIT_GRACEFUL, contract.STOPPED, None, reason="graceful stop")
+            log.exception("user script failed")
+            code = EXIT_QUERY_FAILED if self.reporter.queries() else EXIT_STARTUP_FAILED
+            return self._exit(code, contract.FAILED, self._query_failure() or describe_exception(exc))
+        done.set()
+        watcher.join(timeout=60)
+        failure = self._query_failure()
+        if failure is not None and not self.stopped_by_us:
+            return self._exit(EXIT_QUERY_FAILED, contract.FAILED, failure)
+        return self._exit(EXIT_GRACEFUL, contract.STOPPED, None,
+                          reason="graceful stop" if self.stopped_by_us else "script finished")
+
+    # ------------------------------------------------------------------ exit
+    def _exit(self, code: int, state: str, error: dict[str, Any] | None, reason: str | None = None) -> int:
+        doc = self.reporter.doc
+        checkpoints = []
+        for query in self.reporter.queries():
+            root = self.reporter.checkpoint_of(query)
+            if root:
+                checkpoints.append(root)
+        exit_info = {
+            "code": code,
+            "reason": reason or contract.EXIT_REASONS.get(code, "unknown"),
+            "last_committed_batch": doc.last_batch_id(),
+            "checkpoints": checkpoints,
+            "at": time.time(),
+        }
+        if error is not None:
+            doc.last_exception = error
+            print(f"airflow-streaming: stream {self.ns.stream!r} {exit_info['reason']}: "
+                  f"[{error.get('error_class')}] {error.get('message', '').splitlines()[0] if error.get('message') else ''}",
+                  file=sys.stderr, flush=True)
+        self.reporter.set_state(state, exit=exit_info)
+        return code
+
+    def _finish_cleanup(self, lease: contract.Lease) -> None:
+        if self.reporter is not None:
+            self.reporter.close()
+            self.reporter.write()
+        if self.spark is not None:
+            try:
+                self.spark.stop()
+            except Exception:  # noqa: BLE001
+                log.warning("SparkSession.stop() failed", exc_info=True)
+        contract.release_lease(self.storage, self.paths, lease)
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ns = parse_args(argv)
+    return Driver(ns).run()

@@ -1,0 +1,202 @@
+"""The driver's status reporter: a StreamingQueryListener plus a periodic snapshot.
+
+Every progress event and every heartbeat replaces the stream's ``status.json`` atomically with the
+state of each query (``query.status``, a bounded ``recentProgress``, the last exception), the
+driver's identity and counters for the run, and renews the driver's lease.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+
+from airflow_streaming.control import contract
+from airflow_streaming.control.contract import ControlPaths, Lease, QueryStatus, StatusDocument
+from airflow_streaming.control.storage import ControlStorage
+
+log = logging.getLogger("airflow_streaming.runtime")
+
+_MAX_MESSAGE = 4000
+QUARANTINE_METRIC = "quarantined_rows"
+
+
+def describe_exception(exc: BaseException | None, error_class: str | None = None) -> dict[str, Any] | None:
+    """``{"message", "error_class"}`` for the status document, keeping Spark's error condition."""
+    if exc is None:
+        return None
+    if error_class is None:
+        for getter in ("getCondition", "getErrorClass"):
+            method = getattr(exc, getter, None)
+            if callable(method):
+                try:
+                    error_class = method()
+                except Exception:  # noqa: BLE001 - best effort on py4j-backed exceptions
+                    error_class = None
+                if error_class:
+                    break
+    message = str(exc).strip() or type(exc).__name__
+    return {"message": message[:_MAX_MESSAGE], "error_class": error_class or type(exc).__name__}
+
+
+class _Listener(StreamingQueryListener):
+    def __init__(self, reporter: StatusReporter):
+        self._reporter = reporter
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        self._reporter.on_progress(json.loads(event.progress.json))
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        self._reporter.on_idle(str(event.id))
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        if event.exception:
+            message = event.exception.strip()
+            self._reporter.on_query_failed(
+                str(event.id), {"message": message[:_MAX_MESSAGE], "error_class": event.errorClassOnException or "UNKNOWN"}
+            )
+
+
+class StatusReporter:
+    """Keeps the status document of one driver current."""
+
+    def __init__(
+        self,
+        storage: ControlStorage,
+        paths: ControlPaths,
+        doc: StatusDocument,
+        lease: Lease,
+        heartbeat_seconds: float,
+        recent_limit: int = contract.RECENT_PROGRESS_LIMIT,
+    ):
+        self.storage = storage
+        self.paths = paths
+        self.doc = doc
+        self.lease = lease
+        self.heartbeat_seconds = heartbeat_seconds
+        self.recent_limit = recent_limit
+        self._lock = threading.RLock()
+        self._queries: dict[str, Any] = {}  # query id -> StreamingQuery
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._spark: SparkSession | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def attach(self, spark: SparkSession) -> None:
+        """Register the listener on the session and start the snapshot thread."""
+        self._spark = spark
+        self.doc.app_id = spark.sparkContext.applicationId
+        self.doc.spark_ui = spark.sparkContext.uiWebUrl
+        self.doc.master = spark.sparkContext.master
+        spark.streams.addListener(_Listener(self))
+        self._thread = threading.Thread(target=self._run, name="status-reporter", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def queries(self) -> list[Any]:
+        """Every query seen so far (active or not)."""
+        with self._lock:
+            return list(self._queries.values())
+
+    # ------------------------------------------------------------------ updates
+    def set_state(self, state: str, **fields: Any) -> None:
+        with self._lock:
+            self.doc.state = state
+            for key, value in fields.items():
+                setattr(self.doc, key, value)
+            self.write()
+
+    def write(self) -> None:
+        with self._lock:
+            self.doc.heartbeat_at = time.time()
+            try:
+                contract.write_status(self.storage, self.paths, self.doc)
+            except OSError:
+                log.exception("could not write %s", self.paths.status)
+
+    def _query_entry(self, query_id: str) -> QueryStatus | None:
+        return next((q for q in self.doc.queries if q.id == query_id), None)
+
+    def on_progress(self, progress: dict[str, Any]) -> None:
+        with self._lock:
+            entry = self._query_entry(progress["id"])
+            if entry is None:
+                entry = QueryStatus(id=progress["id"], run_id=progress["runId"], name=progress.get("name"), active=True)
+                self.doc.queries.append(entry)
+            entry.recent_progress = (entry.recent_progress + [progress])[-self.recent_limit :]
+            entry.last_batch_id = progress["batchId"]
+            totals = self.doc.totals
+            totals["batches"] += 1
+            totals["input_rows"] += int(progress.get("numInputRows") or 0)
+            for metrics in (progress.get("observedMetrics") or {}).values():
+                totals["quarantined_rows"] += int(metrics.get(QUARANTINE_METRIC) or 0)
+            self.doc.ready = True
+            self.write()
+
+    def on_idle(self, query_id: str) -> None:
+        with self._lock:
+            if not self.doc.ready:
+                self.doc.ready = True
+                self.write()
+
+    def on_query_failed(self, query_id: str, error: dict[str, Any]) -> None:
+        with self._lock:
+            self.doc.last_exception = error
+            self.write()
+
+    # ------------------------------------------------------------------ snapshot loop
+    def _snapshot(self) -> bool:
+        """Refresh every query's status; return whether something a reader waits for changed."""
+        changed = False
+        spark = self._spark
+        active = list(spark.streams.active) if spark is not None else []
+        with self._lock:
+            for query in active:
+                if str(query.id) not in self._queries:
+                    self._queries[str(query.id)] = query
+                    changed = True
+            for query_id, query in self._queries.items():
+                entry = self._query_entry(query_id)
+                if entry is None:
+                    entry = QueryStatus(id=query_id, run_id=str(query.runId), name=query.name, active=True)
+                    self.doc.queries.append(entry)
+                try:
+                    entry.active = query.isActive
+                    entry.status = dict(query.status)
+                except Exception:  # noqa: BLE001 - a stopping session may refuse calls
+                    continue
+        return changed
+
+    def _run(self) -> None:
+        next_heartbeat = 0.0
+        while not self._stop.is_set():
+            try:
+                changed = self._snapshot()
+                now = time.monotonic()
+                if changed or now >= next_heartbeat:
+                    with self._lock:
+                        self.lease = contract.renew_lease(self.storage, self.paths, self.lease)
+                        self.write()
+                    next_heartbeat = now + self.heartbeat_seconds
+            except Exception:  # noqa: BLE001 - the reporter must never take the driver down
+                log.exception("status snapshot failed")
+            self._stop.wait(0.2)
+
+    def checkpoint_of(self, query: Any) -> str | None:
+        """The resolved checkpoint root of a query (internal API; ``None`` where unavailable)."""
+        try:
+            return str(query._jsq.streamingQuery().resolvedCheckpointRoot())
+        except Exception:  # noqa: BLE001
+            return None

@@ -1,0 +1,30 @@
+"""Shared test setup: an isolated Airflow home, Spark on loopback, and cleanup of every driver by pid."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+# Before anything imports Airflow: an isolated AIRFLOW_HOME with a SQLite metadata DB, no examples.
+_AIRFLOW_HOME = tempfile.mkdtemp(prefix="airflow-streaming-tests-")
+os.environ["AIRFLOW_HOME"] = _AIRFLOW_HOME
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(os.path.dirname(os.path.dirname(__file__)), "dags")
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+
+import pytest  # noqa: E402
+
+from streams import StreamRegistry  # noqa: E402
+
+
+@pytest.fixture
+def streams(tmp_path):
+    """Build specs under ``tmp_path`` and stop (by pid) every driver a test started, whatever happens."""
+    registry = StreamRegistry(tmp_path)
+    try:
+        yield registry
+    finally:
+        registry.kill_all()

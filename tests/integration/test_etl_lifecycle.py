@@ -1,0 +1,67 @@
+"""Deploy -> progress -> graceful stop at a batch boundary -> restart -> exactly-once output, on real Spark."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_streaming.control import contract
+from airflow_streaming.exceptions import StreamAlreadyRunningError
+from spark_jobs.event_generator import generate_events
+from spark_jobs.outputs import count_quarantined, read_etl_output
+from streams import current_status, totals, wait_for
+
+pytestmark = pytest.mark.spark
+
+
+def test_deploy_stop_restart_is_exactly_once(streams):
+    spec = streams.etl_spec()
+    hook = streams.hook(spec)
+    inp = streams.path("input", "etl")
+    fed = [generate_events(inp, count=300, files=3, malformed_every=20, run="phase1")]
+
+    record = hook.submit()
+    doc = hook.wait_until_ready(record)
+    assert doc.state == contract.RUNNING and doc.app_id and doc.pid != record.submit_pid
+
+    # A second deploy of the running stream is refused before anything is submitted.
+    with pytest.raises(StreamAlreadyRunningError, match="already running.*Stop it before deploying again"):
+        streams.hook(spec).submit()
+    assert hook.driver_record().run_id == record.run_id
+
+    lines1 = fed[0].valid + fed[0].malformed
+    wait_for(lambda: (totals(hook, record.run_id) or {}).get("input_rows", 0) >= lines1, 90, "phase 1 processed")
+    doc = current_status(hook, record.run_id)
+    query = doc.queries[0]
+    assert query.recent_progress and query.recent_progress[-1]["batchId"] == query.last_batch_id
+    assert sum(p["numInputRows"] for p in query.recent_progress) == lines1
+    # Malformed lines are quarantined and counted; the stream keeps running.
+    assert doc.totals["quarantined_rows"] == fed[0].malformed
+    assert doc.state == contract.RUNNING and doc.last_exception is None
+
+    # Graceful stop while more input is arriving: it lands on a batch boundary.
+    fed.append(generate_events(inp, count=200, files=4, malformed_every=20, run="phase2", file_start_index=10))
+    report = hook.stop()
+    assert report.graceful and not report.killed and report.exit_code == contract.EXIT_GRACEFUL
+    assert report.position.clean, report.to_dict()
+    last_committed = report.position.last_committed
+    stopped = hook.status()
+    assert stopped.state == contract.STOPPED and stopped.exit["last_committed_batch"] == last_committed
+    assert not hook.storage.exists(hook.paths.lease), "a graceful stop releases the lease"
+
+    # Restart from the checkpoint with more input: it continues with the next batch id.
+    fed.append(generate_events(inp, count=250, files=2, malformed_every=20, run="phase3", file_start_index=20))
+    record2 = hook.submit()
+    hook.wait_until_ready(record2)
+    all_ids = {i for batch in fed for i in batch.event_ids}
+    wait_for(lambda: set(read_etl_output(streams.path("output", "etl")).event_ids) >= all_ids, 120,
+             "all valid events in the output")
+    first_progress = current_status(hook, record2.run_id).queries[0].recent_progress[0]
+    assert first_progress["batchId"] == last_committed + 1
+    report2 = hook.stop()
+    assert report2.graceful and report2.position.clean
+
+    # Exactly once: every valid record once, nothing else; every malformed line quarantined once.
+    output = read_etl_output(streams.path("output", "etl"))
+    assert output.duplicates == {}
+    assert set(output.event_ids) == all_ids and output.rows == len(all_ids) == sum(b.valid for b in fed)
+    assert count_quarantined(streams.path("quarantine", "etl")) == sum(b.malformed for b in fed)
