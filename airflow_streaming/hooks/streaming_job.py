@@ -40,6 +40,7 @@ LAUNCHER = str(Path(__file__).resolve().parents[2] / "spark_jobs" / "launch.py")
 JOBS_DIR = Path(__file__).resolve().parents[2] / "spark_jobs" / "jobs"
 JAVA_HINT = "install Java 17 (Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless) or set JAVA_HOME"
 KILL_GRACE_SECONDS = 10.0
+DRIVER_EXIT_GRACE_SECONDS = 30.0
 # Popen objects of drivers started by this process, so that their exit is reaped (no zombies).
 _CHILDREN: dict[int, subprocess.Popen] = {}
 
@@ -235,7 +236,10 @@ class StreamingJobHook:
             if doc is not None and doc.ready and doc.state == contract.RUNNING:
                 return doc
             if doc is not None and doc.is_terminal or not record.alive():
-                time.sleep(0.5)  # let the driver finish writing its last status and log lines
+                # Let the driver exit and flush its last lines; never leave a failed driver behind.
+                self._wait_exit(record, DRIVER_EXIT_GRACE_SECONDS)
+                if record.alive():
+                    self.kill(record)
                 raise DriverStartError(self._failure_message(record, self._status_of_run(record.run_id)))
             if time.monotonic() > deadline:
                 self.kill(record)
@@ -244,6 +248,14 @@ class StreamingJobHook:
                     f"stopped. Last driver output:\n{self.log_tail(record.run_id)}"
                 )
             time.sleep(poll)
+
+    def _wait_exit(self, record: DriverRecord, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the driver to exit; return whether it did."""
+        deadline = time.monotonic() + timeout
+        while record.alive() and time.monotonic() < deadline:
+            _reap()
+            time.sleep(0.2)
+        return not record.alive()
 
     def _status_of_run(self, run_id: str) -> StatusDocument | None:
         try:
@@ -283,10 +295,7 @@ class StreamingJobHook:
             except OSError:
                 log.exception("could not signal process group %s", record.submit_pid)
                 return
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and record.alive():
-                _reap()
-                time.sleep(0.2)
+            self._wait_exit(record, grace)
 
     def stop(self, timeout: float | None = None, kill_on_timeout: bool = True) -> StopReport:
         """Stop gracefully at a micro-batch boundary; after ``timeout`` (the spec's stop timeout) kill."""
@@ -298,10 +307,7 @@ class StreamingJobHook:
         if not running:
             log.info("stream %s is not running; nothing to stop", self.spec.name)
             return StopReport(self.spec.name, False, False, False, None, self._position(), 0.0)
-        deadline = started + timeout
-        while record.alive() and time.monotonic() < deadline:
-            _reap()
-            time.sleep(0.2)
+        self._wait_exit(record, timeout)
         killed = False
         if record.alive():
             if not kill_on_timeout:

@@ -1,0 +1,61 @@
+"""The stateful job: windows that straddle a stop/restart keep their state and are written exactly once."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from spark_jobs.event_generator import generate_events
+from spark_jobs.outputs import read_window_counts
+from streams import wait_for
+
+pytestmark = pytest.mark.spark
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+STEP = 1.0  # seconds of event time between consecutive events
+DEVICES = 4
+
+
+def expected_windows(last_seq: int, watermark_delay: float) -> dict[tuple[str, str], int]:
+    """Counts per (1-minute window, device) for the windows the watermark has closed."""
+    watermark = START + timedelta(seconds=last_seq * STEP - watermark_delay)
+    counts: Counter = Counter()
+    for seq in range(last_seq + 1):
+        t = START + timedelta(seconds=seq * STEP)
+        window_start = t.replace(second=0, microsecond=0)
+        if window_start + timedelta(minutes=1) <= watermark:
+            counts[(window_start.replace(tzinfo=None).isoformat(), f"dev-{seq % DEVICES:03d}")] += 1
+    return dict(counts)
+
+
+def test_stateful_job_restart_keeps_state_and_is_exactly_once(streams):
+    inp, out = streams.path("input", "signals"), streams.path("output", "signals")
+    spec = streams.spec("signals", "device_signals",
+                        ["--input", inp, "--output", out, "--window", "1 minute", "--watermark", "30 seconds"])
+    hook = streams.hook(spec)
+
+    def feed(start_seq: int, count: int, run: str, file_start: int) -> None:
+        generate_events(inp, count=count, files=2, run=run, start_seq=start_seq, devices=DEVICES,
+                        event_time_start=START + timedelta(seconds=start_seq * STEP), event_time_step=STEP,
+                        malformed_every=25, file_start_index=file_start)
+
+    feed(0, 200, "sig", 0)  # event time 0..199 s
+    record = hook.submit()
+    hook.wait_until_ready(record)
+    first = expected_windows(199, 30)
+    wait_for(lambda: read_window_counts(out) == first, 120, "phase 1 windows")
+    report = hook.stop()
+    assert report.graceful and report.position.clean
+
+    # Window [3:00, 4:00) holds events from before (180-199 s) and after (200-239 s) the restart.
+    feed(200, 200, "sig", 10)  # event time 200..399 s
+    record2 = hook.submit()
+    hook.wait_until_ready(record2)
+    final = expected_windows(399, 30)
+    wait_for(lambda: read_window_counts(out) == final, 120, "phase 2 windows")
+    assert final[("2026-01-01T00:03:00", "dev-000")] == 15  # 60 events over 4 devices, across the restart
+    report2 = hook.stop()
+    assert report2.graceful and report2.position.clean
+    assert read_window_counts(out) == final
