@@ -207,26 +207,74 @@ def read_lease(storage: ControlStorage, paths: ControlPaths) -> Lease | None:
     return None if data is None else Lease.from_json(paths.lease, data)
 
 
+TAKEOVER_LOCK_STALE_SECONDS = 30.0
+
+
+def _take_over(storage: ControlStorage, paths: ControlPaths, judged_stale: bytes | None) -> None:
+    """Delete the lease we judged stale, unless someone replaced it meanwhile.
+
+    The read-compare-delete runs under an exclusive ``lease.json.takeover`` lock, so two drivers that
+    both found the same stale lease cannot both delete-and-recreate it. A takeover lock older than
+    ``TAKEOVER_LOCK_STALE_SECONDS`` (its taker died mid-takeover) is removed.
+    """
+    lock = paths.lease + ".takeover"
+    if not storage.create_exclusive(lock, _dumps({"pid": os.getpid(), "host": socket.gethostname(), "at": time.time()})):
+        try:
+            held_since = float(_loads(lock, storage.read_bytes(lock) or b"{}").get("at", 0))
+        except (ControlFileError, ValueError):
+            held_since = 0.0
+        if time.time() - held_since > TAKEOVER_LOCK_STALE_SECONDS:
+            storage.delete(lock)
+        time.sleep(0.05)
+        return
+    try:
+        if storage.read_bytes(paths.lease) == judged_stale:
+            storage.delete(paths.lease)
+    finally:
+        storage.delete(lock)
+
+
 def acquire_lease(storage: ControlStorage, paths: ControlPaths, run_id: str, ttl: float) -> Lease:
-    """Take the stream's lease for this process, taking over a stale one; raise :class:`LeaseHeldError`."""
-    for _ in range(3):
+    """Take the stream's lease for this process, taking over a stale one; raise :class:`LeaseHeldError`.
+
+    Rule: a lease is taken over only when it is stale (see :class:`Lease`); the takeover itself is
+    serialized by :func:`_take_over`, so at most one driver ever holds the lease.
+    """
+    deadline = time.monotonic() + 2 * TAKEOVER_LOCK_STALE_SECONDS
+    while time.monotonic() < deadline:
         now = time.time()
         pid = os.getpid()
         lease = Lease(run_id, pid, process_start_time(pid), socket.gethostname(), now, now, ttl)
         if storage.create_exclusive(paths.lease, lease.to_json()):
             return lease
+        raw = storage.read_bytes(paths.lease)
+        if raw is None:
+            continue  # released meanwhile: try again
         try:
-            current = read_lease(storage, paths)
+            current: Lease | None = Lease.from_json(paths.lease, raw)
         except ControlFileError:
-            current = None  # unreadable lease: treat as stale (logged by the caller via the status doc)
+            current = None  # unreadable lease: treated as stale
         if current is not None and not current.is_stale():
             raise LeaseHeldError(current)
-        # Stale: remove it and retry the exclusive create, so two takers cannot both win.
-        storage.delete(paths.lease)
-    raise RuntimeError(f"could not acquire {paths.lease}: it keeps being recreated")
+        _take_over(storage, paths, raw)
+    raise RuntimeError(f"could not acquire {paths.lease}: its takeover lock stayed held")
+
+
+class LeaseLostError(RuntimeError):
+    """The lease file no longer names this driver: another driver took the stream over."""
 
 
 def renew_lease(storage: ControlStorage, paths: ControlPaths, lease: Lease) -> Lease:
+    """Refresh ``renewed_at``; raise :class:`LeaseLostError` if another driver holds the lease now."""
+    try:
+        current = read_lease(storage, paths)
+    except ControlFileError:
+        current = None
+    if current is None or current.run_id != lease.run_id or current.pid != lease.pid:
+        raise LeaseLostError(
+            f"{paths.lease} now names {current.run_id + ' pid ' + str(current.pid) if current else 'nobody'}, "
+            f"not this driver (run {lease.run_id} pid {lease.pid})"
+        )
     renewed = Lease(**{**asdict(lease), "renewed_at": time.time()})
     storage.write_atomic(paths.lease, renewed.to_json())
     return renewed

@@ -68,6 +68,42 @@ def check_java() -> str:
     return java
 
 
+def wait_exit(record: DriverRecord, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for a driver to exit; return whether it did."""
+    deadline = time.monotonic() + timeout
+    while record.alive() and time.monotonic() < deadline:
+        _reap()
+        time.sleep(0.2)
+    return not record.alive()
+
+
+def kill_driver(storage: ControlStorage, paths: ControlPaths, record: DriverRecord,
+                grace: float = KILL_GRACE_SECONDS) -> None:
+    """Remove the run marker, SIGTERM the driver's process group, then SIGKILL after ``grace`` seconds.
+
+    Only a driver on this host can be signalled. Logs and never raises (a cleanup path).
+    """
+    try:
+        contract.request_stop(storage, paths)
+    except OSError:
+        log.exception("could not remove %s", paths.marker)
+    if record.host != socket.gethostname():
+        log.error("cannot kill driver of run %s on host %s from %s", record.run_id, record.host, socket.gethostname())
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not record.alive():
+            return
+        log.warning("sending %s to driver process group %s (run %s)", sig.name, record.submit_pid, record.run_id)
+        try:
+            os.killpg(record.submit_pid, sig)
+        except ProcessLookupError:
+            return
+        except OSError:
+            log.exception("could not signal process group %s", record.submit_pid)
+            return
+        wait_exit(record, grace)
+
+
 @dataclass(frozen=True)
 class StopReport:
     """How a stop went."""
@@ -237,7 +273,7 @@ class StreamingJobHook:
                 return doc
             if doc is not None and doc.is_terminal or not record.alive():
                 # Let the driver exit and flush its last lines; never leave a failed driver behind.
-                self._wait_exit(record, DRIVER_EXIT_GRACE_SECONDS)
+                wait_exit(record, DRIVER_EXIT_GRACE_SECONDS)
                 if record.alive():
                     self.kill(record)
                 raise DriverStartError(self._failure_message(record, self._status_of_run(record.run_id)))
@@ -248,14 +284,6 @@ class StreamingJobHook:
                     f"stopped. Last driver output:\n{self.log_tail(record.run_id)}"
                 )
             time.sleep(poll)
-
-    def _wait_exit(self, record: DriverRecord, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the driver to exit; return whether it did."""
-        deadline = time.monotonic() + timeout
-        while record.alive() and time.monotonic() < deadline:
-            _reap()
-            time.sleep(0.2)
-        return not record.alive()
 
     def _status_of_run(self, run_id: str) -> StatusDocument | None:
         try:
@@ -279,23 +307,8 @@ class StreamingJobHook:
         return contract.request_stop(self.storage, self.paths)
 
     def kill(self, record: DriverRecord, grace: float = KILL_GRACE_SECONDS) -> None:
-        """SIGTERM the driver's process group, then SIGKILL after ``grace`` seconds. Never raises."""
-        contract.request_stop(self.storage, self.paths)
-        if record.host != socket.gethostname():
-            log.error("cannot kill driver of run %s on host %s from %s", record.run_id, record.host, socket.gethostname())
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if not record.alive():
-                return
-            log.warning("sending %s to driver process group %s (run %s)", sig.name, record.submit_pid, record.run_id)
-            try:
-                os.killpg(record.submit_pid, sig)
-            except ProcessLookupError:
-                return
-            except OSError:
-                log.exception("could not signal process group %s", record.submit_pid)
-                return
-            self._wait_exit(record, grace)
+        """Remove the marker, SIGTERM the driver's process group, SIGKILL after ``grace`` s. Never raises."""
+        kill_driver(self.storage, self.paths, record, grace)
 
     def stop(self, timeout: float | None = None, kill_on_timeout: bool = True) -> StopReport:
         """Stop gracefully at a micro-batch boundary; after ``timeout`` (the spec's stop timeout) kill."""
@@ -307,7 +320,7 @@ class StreamingJobHook:
         if not running:
             log.info("stream %s is not running; nothing to stop", self.spec.name)
             return StopReport(self.spec.name, False, False, False, None, self._position(), 0.0)
-        self._wait_exit(record, timeout)
+        wait_exit(record, timeout)
         killed = False
         if record.alive():
             if not kill_on_timeout:

@@ -88,6 +88,10 @@ class Driver:
             self.abort.set()  # a second SIGTERM: stop now, even mid-batch
         self.stop_requested.set()
 
+    def _on_lease_lost(self) -> None:
+        self.stop_requested.set()
+        self.abort.set()
+
     def _stop_wanted(self) -> bool:
         if not self.stop_requested.is_set() and not contract.marker_present(self.storage, self.paths):
             log.info("run marker %s removed: stopping gracefully", self.paths.marker)
@@ -110,6 +114,7 @@ class Driver:
         from spark_jobs.runtime.reporter import StatusReporter
 
         self.reporter = StatusReporter(self.storage, self.paths, doc, lease, ns.heartbeat_seconds)
+        self.reporter.on_lease_lost = self._on_lease_lost
         self.reporter.write()
         signal.signal(signal.SIGTERM, self._on_sigterm)
         try:

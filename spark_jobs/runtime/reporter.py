@@ -88,6 +88,8 @@ class StatusReporter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._spark: SparkSession | None = None
+        self.on_lease_lost: Any = lambda: None
+        """Called (from the reporter thread) when another driver took the lease over."""
 
     # ------------------------------------------------------------------ lifecycle
     def attach(self, spark: SparkSession) -> None:
@@ -187,7 +189,13 @@ class StatusReporter:
                 now = time.monotonic()
                 if changed or now >= next_heartbeat:
                     with self._lock:
-                        self.lease = contract.renew_lease(self.storage, self.paths, self.lease)
+                        try:
+                            self.lease = contract.renew_lease(self.storage, self.paths, self.lease)
+                        except contract.LeaseLostError as exc:
+                            # Another driver owns the stream now: never keep two drivers on one checkpoint.
+                            log.error("lease lost, stopping at once: %s", exc)
+                            self.doc.last_exception = {"message": str(exc), "error_class": "LEASE_LOST"}
+                            self.on_lease_lost()
                         self.write()
                     next_heartbeat = now + self.heartbeat_seconds
             except Exception:  # noqa: BLE001 - the reporter must never take the driver down

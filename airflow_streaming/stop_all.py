@@ -1,0 +1,54 @@
+"""Stop every stream driver recorded under a control location: ``python -m airflow_streaming.stop_all DIR``.
+
+Asks each live driver to stop gracefully (removes its run marker), waits up to ``--timeout`` seconds,
+then kills what is left by process group. Used by the demo's exit trap so nothing is left running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from airflow_streaming.control import contract
+from airflow_streaming.control.contract import ControlPaths
+from airflow_streaming.control.storage import storage_for
+from airflow_streaming.hooks.streaming_job import kill_driver, wait_exit
+
+
+def stop_all(control_location: str, timeout: float) -> list[str]:
+    """Stop the live drivers under ``control_location``; return the names of the streams stopped."""
+    storage, root = storage_for(control_location)
+    stopped = []
+    for name in storage.list_dir(root):
+        paths = ControlPaths(f"{root}/{name}")
+        try:
+            record = contract.read_driver_record(storage, paths)
+        except contract.ControlFileError as exc:
+            logging.error("%s", exc)
+            continue
+        if record is None or not record.alive():
+            continue
+        contract.request_stop(storage, paths)
+        if not wait_exit(record, timeout):
+            kill_driver(storage, paths, record)
+        stopped.append(name)
+    return stopped
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m airflow_streaming.stop_all", description=__doc__)
+    parser.add_argument("control_location")
+    parser.add_argument("--timeout", type=float, default=60.0)
+    ns = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    if not os.path.isdir(ns.control_location):
+        return 0
+    for name in stop_all(ns.control_location, ns.timeout):
+        print(f"stopped stream {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

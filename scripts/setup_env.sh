@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Create ./.venv and install the project with its test extras; check Java 17.
+# Sourced by demo.sh and test.sh (idempotent: re-installs only when pyproject.toml changed).
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$REPO/.venv"
+
+java_bin="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+if ! command -v "$java_bin" >/dev/null 2>&1; then
+  echo "ERROR: Java 17 is required by Spark and was not found (no '$java_bin')." >&2
+  echo "       Install it: sudo apt-get install -y openjdk-17-jre-headless   (or set JAVA_HOME)" >&2
+  exit 1
+fi
+java_major="$("$java_bin" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)"
+if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
+  echo "ERROR: Spark 4 needs Java 17 or newer; '$java_bin' is version '${java_major:-unknown}'." >&2
+  echo "       Install it: sudo apt-get install -y openjdk-17-jre-headless   (or set JAVA_HOME)" >&2
+  exit 1
+fi
+
+PY="${PYTHON:-python3}"
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+  echo "ERROR: Python 3.10+ is required ($PY is $("$PY" -V 2>&1))." >&2
+  exit 1
+fi
+
+stamp="$VENV/.installed-$(sha256sum "$REPO/pyproject.toml" | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "setting up $VENV (first run takes a few minutes: Airflow + PySpark) ..." >&2
+  if ! command -v uv >/dev/null 2>&1; then
+    "$PY" -m pip install --quiet --disable-pip-version-check uv >&2 || true
+  fi
+  if command -v uv >/dev/null 2>&1 || "$PY" -m uv --version >/dev/null 2>&1; then
+    UV="$(command -v uv || echo "$PY -m uv")"
+    [ -x "$VENV/bin/python" ] || $UV venv --quiet --python "$PY" "$VENV" >&2
+    $UV pip install --quiet --python "$VENV/bin/python" -e "$REPO[test]" >&2
+  else
+    [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$REPO[test]" >&2
+  fi
+  rm -f "$VENV"/.installed-*
+  touch "$stamp"
+fi
+
+export PATH="$VENV/bin:$PATH"
+export PYSPARK_PYTHON="$VENV/bin/python"
+export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
