@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
@@ -56,6 +58,11 @@ def test_stateful_job_restart_keeps_state_and_is_exactly_once(streams):
     final = expected_windows(399, 30)
     wait_for(lambda: read_window_counts(out) == final, 120, "phase 2 windows")
     assert final[("2026-01-01T00:03:00", "dev-000")] == 15  # 60 events over 4 devices, across the restart
-    report2 = hook.stop()
-    assert report2.graceful and report2.position.clean
+    # This time stop through SIGTERM to the driver (what a cluster manager sends): still graceful.
+    driver_pid = hook.status().pid
+    os.kill(driver_pid, signal.SIGTERM)
+    wait_for(lambda: not record2.alive(), 60, "driver exit after SIGTERM")
+    doc = hook.status()
+    assert doc.state == "STOPPED" and doc.exit["code"] == 0 and doc.exit["reason"] == "graceful stop"
+    assert hook.batch_position().clean
     assert read_window_counts(out) == final

@@ -519,3 +519,13 @@ def test_with_version_validates(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(SpecError) as exc_info:
         spec.with_version(**kwargs)
     assert exc_info.value.field == field
+
+
+def test_example_yaml_spec_in_dags_is_valid():
+    from pathlib import Path
+
+    from airflow_streaming.spec import as_spec
+
+    spec = as_spec(str(Path(__file__).resolve().parents[2] / "dags" / "specs" / "device_signals.yaml"))
+    assert spec.application == "device_signals" and spec.trigger_interval == 5.0 and spec.stop_timeout == 120.0
+    assert spec.spark_conf == {"spark.sql.shuffle.partitions": "4"}
