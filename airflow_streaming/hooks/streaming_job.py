@@ -167,8 +167,11 @@ class StreamingJobHook:
         return None
 
     def log_tail(self, run_id: str, lines: int = 40) -> str:
+        """The last lines of a run's driver output, with ``secret``/``password`` values masked."""
+        from airflow.providers.apache.spark.hooks.spark_submit import _mask_sensitive_values
+
         data = self.storage.read_text(self.paths.log(run_id)) or ""
-        return "\n".join(data.splitlines()[-lines:])
+        return _mask_sensitive_values("\n".join(data.splitlines()[-lines:]))
 
     # ------------------------------------------------------------------ submitting
     def application_argument(self) -> list[str]:

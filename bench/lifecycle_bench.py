@@ -1,0 +1,895 @@
+#!/usr/bin/env python
+"""Lifecycle benchmark: a managed ``events_etl`` stream (StreamingJobHook + driver runtime) vs. a bare
+``spark-submit`` of the same ETL transformation (``bench/bare_etl.py``).
+
+Usage (from the project root)::
+
+    .venv/bin/python bench/lifecycle_bench.py [--runs 3] [--json bench/results/lifecycle.json]
+
+Each run measures, for the managed stream and for the bare baseline (one driver at a time, alternating
+which side goes first, in fresh temp dirs under /tmp):
+
+1. deploy -> first progress: managed = ``hook.submit()`` -> first progress event of the run visible in
+   ``status.json`` (``totals["batches"] >= 1``, polled every 20 ms); bare = launch of ``spark-submit``
+   -> timestamp printed by its listener at the first progress event. Input files are present before.
+2. stop: managed = ``hook.stop()`` (graceful, at a batch boundary) -> driver exit
+   (``StopReport.seconds``, which polls the pid every 0.2 s; a 10 ms pid watcher is recorded too);
+   bare = SIGTERM to the spark-submit process group -> spark-submit exit (a hard stop that does not
+   wait for a batch boundary). Both are stopped once all input is processed (the query is idle).
+3. restart -> first progress: the same as 1 on the existing checkpoint, with new input present.
+4. status reporter cost: ``batchDuration`` (ms) of every batch with data, managed from the
+   ``recent_progress`` in ``status.json``, bare from its ``BENCH batch`` lines (6 files x 2000 events per
+   phase with maxFilesPerTrigger=1 -> ~6 equal batches per phase, 2 phases per run).
+
+Medians over runs (and over all data batches for 4), ratios managed/bare, the per-run raw values and
+the machine are printed as a table and written as JSON. Every process started here is stopped by its
+pid / process group, also on errors and on Ctrl-C / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+BARE_ETL = ROOT / "bench" / "bare_etl.py"
+VENV_BIN = ROOT / ".venv" / "bin"
+DEFAULT_JSON = "bench/results/lifecycle.json"
+
+MASTER = "local[2]"
+TRIGGER_SECONDS = 1.0
+HEARTBEAT_SECONDS = 1.0
+SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
+STATUS_POLL_SECONDS = 0.02
+EXIT_WATCH_SECONDS = 0.01
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def setup_environment() -> str:
+    """spark-submit on PATH, driver Python, loopback Spark, an isolated throw-away AIRFLOW_HOME."""
+    path = os.environ.get("PATH", "")
+    if not path.startswith(str(VENV_BIN) + os.pathsep):
+        os.environ["PATH"] = str(VENV_BIN) + os.pathsep + path
+    os.environ.setdefault("PYSPARK_PYTHON", str(VENV_BIN / "python"))
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", os.environ["PYSPARK_PYTHON"])
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Like tests/conftest.py: Airflow (imported by the hook) gets its own temp home, no examples.
+    airflow_home = tempfile.mkdtemp(prefix="bench-airflow-home-", dir="/tmp")
+    os.environ["AIRFLOW_HOME"] = airflow_home
+    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # the hook's info lines go to stdout
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return airflow_home
+
+
+# --------------------------------------------------------------------------- process hygiene
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM the process group of ``proc`` (started with start_new_session), SIGKILL after ``grace``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None and not group_alive(proc.pid):
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not group_alive(proc.pid):
+                return
+            time.sleep(0.05)
+
+
+class Cleanup:
+    """Everything this process started or created, to be stopped/removed whatever happens."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+        self.managed: list[tuple[Any, Any]] = []  # (hook, DriverRecord)
+        self.hooks: list[Any] = []
+        self.dirs: list[str] = []
+
+    def mkdtemp(self, prefix: str) -> str:
+        path = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+        self.dirs.append(path)
+        return path
+
+    def kill_all(self) -> list[str]:
+        """Stop every driver still alive; return what had to be stopped."""
+        leftovers: list[str] = []
+        for proc in self.procs:
+            if proc.poll() is None or group_alive(proc.pid):
+                leftovers.append(f"bare spark-submit pid {proc.pid}")
+                stop_group(proc)
+        records = list(self.managed)
+        for hook in self.hooks:
+            try:
+                record = hook.driver_record()
+            except Exception:  # noqa: BLE001 - unreadable driver.json: rely on the records we kept
+                record = None
+            if record is not None:
+                records.append((hook, record))
+        for hook, record in records:
+            if record.alive():
+                leftovers.append(f"managed spark-submit pid {record.submit_pid} (run {record.run_id})")
+                hook.kill(record, grace=5)
+        # Belt and braces: every Popen the hook module started in this process.
+        try:
+            from airflow_streaming.hooks import streaming_job
+
+            for pid, proc in list(streaming_job._CHILDREN.items()):
+                if proc.poll() is None:
+                    leftovers.append(f"hook child pid {pid}")
+                    stop_group(proc)
+        except Exception:  # noqa: BLE001
+            pass
+        return leftovers
+
+    def remove_dirs(self) -> None:
+        for path in self.dirs:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float,
+             check: Callable[[], None] | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if check is not None:
+            check()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def tail(path: str, lines: int = 30) -> str:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()[-20000:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+# --------------------------------------------------------------------------- input
+
+
+def feed(directory: str, label: str, files: int, events_per_file: int, start_index: int) -> int:
+    """Write ``files`` files of ``events_per_file`` valid events; return the number of lines written."""
+    from spark_jobs.event_generator import generate_events
+
+    batch = generate_events(directory, count=files * events_per_file, files=files, run=label,
+                            file_start_index=start_index)
+    return batch.valid + batch.malformed
+
+
+# --------------------------------------------------------------------------- bare baseline
+
+
+class BareDriver:
+    """One ``spark-submit bench/bare_etl.py`` process and what it printed."""
+
+    def __init__(self, cleanup: Cleanup, work: str, args: argparse.Namespace, tag: str):
+        self.cleanup = cleanup
+        self.work = work
+        self.args = args
+        self.tag = tag
+        self.first_progress: float | None = None
+        self.batches: list[tuple[int, int, int]] = []  # (batchId, batchDuration ms, numInputRows)
+        self.lock = threading.Lock()
+        self.proc: subprocess.Popen | None = None
+        self.launched_at = 0.0
+        self.stderr_path = os.path.join(work, f"{tag}.stderr.log")
+        self.stdout_path = os.path.join(work, f"{tag}.stdout.log")
+
+    def command(self) -> list[str]:
+        w = self.work
+        cmd = ["spark-submit", "--master", MASTER, "--conf", "spark.ui.showConsoleProgress=false"]
+        for key, value in SPARK_CONF.items():
+            cmd += ["--conf", f"{key}={value}"]
+        cmd += ["--name", "bare_etl", str(BARE_ETL),
+                "--input", os.path.join(w, "input"), "--output", os.path.join(w, "output"),
+                "--quarantine", os.path.join(w, "quarantine"), "--checkpoint", os.path.join(w, "checkpoint"),
+                "--max-files-per-trigger", str(self.args.max_files_per_trigger),
+                "--trigger-seconds", str(TRIGGER_SECONDS)]
+        return cmd
+
+    def start(self) -> None:
+        cmd = self.command()
+        with open(self.stderr_path, "ab") as err:
+            self.launched_at = time.time()
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, close_fds=True, cwd=str(ROOT))
+        self.cleanup.procs.append(self.proc)
+        OUR_GROUPS.add(self.proc.pid)
+        threading.Thread(target=self._read, name=f"read-{self.tag}", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        with open(self.stdout_path, "ab") as out:
+            for raw in self.proc.stdout:
+                out.write(raw)
+                out.flush()
+                parts = raw.decode("utf-8", "replace").split()
+                if len(parts) < 3 or parts[0] != "BENCH":
+                    continue
+                with self.lock:
+                    if parts[1] == "first_progress" and self.first_progress is None:
+                        self.first_progress = float(parts[2])
+                    elif parts[1] == "batch" and len(parts) >= 5:
+                        self.batches.append((int(parts[2]), int(parts[3]), int(parts[4])))
+
+    def check_alive(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"bare driver {self.tag} exited early with code {self.proc.returncode}; "
+                               f"stderr tail ({self.stderr_path}):\n{tail(self.stderr_path)}")
+
+    def rows(self) -> int:
+        with self.lock:
+            return sum(b[2] for b in self.batches)
+
+    def wait_first_progress(self, timeout: float) -> float:
+        """Seconds from launch to the first-progress line's timestamp."""
+        ts = wait_for(lambda: self.first_progress, timeout, f"first progress of bare {self.tag}", 0.01,
+                      self.check_alive)
+        return ts - self.launched_at
+
+    def wait_rows(self, rows: int, timeout: float) -> None:
+        wait_for(lambda: self.rows() >= rows, timeout, f"{rows} rows processed by bare {self.tag}", 0.1,
+                 self.check_alive)
+
+    def sigterm(self, timeout: float) -> tuple[float, int | None]:
+        """SIGTERM the process group; return (seconds until spark-submit exited, exit code)."""
+        assert self.proc is not None
+        started = time.monotonic()
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            seconds = time.monotonic() - started
+            stop_group(self.proc, grace=5)
+            return seconds, None
+        seconds = time.monotonic() - started
+        # The Python driver (child of the JVM, same group) must be gone too before the next driver starts.
+        wait_for(lambda: not group_alive(self.proc.pid), 30, f"process group of bare {self.tag} to exit", 0.05)
+        return seconds, code
+
+
+def bare_lifecycle(cleanup: Cleanup, args: argparse.Namespace, run: int) -> dict[str, Any]:
+    from airflow_streaming.checkpoint.batches import read_batch_position
+
+    work = cleanup.mkdtemp(f"bench-lifecycle-r{run}-bare-")
+    inp = os.path.join(work, "input")
+    result: dict[str, Any] = {"work_dir": work}
+    storage = _local_storage()
+
+    lines1 = feed(inp, "phase1", args.files, args.events_per_file, 0)
+    first = BareDriver(cleanup, work, args, "run1")
+    first.start()
+    result["deploy_to_first_progress_s"] = first.wait_first_progress(args.timeout)
+    log(f"run {run} bare: first progress after {result['deploy_to_first_progress_s']:.2f}s")
+    first.wait_rows(lines1, args.timeout)
+    stop_s, code = first.sigterm(60)
+    result["stop_s"] = stop_s
+    result["stop_exit_code"] = code
+    position = read_batch_position(storage, os.path.join(work, "checkpoint"))
+    result["checkpoint_after_stop"] = position.to_dict()
+    result["batches_run1"] = [list(b) for b in first.batches]
+    log(f"run {run} bare: SIGTERM -> exit {stop_s:.2f}s (code {code}, checkpoint clean={position.clean})")
+
+    lines2 = feed(inp, "phase2", args.files, args.events_per_file, 1000)
+    second = BareDriver(cleanup, work, args, "run2")
+    second.start()
+    result["restart_to_first_progress_s"] = second.wait_first_progress(args.timeout)
+    log(f"run {run} bare: restart first progress after {result['restart_to_first_progress_s']:.2f}s")
+    second.wait_rows(lines2, args.timeout)
+    result["restart_first_batch_id"] = second.batches[0][0] if second.batches else None
+    result["restart_expected_batch_id"] = position.next_batch_id
+    stop2_s, code2 = second.sigterm(60)
+    result["stop_after_restart_s"] = stop2_s
+    result["stop_after_restart_exit_code"] = code2
+    result["batches_run2"] = [list(b) for b in second.batches]
+    result["data_batch_ms"] = [b[1] for b in first.batches + second.batches if b[2] > 0]
+    return result
+
+
+def _local_storage() -> Any:
+    from airflow_streaming.control.storage import storage_for
+
+    storage, _ = storage_for("/tmp")
+    return storage
+
+
+def bare_warmup(cleanup: Cleanup, args: argparse.Namespace) -> float:
+    """One unmeasured bare start (JVM, jars, Python imports into the page cache)."""
+    work = cleanup.mkdtemp("bench-lifecycle-warmup-")
+    feed(os.path.join(work, "input"), "warmup", 1, 200, 0)
+    driver = BareDriver(cleanup, work, args, "warmup")
+    driver.start()
+    try:
+        return driver.wait_first_progress(args.timeout)
+    finally:
+        driver.sigterm(60)
+
+
+# --------------------------------------------------------------------------- managed stream
+
+
+def managed_spec(work: str, args: argparse.Namespace) -> Any:
+    from airflow_streaming.spec import StreamSpec
+
+    return StreamSpec.from_dict({
+        "name": "etl",
+        "application": "events_etl",
+        "checkpoint_location": os.path.join(work, "checkpoints", "etl"),
+        "control_location": os.path.join(work, "control"),
+        "master": MASTER,
+        "trigger_interval": TRIGGER_SECONDS,
+        "heartbeat_interval": HEARTBEAT_SECONDS,
+        "stop_timeout": 60,
+        "startup_timeout": args.timeout,
+        "application_args": [
+            "--input", os.path.join(work, "input", "etl"), "--output", os.path.join(work, "output", "etl"),
+            "--quarantine", os.path.join(work, "quarantine", "etl"),
+            "--max-files-per-trigger", str(args.max_files_per_trigger),
+        ],
+        "spark_conf": dict(SPARK_CONF),
+    })
+
+
+def status_of(hook: Any, run_id: str) -> Any:
+    from airflow_streaming.control import contract
+
+    try:
+        doc = hook.status()
+    except contract.ControlFileError:
+        return None
+    return doc if doc is not None and doc.run_id == run_id else None
+
+
+def managed_check(hook: Any, record: Any) -> Callable[[], None]:
+    def check() -> None:
+        doc = status_of(hook, record.run_id)
+        if (doc is not None and doc.is_terminal) or not record.alive():
+            raise RuntimeError(f"managed driver (run {record.run_id}) ended early: "
+                               f"state={doc.state if doc else None} exit={doc.exit if doc else None} "
+                               f"error={doc.last_exception if doc else None}\n{hook.log_tail(record.run_id)}")
+    return check
+
+
+def managed_submit_to_first_progress(cleanup: Cleanup, hook: Any, args: argparse.Namespace) -> tuple[Any, float, float]:
+    """Submit; return (record, seconds to the first progress visible in status.json, seconds in submit())."""
+    t0 = time.time()
+    record = hook.submit()
+    submit_s = time.time() - t0
+    cleanup.managed.append((hook, record))
+    OUR_GROUPS.add(record.submit_pid)
+
+    def first() -> float | None:
+        doc = status_of(hook, record.run_id)
+        return time.time() if doc is not None and doc.totals.get("batches", 0) >= 1 else None
+
+    seen = wait_for(first, args.timeout, f"first progress of managed run {record.run_id}", STATUS_POLL_SECONDS,
+                    managed_check(hook, record))
+    return record, seen - t0, submit_s
+
+
+def managed_wait_rows(hook: Any, record: Any, rows: int, timeout: float) -> Any:
+    wait_for(lambda: (getattr(status_of(hook, record.run_id), "totals", None) or {}).get("input_rows", 0) >= rows,
+             timeout, f"{rows} rows processed by managed run {record.run_id}", 0.1, managed_check(hook, record))
+    return status_of(hook, record.run_id)
+
+
+def progress_of(doc: Any) -> list[dict[str, Any]]:
+    return [p for q in doc.queries for p in q.recent_progress]
+
+
+def managed_stop(hook: Any, record: Any) -> tuple[Any, float | None]:
+    """hook.stop(), with a 10 ms pid watcher alongside; return (StopReport, watcher seconds)."""
+    from airflow_streaming.control.contract import process_alive
+
+    exited: dict[str, float] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if not process_alive(record.submit_pid, record.submit_pid_start_time):
+                exited["at"] = time.monotonic()
+                return
+            time.sleep(EXIT_WATCH_SECONDS)
+
+    watcher = threading.Thread(target=watch, name="exit-watch", daemon=True)
+    started = time.monotonic()
+    watcher.start()
+    try:
+        report = hook.stop()
+    finally:
+        watcher.join(timeout=1)  # the driver is gone (or killed): the watcher has seen it within 10 ms
+        done.set()
+        watcher.join(timeout=1)
+    if record.alive():  # never leave it running before the next driver starts
+        hook.kill(record, grace=5)
+    return report, (exited["at"] - started) if "at" in exited else None
+
+
+def managed_lifecycle(cleanup: Cleanup, args: argparse.Namespace, run: int) -> dict[str, Any]:
+    from airflow_streaming.hooks.streaming_job import StreamingJobHook
+
+    work = cleanup.mkdtemp(f"bench-lifecycle-r{run}-managed-")
+    spec = managed_spec(work, args)
+    hook = StreamingJobHook(spec)
+    cleanup.hooks.append(hook)
+    inp = os.path.join(work, "input", "etl")
+    result: dict[str, Any] = {"work_dir": work}
+
+    lines1 = feed(inp, "phase1", args.files, args.events_per_file, 0)
+    record, first_s, submit_s = managed_submit_to_first_progress(cleanup, hook, args)
+    result.update(deploy_to_first_progress_s=first_s, submit_call_s=submit_s, run_id_1=record.run_id)
+    log(f"run {run} managed: first progress after {first_s:.2f}s (submit() {submit_s:.2f}s)")
+    doc = managed_wait_rows(hook, record, lines1, args.timeout)
+    progress1 = progress_of(doc)
+    report, watched = managed_stop(hook, record)
+    rep = report.to_dict()
+    result.update(
+        stop_s=report.seconds, stop_exit_watch_s=watched, stop_graceful=report.graceful, stop_killed=report.killed,
+        stop_exit_code=report.exit_code, stop_position_clean=report.position.clean if report.position else None,
+        stop_last_committed_batch=rep.get("last_committed_batch"), stop_last_planned_batch=rep.get("last_planned_batch"),
+        stop_report=rep,
+    )
+    log(f"run {run} managed: stop {report.seconds:.2f}s (pid watcher {watched if watched is None else round(watched, 2)}s)"
+        f" graceful={report.graceful} clean={result['stop_position_clean']} last_committed={rep.get('last_committed_batch')}")
+
+    lines2 = feed(inp, "phase2", args.files, args.events_per_file, 1000)
+    record2, restart_s, submit2_s = managed_submit_to_first_progress(cleanup, hook, args)
+    result.update(restart_to_first_progress_s=restart_s, restart_submit_call_s=submit2_s, run_id_2=record2.run_id)
+    log(f"run {run} managed: restart first progress after {restart_s:.2f}s (submit() {submit2_s:.2f}s)")
+    doc2 = managed_wait_rows(hook, record2, lines2, args.timeout)
+    progress2 = progress_of(doc2)
+    result["restart_first_batch_id"] = min((p["batchId"] for p in progress2), default=None)
+    last = report.position.last_committed if report.position else None
+    result["restart_expected_batch_id"] = None if last is None else last + 1
+    report2, watched2 = managed_stop(hook, record2)
+    result.update(stop_after_restart_s=report2.seconds, stop_after_restart_exit_watch_s=watched2,
+                  stop_after_restart_graceful=report2.graceful,
+                  stop_after_restart_clean=report2.position.clean if report2.position else None)
+    summarize = lambda ps: [[p["batchId"], p.get("batchDuration"), p.get("numInputRows")] for p in ps]  # noqa: E731
+    result["batches_run1"] = summarize(progress1)
+    result["batches_run2"] = summarize(progress2)
+    result["recent_progress_complete"] = (sum(p.get("numInputRows") or 0 for p in progress1) == lines1
+                                          and sum(p.get("numInputRows") or 0 for p in progress2) == lines2)
+    result["data_batch_ms"] = [p["batchDuration"] for p in progress1 + progress2 if (p.get("numInputRows") or 0) > 0]
+    return result
+
+
+def warm_hook(args: argparse.Namespace, cleanup: Cleanup) -> None:
+    """Import Airflow and resolve the Spark connection once, outside the measurements (no side effects)."""
+    from airflow_streaming.hooks.streaming_job import StreamingJobHook
+
+    work = cleanup.mkdtemp("bench-lifecycle-warmhook-")
+    StreamingJobHook(managed_spec(work, args)).build_command("warmup")
+
+
+# --------------------------------------------------------------------------- machine
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"nproc": len(os.sched_getaffinity(0)), "cpu_count": os.cpu_count()}
+    try:
+        with open("/proc/meminfo") as fh:
+            kb = next(int(line.split()[1]) for line in fh if line.startswith("MemTotal:"))
+        info["mem_total_gib"] = round(kb / 1024 / 1024, 2)
+    except (OSError, StopIteration, ValueError):
+        info["mem_total_gib"] = None
+    info["cpu_model"] = None
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Hardware", "cpu model", "uarch") and value.strip():
+                    info["cpu_model"] = value.strip()
+                    break
+    except OSError:
+        pass
+    info["python"] = f"{platform.python_implementation()} {platform.python_version()} ({sys.executable})"
+    try:
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60)
+        info["java_version"] = (out.stderr or out.stdout).strip().splitlines()
+    except (OSError, subprocess.SubprocessError) as exc:
+        info["java_version"] = [f"unavailable: {exc}"]
+    try:
+        import pyspark
+
+        info["pyspark"] = pyspark.__version__
+    except ImportError:
+        info["pyspark"] = None
+    info["platform"] = platform.platform()
+    info["loadavg_start"] = list(os.getloadavg())
+    info["foreign_spark_processes_at_start"] = spark_processes(foreign_only=True)
+    return info
+
+
+SPARK_MARKERS = ("SparkSubmit", "launch.py", "bare_etl")
+OUR_GROUPS: set[int] = set()
+"""Process groups of the drivers this benchmark started (spark-submit runs in its own session)."""
+
+
+def our_groups() -> set[int]:
+    groups = set(OUR_GROUPS)
+    hook_module = sys.modules.get("airflow_streaming.hooks.streaming_job")
+    if hook_module is not None:  # drivers the hook has just started (before submit() returned)
+        groups.update(getattr(hook_module, "_CHILDREN", {}).keys())
+    return groups
+
+
+def spark_processes(foreign_only: bool = False) -> list[str]:
+    """``"pid cmdline"`` of SparkSubmit / launch.py / bare_etl processes on the machine (not ours if asked)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+            if foreign_only and os.getpgid(int(pid)) in our_groups():
+                continue
+        except OSError:
+            continue
+        if any(s in cmd for s in SPARK_MARKERS):
+            found.append(f"{pid} {cmd[:160]}")
+    return found
+
+
+class ForeignMonitor:
+    """Samples, once a second, Spark processes that are not ours: they would share the 2 cores."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="foreign-monitor", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            for entry in spark_processes(foreign_only=True):
+                self.seen.setdefault(entry.split(" ", 1)[0], entry)
+
+    def take(self) -> list[str]:
+        seen, self.seen = self.seen, {}
+        return sorted(seen.values())
+
+
+def wait_quiet(timeout: float) -> tuple[float, list[str]]:
+    """Wait (up to ``timeout`` s) until no foreign Spark process runs; return (seconds waited, still running)."""
+    started = time.monotonic()
+    announced = False
+    while True:
+        foreign = spark_processes(foreign_only=True)
+        if not foreign or time.monotonic() - started > timeout:
+            return time.monotonic() - started, foreign
+        if not announced:
+            log(f"waiting (up to {timeout:.0f}s) for other Spark processes to finish: "
+                + "; ".join(f[:100] for f in foreign))
+            announced = True
+        time.sleep(2)
+
+
+# --------------------------------------------------------------------------- report
+
+METRICS = [
+    # key, label, unit, managed field, bare field
+    ("deploy_to_first_progress", "deploy -> first progress", "s", "deploy_to_first_progress_s", "deploy_to_first_progress_s"),
+    ("stop", "stop -> driver exit", "s", "stop_s", "stop_s"),
+    ("restart_to_first_progress", "restart -> first progress", "s", "restart_to_first_progress_s", "restart_to_first_progress_s"),
+]
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for key, label, unit, mf, bf in METRICS:
+        m = [r["managed"][mf] for r in runs if r.get("managed", {}).get(mf) is not None]
+        b = [r["bare"][bf] for r in runs if r.get("bare", {}).get(bf) is not None]
+        summary[key] = {"label": label, "unit": unit, "managed_median": median(m), "bare_median": median(b),
+                        "ratio_managed_over_bare": ratio(median(m), median(b)), "managed_raw": m, "bare_raw": b}
+    m_all = [ms for r in runs for ms in r.get("managed", {}).get("data_batch_ms", [])]
+    b_all = [ms for r in runs for ms in r.get("bare", {}).get("data_batch_ms", [])]
+    summary["batch_duration"] = {
+        "label": "batchDuration of data batches (status reporter cost)", "unit": "ms",
+        "managed_median": median(m_all), "bare_median": median(b_all),
+        "ratio_managed_over_bare": ratio(median(m_all), median(b_all)),
+        "managed_count": len(m_all), "bare_count": len(b_all),
+        "managed_raw": [r.get("managed", {}).get("data_batch_ms", []) for r in runs],
+        "bare_raw": [r.get("bare", {}).get("data_batch_ms", []) for r in runs],
+    }
+    extras = {
+        "managed_submit_call_s": [r["managed"]["submit_call_s"] for r in runs if "submit_call_s" in r.get("managed", {})],
+        "managed_stop_exit_watch_s": [r["managed"].get("stop_exit_watch_s") for r in runs if "stop_s" in r.get("managed", {})],
+    }
+    summary["managed_submit_call"] = {"label": "managed: time inside hook.submit()", "unit": "s",
+                                      "managed_median": median(extras["managed_submit_call_s"]),
+                                      "managed_raw": extras["managed_submit_call_s"]}
+    watch = [v for v in extras["managed_stop_exit_watch_s"] if v is not None]
+    summary["managed_stop_exit_watch"] = {"label": "managed: stop -> exit by 10 ms pid watcher", "unit": "s",
+                                          "managed_median": median(watch), "managed_raw": watch}
+    return summary
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def render(result: dict[str, Any]) -> str:
+    m = result["machine"]
+    c = result["config"]
+    s = result["summary"]
+    out = []
+    out.append("=== airflow_streaming lifecycle benchmark: managed events_etl vs bare spark-submit ===")
+    out.append(f"machine : nproc={m['nproc']}, RAM {fmt(m['mem_total_gib'])} GiB, CPU {m['cpu_model']}")
+    out.append(f"          python {m['python']}")
+    out.append(f"          java   {' | '.join(m['java_version'][:2])}")
+    out.append(f"          pyspark {m['pyspark']}, {m['platform']}")
+    out.append(f"          loadavg start {' '.join(fmt(x) for x in m['loadavg_start'])}"
+               f", end {' '.join(fmt(x) for x in result.get('loadavg_end') or [])}")
+    out.append(f"config  : runs={c['runs']} (done {len(result['runs'])}), per phase {c['files']} files x "
+               f"{c['events_per_file']} events, maxFilesPerTrigger={c['max_files_per_trigger']}, trigger "
+               f"{c['trigger_seconds']:g}s, heartbeat {c['heartbeat_seconds']:g}s, master {c['master']}, "
+               f"{', '.join(f'{k}={v}' for k, v in c['spark_conf'].items())}, warm-up={c['warmup']}")
+    out.append("")
+    head = f"{'metric':<44} {'managed':>8} {'bare':>8} {'ratio':>6}  {'managed raw':<24} {'bare raw':<24}"
+    out.append(head)
+    out.append("-" * len(head))
+    for key, *_ in METRICS:
+        row = s[key]
+        label = f"{row['label']} [{row['unit']}]"
+        out.append(f"{label:<44} {fmt(row['managed_median']):>8} {fmt(row['bare_median']):>8} "
+                   f"{fmt(row['ratio_managed_over_bare']):>6}  "
+                   f"{', '.join(fmt(v) for v in row['managed_raw']):<24} {', '.join(fmt(v) for v in row['bare_raw']):<24}")
+    row = s["batch_duration"]
+    per_run = lambda lists: ", ".join(f"{fmt(median(l), 0)} (n={len(l)})" for l in lists)  # noqa: E731,E741
+    out.append(f"{'batchDuration, data batches [ms]':<44} {fmt(row['managed_median'], 0):>8} "
+               f"{fmt(row['bare_median'], 0):>8} {fmt(row['ratio_managed_over_bare']):>6}  "
+               f"{per_run(row['managed_raw']):<24} {per_run(row['bare_raw']):<24}")
+    out.append("  (batch raw = per-run median over that run's data batches, both phases; overall median over all "
+               f"{row['managed_count']} managed / {row['bare_count']} bare data batches)")
+    out.append("")
+    out.append("managed details (per run):")
+    for r in result["runs"]:
+        mg = r.get("managed", {})
+        if not mg:
+            continue
+        out.append(
+            f"  run {r['run']}: submit() {fmt(mg.get('submit_call_s'))}s / restart submit() "
+            f"{fmt(mg.get('restart_submit_call_s'))}s; stop {fmt(mg.get('stop_s'))}s (pid watcher "
+            f"{fmt(mg.get('stop_exit_watch_s'))}s) graceful={mg.get('stop_graceful')} killed={mg.get('stop_killed')} "
+            f"exit={mg.get('stop_exit_code')} clean={mg.get('stop_position_clean')} "
+            f"last_committed={mg.get('stop_last_committed_batch')}; restart first batch "
+            f"{mg.get('restart_first_batch_id')} (expected {mg.get('restart_expected_batch_id')}); "
+            f"2nd stop {fmt(mg.get('stop_after_restart_s'))}s graceful={mg.get('stop_after_restart_graceful')} "
+            f"clean={mg.get('stop_after_restart_clean')}")
+    out.append("bare details (per run):")
+    for r in result["runs"]:
+        b = r.get("bare", {})
+        if not b:
+            continue
+        ck = b.get("checkpoint_after_stop") or {}
+        out.append(
+            f"  run {r['run']}: SIGTERM exit code {b.get('stop_exit_code')}; checkpoint after SIGTERM clean="
+            f"{ck.get('clean')} (planned {ck.get('last_planned_batch')}, committed {ck.get('last_committed_batch')}); "
+            f"restart first batch {b.get('restart_first_batch_id')} (expected {b.get('restart_expected_batch_id')}); "
+            f"2nd SIGTERM {fmt(b.get('stop_after_restart_s'))}s exit code {b.get('stop_after_restart_exit_code')}")
+    if result.get("warmup_first_progress_s") is not None:
+        out.append(f"warm-up (bare, unmeasured): first progress after {fmt(result['warmup_first_progress_s'])}s")
+    if m.get("foreign_spark_processes_at_start"):
+        out.append(f"note: other Spark processes were running at start; waited for quiet before each side: "
+                   f"{result.get('waited_for_quiet_s')} s")
+    for note in result.get("warnings", []):
+        out.append(f"WARNING: {note}")
+    if result.get("error"):
+        out.append(f"ERROR: the benchmark did not finish: {result['error'].splitlines()[-1]}")
+    return "\n".join(out)
+
+
+def check_consistency(result: dict[str, Any]) -> list[str]:
+    warnings = []
+    for r in result["runs"]:
+        mg, b = r.get("managed", {}), r.get("bare", {})
+        if mg and not (mg.get("stop_graceful") and mg.get("stop_position_clean")):
+            warnings.append(f"run {r['run']}: managed stop not graceful/clean: {mg.get('stop_report')}")
+        if mg and mg.get("restart_first_batch_id") != mg.get("restart_expected_batch_id"):
+            warnings.append(f"run {r['run']}: managed restart started at batch {mg.get('restart_first_batch_id')}, "
+                            f"expected {mg.get('restart_expected_batch_id')}")
+        if mg and not mg.get("recent_progress_complete", True):
+            warnings.append(f"run {r['run']}: status.json recent_progress does not cover every batch")
+        if b and b.get("restart_first_batch_id") != b.get("restart_expected_batch_id"):
+            warnings.append(f"run {r['run']}: bare restart started at batch {b.get('restart_first_batch_id')}, "
+                            f"expected {b.get('restart_expected_batch_id')}")
+        for side, data in (("managed", mg), ("bare", b)):
+            n = len(data.get("data_batch_ms", [])) if data else 0
+            expect = 2 * -(-r["files"] // r["max_files_per_trigger"])
+            if data and n != expect:
+                warnings.append(f"run {r['run']}: {side} had {n} data batches, expected {expect}")
+    return warnings
+
+
+# --------------------------------------------------------------------------- main
+
+
+class Interrupted(KeyboardInterrupt):
+    pass
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise Interrupted(f"signal {signal.Signals(signum).name}")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3, help="repetitions of every measurement (default 3)")
+    parser.add_argument("--json", default=DEFAULT_JSON, help=f"JSON output path (default {DEFAULT_JSON})")
+    parser.add_argument("--files", type=int, default=6, help="input files per phase (default 6)")
+    parser.add_argument("--events-per-file", type=int, default=2000, help="events per input file (default 2000)")
+    parser.add_argument("--max-files-per-trigger", type=int, default=1, help="maxFilesPerTrigger (default 1)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for any one step (default 300)")
+    parser.add_argument("--no-warmup", dest="warmup", action="store_false",
+                        help="skip the unmeasured bare warm-up start")
+    parser.add_argument("--wait-quiet", type=float, default=900,
+                        help="before each measured side, wait up to this many seconds for other Spark "
+                             "processes on the machine to finish (default 900)")
+    parser.add_argument("--keep-tmp", action="store_true", help="keep the temp dirs (logs, checkpoints) for inspection")
+    ns = parser.parse_args(argv)
+    if ns.runs < 1:
+        parser.error("--runs must be >= 1")
+    return ns
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    airflow_home = setup_environment()
+    cleanup = Cleanup()
+    cleanup.dirs.append(airflow_home)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_interrupt)
+    real_stdout, sys.stdout = sys.stdout, sys.stderr  # anything chatty goes to stderr; the report to stdout
+    monitor = ForeignMonitor()
+
+    started = time.time()
+    result: dict[str, Any] = {
+        "benchmark": "lifecycle", "started_at": started,
+        "machine": machine_info(),
+        "config": {"runs": args.runs, "files": args.files, "events_per_file": args.events_per_file,
+                   "max_files_per_trigger": args.max_files_per_trigger, "trigger_seconds": TRIGGER_SECONDS,
+                   "heartbeat_seconds": HEARTBEAT_SECONDS, "master": MASTER, "spark_conf": SPARK_CONF,
+                   "warmup": args.warmup, "status_poll_seconds": STATUS_POLL_SECONDS},
+        "runs": [],
+    }
+    code = 0
+    result["waited_for_quiet_s"] = []
+    result["foreign_spark_during"] = {}
+
+    def quiet(what: str) -> None:
+        waited, still = wait_quiet(args.wait_quiet)
+        result["waited_for_quiet_s"].append(round(waited, 1))
+        if still:
+            log(f"WARNING: other Spark processes still running before {what}; measuring anyway")
+        monitor.take()
+
+    try:
+        warm_hook(args, cleanup)
+        monitor.start()
+        if args.warmup:
+            quiet("warm-up")
+            log("warm-up: one unmeasured bare start")
+            result["warmup_first_progress_s"] = bare_warmup(cleanup, args)
+        for i in range(1, args.runs + 1):
+            order = ["managed", "bare"] if i % 2 == 1 else ["bare", "managed"]
+            entry: dict[str, Any] = {"run": i, "order": order, "files": args.files,
+                                     "max_files_per_trigger": args.max_files_per_trigger}
+            result["runs"].append(entry)
+            for side in order:
+                quiet(f"run {i} {side}")
+                log(f"run {i}/{args.runs}: {side}")
+                entry[side] = (managed_lifecycle if side == "managed" else bare_lifecycle)(cleanup, args, i)
+                foreign = monitor.take()
+                if foreign:
+                    result["foreign_spark_during"][f"run {i} {side}"] = foreign
+                leftovers = cleanup.kill_all()  # nothing may survive into the next side's driver
+                if leftovers:
+                    raise RuntimeError(f"drivers were still running after the {side} lifecycle: {leftovers}")
+    except KeyboardInterrupt as exc:
+        result["error"] = f"interrupted ({exc or 'Ctrl-C'})"
+        code = 130
+        log(result["error"])
+    except Exception:  # noqa: BLE001 - report, clean up, keep the partial results
+        result["error"] = traceback.format_exc()
+        code = 1
+        log(result["error"])
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # the cleanup must not be interrupted
+        monitor.stop()
+        leftovers = cleanup.kill_all()
+        if leftovers:
+            log(f"stopped leftover drivers: {leftovers}")
+            result["leftovers_stopped"] = leftovers
+        if args.keep_tmp:
+            log(f"kept temp dirs: {cleanup.dirs}")
+        else:
+            cleanup.remove_dirs()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
+
+    result["finished_at"] = time.time()
+    result["wall_seconds"] = result["finished_at"] - started
+    result["loadavg_end"] = list(os.getloadavg())
+    result["summary"] = summarize([r for r in result["runs"] if r.get("managed") or r.get("bare")])
+    result["warnings"] = check_consistency(result)
+    for what, foreign in result["foreign_spark_during"].items():
+        result["warnings"].append(f"{what}: other Spark processes ran meanwhile (numbers disturbed): "
+                                  + "; ".join(f[:100] for f in foreign))
+    result["our_spark_processes_at_end"] = [p for p in spark_processes() if p not in spark_processes(foreign_only=True)]
+    if result["our_spark_processes_at_end"]:
+        result["warnings"].append(f"our Spark processes alive at the end: {result['our_spark_processes_at_end']}")
+    sys.stdout = real_stdout
+    print(render(result), flush=True)
+    json_path = Path(args.json)
+    if not json_path.is_absolute():
+        json_path = ROOT / json_path
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"\nJSON written to {json_path} (wall time {result['wall_seconds']:.0f}s)", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

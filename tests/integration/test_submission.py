@@ -1,0 +1,44 @@
+"""How the spark-submit command is built: through SparkSubmitHook and the `spark` connection, secrets masked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_streaming.hooks.streaming_job import LAUNCHER, StreamingJobHook
+
+
+def _command_parts(cmd: list[str]) -> dict[str, str]:
+    return {cmd[i]: cmd[i + 1] for i in range(len(cmd) - 1) if cmd[i].startswith("--")}
+
+
+def test_master_comes_from_the_spark_connection_when_the_spec_sets_none(streams, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_STREAMS", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    spec = streams.etl_spec(master=None, conn_id="spark_streams")
+    cmd, masked = StreamingJobHook(spec).build_command("run-1")
+    parts = _command_parts(cmd)
+    assert cmd[0] == "spark-submit" and parts["--master"] == "local[2]" and parts["--name"] == "etl:v1"
+    assert cmd[cmd.index(LAUNCHER) + 1 :][:4] == ["--stream", "etl", "--version", "v1"]
+    assert cmd[-6:] == list(spec.application_args)
+
+
+def test_spec_master_overrides_the_connection(streams, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "yarn"}))
+    cmd, _ = StreamingJobHook(streams.etl_spec(master="local[1]")).build_command("run-1")
+    assert _command_parts(cmd)["--master"] == "local[1]"
+
+
+def test_missing_connection_without_master_is_a_clear_error(streams):
+    spec = streams.etl_spec(master=None, conn_id="no_such_spark_conn")
+    with pytest.raises(ValueError, match="master: the spec sets no master and the Spark connection "
+                                        "'no_such_spark_conn' cannot be loaded"):
+        StreamingJobHook(spec).build_command("run-1")
+
+
+def test_secrets_in_conf_are_masked_in_the_recorded_command(streams):
+    spec = streams.etl_spec(spark_conf={"spark.hadoop.fs.s3a.secret.key": "TOPSECRET123",
+                                        "spark.sql.shuffle.partitions": 2})
+    cmd, masked = StreamingJobHook(spec).build_command("run-1")
+    assert "spark.hadoop.fs.s3a.secret.key=TOPSECRET123" in cmd
+    assert "TOPSECRET123" not in masked and "spark.hadoop.fs.s3a.secret.key=******" in masked
