@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
 # Before anything imports Airflow: an isolated AIRFLOW_HOME with a SQLite metadata DB, no examples.
 _AIRFLOW_HOME = tempfile.mkdtemp(prefix="airflow-streaming-tests-")
 os.environ["AIRFLOW_HOME"] = _AIRFLOW_HOME
+atexit.register(shutil.rmtree, _AIRFLOW_HOME, True)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(os.path.dirname(os.path.dirname(__file__)), "dags")
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
