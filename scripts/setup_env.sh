@@ -11,9 +11,10 @@ if ! command -v "$java_bin" >/dev/null 2>&1; then
   echo "       Install it: sudo apt-get install -y openjdk-17-jre-headless   (or set JAVA_HOME)" >&2
   exit 1
 fi
-java_major="$("$java_bin" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)"
+java_version="$("$java_bin" -version 2>&1 | sed -n 's/.*version "\([0-9][0-9._]*\).*/\1/p' | head -n1)"
+case "$java_version" in 1.*) java_major="$(echo "$java_version" | cut -d. -f2)" ;; *) java_major="${java_version%%.*}" ;; esac
 if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
-  echo "ERROR: Spark 4 needs Java 17 or newer; '$java_bin' is version '${java_major:-unknown}'." >&2
+  echo "ERROR: Spark 4 needs Java 17 or newer; '$java_bin' is version '${java_version:-unknown}'." >&2
   echo "       Install it: sudo apt-get install -y openjdk-17-jre-headless   (or set JAVA_HOME)" >&2
   exit 1
 fi
