@@ -122,21 +122,20 @@ def request_stop(storage: ControlStorage, paths: ControlPaths) -> bool:
 
 
 def process_start_time(pid: int) -> float | None:
-    """Start time of a local process (seconds since the epoch), or ``None`` if it does not exist.
+    """Start time of a local process in seconds since boot, or ``None`` if it does not exist (or is a zombie).
 
-    Used with the pid to tell a live driver from a recycled pid.
+    Used with the pid to tell a live driver from a recycled pid. Boot-relative on purpose: the
+    epoch-based boot time (``btime``) moves when the wall clock is adjusted, which would make a live
+    driver look recycled.
     """
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read().decode()
         fields = stat[stat.rindex(")") + 2 :].split()
-        start_ticks = int(fields[19])
-        if fields[0] == "Z":
+        if fields[0] in ("Z", "X"):
             return None
-        with open("/proc/stat") as fh:
-            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
-        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
         return None
 
 
@@ -152,7 +151,7 @@ def process_alive(pid: int | None, start_time: float | None = None, host: str | 
     actual = process_start_time(pid)
     if actual is None:
         return False
-    return start_time is None or abs(actual - start_time) < 2.0
+    return start_time is None or abs(actual - start_time) < 0.05
 
 
 # --------------------------------------------------------------------------- lease
