@@ -74,7 +74,17 @@ def wait_exit(record: DriverRecord, timeout: float) -> bool:
     while record.alive() and time.monotonic() < deadline:
         _reap()
         time.sleep(0.2)
-    return not record.alive()
+    if record.alive():
+        return False
+    # A multi-threaded JVM shows as a zombie while its last threads exit; reap our own child fully.
+    proc = _CHILDREN.pop(record.submit_pid, None)
+    if proc is not None:
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _CHILDREN[record.submit_pid] = proc
+            return False
+    return True
 
 
 def kill_driver(storage: ControlStorage, paths: ControlPaths, record: DriverRecord,
