@@ -49,6 +49,25 @@ class JobContext:
     trigger_seconds: float
 
 
+def query_name(stream: str) -> str:
+    """The query name of a stream's bundled query (a SQL-safe identifier)."""
+    return stream.replace("-", "_").replace(".", "_")
+
+
+def bundled_writer(spark: Any, job: str, args: list[str], ctx: JobContext) -> Any:
+    """The bundled job's DataStreamWriter with the runtime's checkpoint, trigger and query name applied.
+
+    Shared by the driver (which starts it) and the compatibility check (which only plans it).
+    """
+    module = importlib.import_module(f"spark_jobs.jobs.{job}")
+    return (
+        module.build(spark, args, ctx)
+        .option("checkpointLocation", ctx.checkpoint_location)
+        .trigger(processingTime=f"{ctx.trigger_seconds} seconds")
+        .queryName(query_name(ctx.stream))
+    )
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="spark_jobs/launch.py", description=__doc__)
     parser.add_argument("--stream", required=True)
@@ -155,15 +174,8 @@ class Driver:
 
     def _start_bundled(self) -> None:
         ns = self.ns
-        module = importlib.import_module(f"spark_jobs.jobs.{ns.job}")
         ctx = JobContext(ns.stream, ns.version, ns.checkpoint, ns.trigger_seconds)
-        writer = module.build(self.spark, list(ns.app_args), ctx)
-        query = (
-            writer.option("checkpointLocation", ns.checkpoint)
-            .trigger(processingTime=f"{ns.trigger_seconds} seconds")
-            .queryName(ns.stream.replace("-", "_").replace(".", "_"))
-            .start()
-        )
+        query = bundled_writer(self.spark, ns.job, list(ns.app_args), ctx).start()
         log.info("query %s started (id %s, run %s)", query.name, query.id, query.runId)
 
     def _supervise_bundled(self) -> int:
