@@ -1,0 +1,1 @@
+"""Compatibility gate: may a candidate job version restart on an existing checkpoint?"""
