@@ -21,7 +21,11 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Spark Structured Streaming",
-                "python-modules": ["airflow_streaming.operators.deploy", "airflow_streaming.operators.stop"],
+                "python-modules": [
+                    "airflow_streaming.operators.deploy",
+                    "airflow_streaming.operators.stop",
+                    "airflow_streaming.operators.compat",
+                ],
             }
         ],
         "sensors": [

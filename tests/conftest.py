@@ -31,3 +31,12 @@ def streams(tmp_path):
         yield registry
     finally:
         registry.kill_all()
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    """Migrate the tests' Airflow metadata DB (SQLite in the temp AIRFLOW_HOME) once per session."""
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True, timeout=300)
+    return os.environ["AIRFLOW_HOME"]

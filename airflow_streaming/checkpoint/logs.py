@@ -149,6 +149,10 @@ def parse_offsets(path: str, data: bytes, batch_id: int) -> OffsetsEntry:
             if not line:
                 raise CheckpointError(f"{path}: line {i}: empty offset line (truncated write?)")
             offsets.append(None if line == "-" else parse_json(path, line, "source offset", i))
+    if not offsets:
+        # Every streaming query has at least one source, so a file without offset lines was cut
+        # short (Spark writes the metadata line and then the offsets, with no trailing newline).
+        raise CheckpointError(f"{path}: truncated offsets file: no source offset lines after the metadata line")
     extra = {k: v for k, v in meta.items() if k not in ("batchWatermarkMs", "batchTimestampMs", "conf")}
     return OffsetsEntry(
         batch_id=batch_id,

@@ -11,9 +11,11 @@ joins have one per store: ``state/<op>/<part>/<store>/_metadata/schema``)
     key then value, each a *chunked string*: ``writeInt(n)`` then ``n`` ``writeUTF`` chunks whose
     concatenation is the StructType JSON.
 v3 (transformWithState, in ``state/<op>/_stateSchema/<store>/<batchId>_<uuid>``)
-    ``writeInt(numColumnFamilies)``, then per column family: ``writeUTF(name)``, chunked key
-    schema, chunked value schema, chunked key-encoder spec JSON, chunked user-key-encoder schema
-    JSON (``"{    }"`` when absent).
+    ``writeInt(numColumnFamilies)``, then per column family: ``writeUTF(name)``,
+    ``writeShort(keySchemaId)``, chunked key schema, ``writeShort(valueSchemaId)``, chunked value
+    schema, chunked key-encoder spec JSON, chunked user-key-encoder schema JSON (``"{    }"`` when
+    absent). That is what Spark 4.2.0's ``SchemaV3Writer`` writes (checked with javap); earlier
+    v3 files without the two schema ids are accepted as a fallback.
 
 Operator metadata: ``state/<op>/_metadata/metadata`` (v1) or ``state/<op>/_metadata/v2/<batchId>``
 (v2, one per batch that changed it): a ``v<N>`` line then one JSON object
@@ -34,7 +36,6 @@ from airflow_streaming.checkpoint.logs import (
     decode_text,
     parse_json,
     parse_version,
-    supported,
 )
 
 SCHEMA_VERSIONS = (1, 2, 3)
@@ -113,6 +114,9 @@ class _Reader:
     def read_int(self, what: str) -> int:
         return struct.unpack(">i", self._take(4, what))[0]
 
+    def read_short(self, what: str) -> int:
+        return struct.unpack(">h", self._take(2, what))[0]
+
     def read_utf(self, what: str) -> str:
         (length,) = struct.unpack(">H", self._take(2, what))
         raw = self._take(length, what)
@@ -145,6 +149,37 @@ class ColumnFamilySchema:
     value_schema: dict[str, Any]
     key_encoder_spec: dict[str, Any] | None = None
     user_key_encoder_schema: dict[str, Any] | None = None
+    key_schema_id: int | None = None  # v3 only
+    value_schema_id: int | None = None  # v3 only
+
+
+def _read_v3_families(path: str, data: bytes, start: int, with_schema_ids: bool) -> list[ColumnFamilySchema]:
+    r = _Reader(path, data)
+    r.pos = start
+    count = r.read_int("column family count")
+    if count < 0 or count > len(data):
+        raise CheckpointError(f"{path}: corrupt state schema file: column family count {count}")
+    families = []
+    for i in range(count):
+        name = join_surrogates(r.read_utf(f"column family {i} name"))
+        key_id = r.read_short(f"{name} key schema id") if with_schema_ids else None
+        key = _struct_json(path, r.read_chunked(f"{name} key schema"), f"{name} key schema")
+        value_id = r.read_short(f"{name} value schema id") if with_schema_ids else None
+        value = _struct_json(path, r.read_chunked(f"{name} value schema"), f"{name} value schema")
+        spec = parse_json(path, r.read_chunked(f"{name} key encoder spec"), f"{name} key encoder spec")
+        user_text = r.read_chunked(f"{name} user key encoder schema")
+        user = None
+        if user_text.strip() and user_text != _EMPTY_USER_KEY_SCHEMA:
+            parsed = parse_json(path, user_text, f"{name} user key encoder schema")
+            user = parsed if isinstance(parsed, dict) and parsed else None
+        families.append(
+            ColumnFamilySchema(name, key, value, spec if isinstance(spec, dict) else None, user, key_id, value_id)
+        )
+    if r.pos != len(data):
+        raise CheckpointError(
+            f"{path}: corrupt state schema file: {len(data) - r.pos} unexpected trailing bytes after v3 schema"
+        )
+    return families
 
 
 @dataclass(frozen=True)
@@ -155,8 +190,13 @@ class StateSchemaFile:
 
     @property
     def default(self) -> ColumnFamilySchema | None:
+        """The ``default`` column family; else (v3) the first non-internal one (names starting with
+        ``$`` are Spark's own: row counters, timers, TTL indexes)."""
         for cf in self.column_families:
             if cf.name == "default":
+                return cf
+        for cf in self.column_families:
+            if not cf.name.startswith("$"):
                 return cf
         return self.column_families[0] if self.column_families else None
 
@@ -181,20 +221,14 @@ def parse_state_schema(path: str, data: bytes) -> StateSchemaFile:
         value = _struct_json(path, r.read_chunked("value schema"), "value schema")
         families.append(ColumnFamilySchema("default", key, value))
     else:
-        count = r.read_int("column family count")
-        if count < 0 or count > len(data):
-            raise CheckpointError(f"{path}: corrupt state schema file: column family count {count}")
-        for i in range(count):
-            name = join_surrogates(r.read_utf(f"column family {i} name"))
-            key = _struct_json(path, r.read_chunked(f"{name} key schema"), f"{name} key schema")
-            value = _struct_json(path, r.read_chunked(f"{name} value schema"), f"{name} value schema")
-            spec = parse_json(path, r.read_chunked(f"{name} key encoder spec"), f"{name} key encoder spec")
-            user_text = r.read_chunked(f"{name} user key encoder schema")
-            user = None
-            if user_text.strip() and user_text != _EMPTY_USER_KEY_SCHEMA:
-                parsed = parse_json(path, user_text, f"{name} user key encoder schema")
-                user = parsed if isinstance(parsed, dict) and parsed else None
-            families.append(ColumnFamilySchema(name, key, value, spec if isinstance(spec, dict) else None, user))
+        try:
+            families = _read_v3_families(path, data, r.pos, with_schema_ids=True)
+        except CheckpointError as first:
+            try:
+                families = _read_v3_families(path, data, r.pos, with_schema_ids=False)
+            except CheckpointError:
+                raise first from None
+        return StateSchemaFile(path, version, families)
     if r.pos != len(data):
         raise CheckpointError(
             f"{path}: corrupt state schema file: {len(data) - r.pos} unexpected trailing bytes after v{version} schema"
@@ -207,7 +241,9 @@ class StoreMetadata:
     store_name: str
     num_cols_prefix_key: int
     num_partitions: int
-    state_schema_file_path: str | None = None
+    # v2 only: the schema files this store's state was written with (oldest first).
+    # Spark 4.2 writes a list ("stateSchemaFilePaths"); earlier 4.0 builds a single string.
+    state_schema_file_paths: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -220,6 +256,14 @@ class OperatorMetadata:
     # v2: the operatorPropertiesJson string, parsed (transformWithState: timeMode, outputMode, ...).
     operator_properties: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _schema_paths(store: dict[str, Any]) -> list[str]:
+    paths = store.get("stateSchemaFilePaths")
+    if isinstance(paths, list):
+        return [str(p) for p in paths if p]
+    single = store.get("stateSchemaFilePath")
+    return [str(single)] if single else []
 
 
 def parse_operator_metadata(path: str, data: bytes) -> OperatorMetadata:
@@ -243,7 +287,7 @@ def parse_operator_metadata(path: str, data: bytes) -> OperatorMetadata:
                 store_name=str(s["storeName"]),
                 num_cols_prefix_key=int(s.get("numColsPrefixKey", 0)),
                 num_partitions=int(s["numPartitions"]),
-                state_schema_file_path=s.get("stateSchemaFilePath"),
+                state_schema_file_paths=_schema_paths(s),
             )
             for s in stores_raw
         ]
@@ -269,7 +313,6 @@ __all__ = [
     "encode_schema_v2",
     "parse_operator_metadata",
     "parse_state_schema",
-    "supported",
     "write_chunked",
     "write_utf",
 ]

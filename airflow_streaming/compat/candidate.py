@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import runpy
 import shutil
 import sys
@@ -93,6 +94,8 @@ class CandidatePlan:
     operators: list[Any]
     """Stateful operators as the checkpoint reader describes them (id, name, key/value schemas)."""
     spark_version: str
+    key_expressions: dict[int, list[str]] = field(default_factory=dict)
+    """Stateful operator id -> its key expressions as Spark prints them (join keys, grouping keys)."""
     df: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,6 +106,7 @@ class CandidatePlan:
             "conf": self.conf,
             "operators": [op.to_dict() if hasattr(op, "to_dict") else asdict(op) for op in self.operators],
             "spark_version": self.spark_version,
+            "key_expressions": self.key_expressions,
         }
 
 
@@ -281,9 +285,10 @@ def plan_candidate(spark: Any, captured: CapturedQuery, application: str,
         with open(os.path.join(scratch, "metadata"), "w") as fh:
             fh.write('{"id":"%s"}\n' % query_id)
         metadata = spark_adapter.offset_metadata_json(0, 0, {k: v for k, v in conf.items() if v is not None})
-        spark_adapter.plan_incrementally(spark, captured.df, captured.output_mode, os.path.join(scratch, "state"),
-                                         query_id, 0, metadata, None)
+        executed = spark_adapter.plan_incrementally(spark, captured.df, captured.output_mode,
+                                                    os.path.join(scratch, "state"), query_id, 0, metadata, None)
         operators = list(read_checkpoint(scratch).operators)
+        key_expressions = stateful_key_expressions(executed)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     sink = SinkInfo(
@@ -296,4 +301,45 @@ def plan_candidate(spark: Any, captured: CapturedQuery, application: str,
         trigger=captured.trigger,
     )
     return CandidatePlan(application, streaming_sources(spark, captured.df), sink, conf, operators,
-                         spark_adapter.spark_version(spark), df=captured.df)
+                         spark_adapter.spark_version(spark), key_expressions=key_expressions, df=captured.df)
+
+
+_EXPR_ID = re.compile(r"#\d+L?")
+
+
+def _expressions(seq: Any) -> list[str]:
+    it = seq.iterator()
+    out = []
+    while it.hasNext():
+        out.append(_EXPR_ID.sub("", str(it.next().sql())))
+    return out
+
+
+def stateful_key_expressions(executed_plan: Any) -> dict[int, list[str]]:
+    """``{operator id: [key expressions]}`` of the stateful operators of an executed plan.
+
+    Join keys are stored in the checkpoint under generic names (``field0``), so the plan is the only
+    place that says which columns they are.
+    """
+    found: dict[int, list[str]] = {}
+    stack = [executed_plan]
+    while stack:
+        node = stack.pop()
+        try:
+            info = node.stateInfo()
+            if info.isDefined():
+                op_id = int(info.get().operatorId())
+                keys: list[str] = []
+                for getter in ("leftKeys", "rightKeys", "keyExpressions", "groupingAttributes"):
+                    if hasattr(node, getter):
+                        try:
+                            keys += _expressions(getattr(node, getter)())
+                        except Exception:  # noqa: BLE001 - not this operator's accessor
+                            pass
+                found[op_id] = keys
+        except Exception:  # noqa: BLE001 - not a stateful node
+            pass
+        children = node.children().iterator()
+        while children.hasNext():
+            stack.append(children.next())
+    return found

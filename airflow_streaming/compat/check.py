@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -240,7 +241,8 @@ def check_compatibility(
         sink=SinkFacts(plan.sink.format, plan.sink.path, plan.sink.output_mode,
                        file_sink_committed_batch(plan.sink.path)),
         conf=plan.conf,
-        operators=tuple(operator_facts(op) for op in plan.operators),
+        operators=tuple(dataclasses.replace(operator_facts(op), key_expressions=tuple(plan.key_expressions.get(op.id, ())))
+                        for op in plan.operators),
         trigger=plan.sink.trigger,
     )
     ckpt = checkpoint_facts(info)

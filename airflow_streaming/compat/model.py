@@ -35,6 +35,8 @@ class OperatorFacts:
     key_fields: tuple[Field, ...] | None
     value_fields: tuple[Field, ...] | None
     num_partitions: int | None = None
+    key_expressions: tuple[str, ...] = ()
+    """The key expressions from the plan (candidate side only: a checkpoint does not record them)."""
 
 
 @dataclass(frozen=True)

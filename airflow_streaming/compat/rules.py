@@ -9,6 +9,7 @@ rather than passing silently.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Callable, Iterable
 
 from airflow_streaming.compat.model import (
@@ -121,6 +122,25 @@ def rule_state_schemas(ckpt: CheckpointFacts, cand: CandidateFacts) -> Iterable[
         yield from _schema_findings("STATE_VALUE_SCHEMA", old.operator_id, old.value_fields, new.value_fields)
 
 
+_GENERIC_FIELD = re.compile(r"^(.*\.)?field\d+$")
+
+
+def rule_unverifiable_keys(ckpt: CheckpointFacts, cand: CandidateFacts) -> Iterable[Finding]:
+    """Join state stores its keys as ``field0, field1...``: a change of join key to columns of the same
+    types passes every schema check and Spark accepts it, silently mismatching old state."""
+    new_by_id = {op.operator_id: op for op in cand.operators}
+    for old in ckpt.operators:
+        new = new_by_id.get(old.operator_id)
+        if new is None or new.name != old.name or not old.key_fields:
+            continue
+        if all(_GENERIC_FIELD.match(f.name) for f in old.key_fields):
+            yield Finding("STATE_KEYS_NOT_RECORDED", Severity.WARNING,
+                          f"operator {old.operator_id} ({old.name}) stores its keys without column names, so a "
+                          "change of key columns with the same types cannot be seen in the checkpoint and Spark "
+                          "accepts it silently: confirm the candidate's keys are the ones the state was built with",
+                          [f"{f.name}: {f.type}" for f in old.key_fields], list(new.key_expressions) or None)
+
+
 def rule_overridden_conf(ckpt: CheckpointFacts, cand: CandidateFacts) -> Iterable[Finding]:
     for key, why in OVERRIDDEN_CONF.items():
         old, new = ckpt.conf.get(key), cand.conf.get(key)
@@ -158,6 +178,7 @@ RULES: tuple[Rule, ...] = (
     rule_source_kind_and_path,
     rule_stateful_operators,
     rule_state_schemas,
+    rule_unverifiable_keys,
     rule_overridden_conf,
     rule_file_sink_path,
     rule_trigger,
