@@ -484,7 +484,7 @@ def _latest_schema_file(store: _ReadOnlyStorage, directory: str) -> str | None:
     return _join(directory, best[1]) if best else None
 
 
-def _local_schema_path(root: str, op_dir: str, recorded: str) -> str:
+def _local_schema_path(op_dir: str, recorded: str) -> str:
     """Map a recorded (absolute, possibly moved) stateSchemaFilePath into this checkpoint."""
     parts = recorded.rstrip("/").split("/")
     if "_stateSchema" in parts:
@@ -511,7 +511,7 @@ def _store_info(
     schema: StateSchemaFile | None = None
     if recorded_schema_paths:
         # The last recorded path is the schema the latest batch ran with.
-        schema = _read_schema(store, _local_schema_path(root, op_dir, recorded_schema_paths[-1]))
+        schema = _read_schema(store, _local_schema_path(op_dir, recorded_schema_paths[-1]))
     if schema is None and "_stateSchema" in op_listing:
         latest = _latest_schema_file(store, _join(op_dir, "_stateSchema", name))
         if latest:
