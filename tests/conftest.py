@@ -18,7 +18,12 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 
+import logging  # noqa: E402
+
 import pytest  # noqa: E402
+
+# py4j logs "Closing down clientserver connection" from __del__ after pytest closed its streams.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 from streams import StreamRegistry  # noqa: E402
 

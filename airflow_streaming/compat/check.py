@@ -86,7 +86,7 @@ def _fields(schema: dict[str, Any] | None, prefix: str = "") -> tuple[Field, ...
 
 def operator_facts(op: OperatorInfo) -> OperatorFacts:
     key, value = _fields(op.key_schema), _fields(op.value_schema)
-    if (key is None or value is None) and op.stores:
+    if len(op.stores) > 1 or ((key is None or value is None) and op.stores):
         # Several stores (a stream-stream join): compare all of them, store by store.
         keys: list[Field] = []
         values: list[Field] = []

@@ -133,7 +133,7 @@ def rule_unverifiable_keys(ckpt: CheckpointFacts, cand: CandidateFacts) -> Itera
         new = new_by_id.get(old.operator_id)
         if new is None or new.name != old.name or not old.key_fields:
             continue
-        if all(_GENERIC_FIELD.match(f.name) for f in old.key_fields):
+        if any(_GENERIC_FIELD.match(f.name) for f in old.key_fields):
             yield Finding("STATE_KEYS_NOT_RECORDED", Severity.WARNING,
                           f"operator {old.operator_id} ({old.name}) stores its keys without column names, so a "
                           "change of key columns with the same types cannot be seen in the checkpoint and Spark "
@@ -191,7 +191,7 @@ def dry_run_findings(result: DryRunResult | None) -> list[Finding]:
     if result.status == "passed":
         return [Finding("SPARK_DRY_RUN", Severity.INFO,
                         f"Spark {result.spark_version} planned the candidate's next batch against the checkpoint's "
-                        f"metadata without error ({result.seconds:.1f}s)")]
+                        "metadata without error" + (f" ({result.seconds:.1f}s)" if result.seconds is not None else ""))]
     if result.status == "rejected":
         return [Finding("SPARK_DRY_RUN", Severity.INCOMPATIBLE,
                         f"Spark rejected the candidate: [{result.error_class}] {result.message}",
