@@ -29,11 +29,13 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "sensors": [
-            {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.sensors.progress"]}
+            {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.sensors.progress", "airflow_streaming.sensors.health"]}
         ],
         "hooks": [
             {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.hooks.streaming_job"]}
         ],
-        "triggers": [],
+        "triggers": [
+            {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.triggers.health"]}
+        ],
         "notifications": [],
     }

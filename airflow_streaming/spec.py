@@ -258,6 +258,9 @@ class StreamSpec:
     heartbeat_interval: float = 5.0
     """Seconds (> 0, <= 60) between heartbeats written by the driver."""
 
+    health: Mapping[str, float] = field(default_factory=dict, hash=False)
+    """Health thresholds overriding the defaults (see ``airflow_streaming.health.thresholds``)."""
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         _check_segment(self.name, "name")
@@ -297,6 +300,16 @@ class StreamSpec:
                 f"must be <= {_fmt_seconds(_MAX_HEARTBEAT_INTERVAL)} seconds, "
                 f"got {_fmt_seconds(self.heartbeat_interval)}",
             )
+        if not isinstance(self.health, Mapping):
+            raise SpecError("health", f"must be a mapping of thresholds, got {_type_name(self.health)}")
+        from airflow_streaming.health.thresholds import HealthThresholds
+
+        try:
+            HealthThresholds.from_mapping(self.health)
+        except ValueError as exc:
+            field_name, _, message = str(exc).partition(": ")
+            raise SpecError(field_name, message) from exc
+        set_(self, "health", dict(self.health))
         # The checkpoint and the stream's control dir must not overlap.
         control_dir = control[:2] + (control[2] + (self.name,),)
         if checkpoint[:2] == control_dir[:2]:
@@ -357,6 +370,7 @@ class StreamSpec:
             "stop_timeout": self.stop_timeout,
             "startup_timeout": self.startup_timeout,
             "heartbeat_interval": self.heartbeat_interval,
+            "health": dict(self.health),
         }
 
     @classmethod

@@ -9,6 +9,7 @@ pid recorded in ``driver.json``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -40,6 +41,14 @@ LAUNCHER = str(Path(__file__).resolve().parents[2] / "spark_jobs" / "launch.py")
 JOBS_DIR = Path(__file__).resolve().parents[2] / "spark_jobs" / "jobs"
 JAVA_HINT = "install Java 17 (Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless) or set JAVA_HOME"
 KILL_GRACE_SECONDS = 10.0
+#: Spark conf every managed driver gets unless the spec overrides it: Spark's own streaming metrics
+#: (Dropwizard gauges per query) exposed for Prometheus at <driver UI>/metrics/prometheus.
+DEFAULT_SPARK_CONF = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.streaming.metricsEnabled": "true",
+    "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
+    "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
+}
 DRIVER_EXIT_GRACE_SECONDS = 30.0
 # Popen objects of drivers started by this process, so that their exit is reaped (no zombies).
 _CHILDREN: dict[int, subprocess.Popen] = {}
@@ -183,6 +192,42 @@ class StreamingJobHook:
         data = self.storage.read_text(self.paths.log(run_id)) or ""
         return _mask_sensitive_values("\n".join(data.splitlines()[-lines:]))
 
+    def health(self, thresholds: Any = None, now: float | None = None) -> Any:
+        """The stream's :class:`~airflow_streaming.health.verdict.HealthVerdict` right now.
+
+        Driver liveness: the recorded spark-submit process on this host (``None`` = unknown when the
+        driver runs elsewhere). An unreadable status document yields UNKNOWN with the reason.
+        """
+        from airflow_streaming.health.thresholds import HealthThresholds
+        from airflow_streaming.health.verdict import evaluate
+
+        _reap()
+        unreadable = None
+        doc = None
+        try:
+            raw = self.storage.read_bytes(self.paths.status)
+            if raw is not None:
+                doc = contract.StatusDocument.from_json(self.paths.status, raw)
+        except (contract.ControlFileError, OSError) as exc:
+            unreadable = str(exc)
+        try:
+            record = self.driver_record()
+        except contract.ControlFileError:
+            record = None
+        alive: bool | None = None
+        if record is not None:
+            alive = None if record.host != socket.gethostname() else record.alive()
+        if doc is not None and record is not None and doc.run_id != record.run_id:
+            doc = None  # a status of a previous run says nothing about the current submission
+        verdict = evaluate(
+            None if doc is None else dataclasses.asdict(doc), now=time.time() if now is None else now,
+            driver_alive=alive, trigger_interval=self.spec.trigger_interval,
+            heartbeat_interval=self.spec.heartbeat_interval,
+            thresholds=thresholds or HealthThresholds.from_mapping(self.spec.health), unreadable=unreadable)
+        if verdict.stream is None:
+            verdict = dataclasses.replace(verdict, stream=self.spec.name)
+        return verdict
+
     # ------------------------------------------------------------------ submitting
     def application_argument(self) -> list[str]:
         """``--job NAME`` or ``--script PATH``; :class:`ApplicationNotFoundError` if it is missing."""
@@ -207,7 +252,7 @@ class StreamingJobHook:
             "--trigger-seconds", str(spec.trigger_interval), "--heartbeat-seconds", str(spec.heartbeat_interval),
             "--lease-ttl", str(max(30.0, 6 * spec.heartbeat_interval)), "--", *spec.application_args,
         ]
-        conf = {"spark.ui.showConsoleProgress": "false", **spec.spark_conf}
+        conf = {**DEFAULT_SPARK_CONF, **spec.spark_conf}
         if spec.master is None:
             self._require_connection()
         hook = SparkSubmitHook(conf=conf, conn_id=spec.conn_id, name=f"{spec.name}:{spec.version}",

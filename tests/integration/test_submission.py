@@ -21,6 +21,8 @@ def test_master_comes_from_the_spark_connection_when_the_spec_sets_none(streams,
     assert cmd[0] == "spark-submit" and parts["--master"] == "local[2]" and parts["--name"] == "etl:v1"
     assert cmd[cmd.index(LAUNCHER) + 1 :][:4] == ["--stream", "etl", "--version", "v1"]
     assert cmd[-6:] == list(spec.application_args)
+    assert "spark.sql.streaming.metricsEnabled=true" in cmd  # Spark's streaming gauges for Prometheus
+    assert "spark.metrics.conf.*.sink.prometheusServlet.path=/metrics/prometheus" in cmd
 
 
 def test_spec_master_overrides_the_connection(streams, monkeypatch):

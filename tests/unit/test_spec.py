@@ -207,7 +207,7 @@ def test_unknown_field_with_suggestion() -> None:
     err = spec_error(data)
     assert err.field == "chekpoint_location"
     assert "unknown field 'chekpoint_location' (allowed: name, application," in str(err)
-    assert "heartbeat_interval)" in str(err)
+    assert "heartbeat_interval, health)" in str(err)
     assert "did you mean 'checkpoint_location'?" in str(err)
 
 
@@ -482,7 +482,7 @@ def test_to_dict_round_trip_and_json_safe() -> None:
     assert set(data) == {
         "name", "application", "checkpoint_location", "control_location", "version",
         "application_args", "spark_conf", "conn_id", "master", "trigger_interval",
-        "stop_timeout", "startup_timeout", "heartbeat_interval",
+        "stop_timeout", "startup_timeout", "heartbeat_interval", "health",
     }
     assert json.loads(json.dumps(data)) == data
     assert StreamSpec.from_dict(data) == spec
@@ -529,3 +529,15 @@ def test_example_yaml_spec_in_dags_is_valid():
     spec = as_spec(str(Path(__file__).resolve().parents[2] / "dags" / "specs" / "device_signals.yaml"))
     assert spec.application == "device_signals" and spec.trigger_interval == 5.0 and spec.stop_timeout == 120.0
     assert spec.spark_conf == {"spark.sql.shuffle.partitions": "4"}
+
+
+def test_health_thresholds_are_validated_naming_the_key():
+    base = {"name": "s", "application": "events_etl", "checkpoint_location": "/c", "control_location": "/ctl"}
+    spec = StreamSpec.from_dict({**base, "health": {"rate_ratio": 1.5, "min_batches": 2}})
+    assert spec.health == {"rate_ratio": 1.5, "min_batches": 2}
+    with pytest.raises(SpecError) as err:
+        StreamSpec.from_dict({**base, "health": {"rate_ration": 1.5}})
+    assert err.value.field == "health.rate_ration" and "unknown health threshold" in str(err.value)
+    with pytest.raises(SpecError) as err:
+        StreamSpec.from_dict({**base, "health": {"min_batches": -1}})
+    assert err.value.field == "health.min_batches" and "must be >= 0" in str(err.value)

@@ -1,0 +1,1 @@
+"""Stream health verdicts from what Structured Streaming itself reports (pure Python)."""

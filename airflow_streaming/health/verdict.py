@@ -1,0 +1,258 @@
+"""The health verdict of one stream, computed from its status document and its driver's liveness.
+
+States: HEALTHY; IDLE (no new data, heartbeats fresh: never STALLED); FALLING_BEHIND (input rate
+above processing rate over the window, or batches longer than the trigger interval); STALLED (a
+trigger active with no batch completing for N trigger intervals, or the heartbeat missing while the
+driver is alive); FAILED (query failed, keeping Spark's error class, or the driver exited without a
+graceful stop); STOPPED (graceful); UNKNOWN (no status yet, unreadable, starting, liveness unknown).
+Every reason carries the numbers behind it. Plain Python: no Airflow, no Spark.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from airflow_streaming.health.thresholds import HealthThresholds
+
+
+class HealthState(str, Enum):
+    HEALTHY = "HEALTHY"
+    IDLE = "IDLE"
+    FALLING_BEHIND = "FALLING_BEHIND"
+    STALLED = "STALLED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def is_ok(self) -> bool:
+        return self in (HealthState.HEALTHY, HealthState.IDLE)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (HealthState.FAILED, HealthState.STOPPED)
+
+
+#: Gauge value per state, for metrics (0 = fine, higher = worse).
+STATE_GAUGE = {HealthState.HEALTHY: 0, HealthState.IDLE: 0, HealthState.FALLING_BEHIND: 1,
+               HealthState.STALLED: 2, HealthState.UNKNOWN: 3, HealthState.STOPPED: 4, HealthState.FAILED: 5}
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: str
+    message: str
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HealthVerdict:
+    """A verdict with its reasons, extra-signal warnings and the metrics it was computed from."""
+
+    stream: str | None
+    state: HealthState
+    reasons: tuple[Reason, ...]
+    warnings: tuple[Reason, ...] = ()
+    metrics: dict[str, float | int | None] = field(default_factory=dict)
+    run_id: str | None = None
+    at: float | None = None
+
+    def summary(self) -> str:
+        text = f"{self.stream}: {self.state.value}"
+        if self.reasons:
+            text += " - " + "; ".join(r.message for r in self.reasons)
+        if self.warnings:
+            text += " | warnings: " + "; ".join(w.message for w in self.warnings)
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["state"] = self.state.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HealthVerdict:
+        return cls(
+            stream=d.get("stream"), state=HealthState(d["state"]),
+            reasons=tuple(Reason(**r) for r in d.get("reasons", ())),
+            warnings=tuple(Reason(**w) for w in d.get("warnings", ())),
+            metrics=dict(d.get("metrics") or {}), run_id=d.get("run_id"), at=d.get("at"),
+        )
+
+
+def _ts(progress: dict[str, Any]) -> float | None:
+    try:
+        return datetime.fromisoformat(str(progress["timestamp"]).replace("Z", "+00:00")).timestamp()
+    except (KeyError, ValueError):
+        return None
+
+
+def _num(value: Any) -> float | None:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if f == f else None  # NaN -> None
+
+
+def _progress(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    items = [p for q in doc.get("queries") or [] for p in (q.get("recent_progress") or []) if isinstance(p, dict)]
+    return sorted(items, key=lambda p: (_ts(p) or 0.0, p.get("batchId", 0)))
+
+
+def _round(x: float | None, digits: int = 2) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def evaluate(
+    doc: dict[str, Any] | None,
+    *,
+    now: float,
+    driver_alive: bool | None,
+    trigger_interval: float,
+    heartbeat_interval: float,
+    thresholds: HealthThresholds | None = None,
+    unreadable: str | None = None,
+) -> HealthVerdict:
+    """Compute the verdict. ``doc`` is the status document as a dict (``None`` if absent);
+    ``unreadable`` explains why it could not be read; ``driver_alive`` is ``None`` when unknown."""
+    t = thresholds or HealthThresholds()
+    if unreadable is not None:
+        return HealthVerdict(None, HealthState.UNKNOWN, (Reason("STATUS_UNREADABLE", unreadable),), at=now)
+    if doc is None:
+        if driver_alive is False:
+            return HealthVerdict(None, HealthState.UNKNOWN, (Reason("NO_STATUS", "no status document and no driver"),), at=now)
+        return HealthVerdict(None, HealthState.UNKNOWN, (Reason("NO_STATUS", "no status document yet"),), at=now)
+
+    stream, run_id = doc.get("stream"), doc.get("run_id")
+    state = doc.get("state")
+    exit_info = doc.get("exit") or {}
+    error = doc.get("last_exception") or {}
+    heartbeat_age = now - float(doc.get("heartbeat_at") or 0.0)
+    progress = _progress(doc)
+    metrics = _metrics(doc, progress, now)
+    metrics["heartbeat_age_s"] = _round(heartbeat_age)
+
+    def verdict(s: HealthState, *reasons: Reason, warnings: tuple[Reason, ...] = ()) -> HealthVerdict:
+        return HealthVerdict(stream, s, tuple(reasons), warnings, metrics, run_id, now)
+
+    # Terminal states reported by the driver itself.
+    if state == "FAILED" or (exit_info and exit_info.get("code") not in (0, None)):
+        return verdict(HealthState.FAILED, Reason(
+            "QUERY_FAILED", f"[{error.get('error_class', 'UNKNOWN')}] {str(error.get('message', '')).splitlines()[0][:300] if error.get('message') else 'driver reported failure'}"
+            + (f" (exit code {exit_info.get('code')})" if exit_info else ""),
+            {"error_class": error.get("error_class"), "exit_code": exit_info.get("code")}))
+    if state == "STOPPED":
+        return verdict(HealthState.STOPPED, Reason("STOPPED", f"stopped gracefully: {exit_info.get('reason', 'stopped')}",
+                                                   {"last_committed_batch": exit_info.get("last_committed_batch")}))
+    if driver_alive is False:
+        return verdict(HealthState.FAILED, Reason(
+            "DRIVER_GONE", f"driver exited without a graceful stop (state was {state}, last heartbeat "
+                           f"{heartbeat_age:.0f}s ago)", {"state": state, "heartbeat_age_s": _round(heartbeat_age)}))
+    hb_timeout = t.heartbeat_timeout(heartbeat_interval)
+    if heartbeat_age > hb_timeout:
+        reason = Reason("HEARTBEAT_MISSING", f"no heartbeat for {heartbeat_age:.0f}s (limit {hb_timeout:.0f}s)",
+                        {"heartbeat_age_s": _round(heartbeat_age), "limit_s": hb_timeout})
+        return verdict(HealthState.STALLED if driver_alive else HealthState.UNKNOWN, reason)
+    if state in ("STARTING", None) or not doc.get("ready"):
+        return verdict(HealthState.UNKNOWN, Reason("STARTING", "driver starting: no progress reported yet"))
+    if state == "STOPPING":
+        return verdict(HealthState.UNKNOWN, Reason("STOPPING", "stopping at the next micro-batch boundary"))
+
+    warnings = tuple(_warnings(progress, metrics, t, now, trigger_interval))
+    window = t.window(trigger_interval)
+    statuses = [q.get("status") or {} for q in doc.get("queries") or [] if q.get("active", True)]
+    trigger_active = any(s.get("isTriggerActive") for s in statuses)
+    last_end = max(((_ts(p) or 0.0) + (_num((p.get("durationMs") or {}).get("triggerExecution")) or 0) / 1000
+                    for p in progress), default=float(doc.get("started_at") or now))
+    since_batch = now - last_end
+    stall_after = t.stall_after(trigger_interval)
+    if trigger_active and since_batch > stall_after:
+        return verdict(HealthState.STALLED, Reason(
+            "NO_BATCH_COMPLETED", f"a trigger has been active with no batch completed for {since_batch:.0f}s "
+                                  f"(limit {stall_after:.0f}s = {t.stall_trigger_intervals:g} trigger intervals)",
+            {"seconds_since_last_batch": _round(since_batch), "limit_s": stall_after}), warnings=warnings)
+
+    recent = [p for p in progress if (_ts(p) or 0.0) >= now - window]
+    with_data = [p for p in recent if (_num(p.get("numInputRows")) or 0) > 0]
+    if len(with_data) >= t.min_batches:
+        input_rate = statistics.fmean(_num(p.get("inputRowsPerSecond")) or 0.0 for p in with_data)
+        processed_rate = statistics.fmean(_num(p.get("processedRowsPerSecond")) or 0.0 for p in with_data)
+        durations = [(_num((p.get("durationMs") or {}).get("triggerExecution")) or 0.0) / 1000 for p in with_data]
+        median_duration = statistics.median(durations)
+        reasons = []
+        if processed_rate > 0 and input_rate > t.rate_ratio * processed_rate:
+            reasons.append(Reason("INPUT_FASTER_THAN_PROCESSING",
+                                  f"input {input_rate:.1f} rows/s > processing {processed_rate:.1f} rows/s over the "
+                                  f"last {len(with_data)} batches (ratio {input_rate / processed_rate:.2f} > {t.rate_ratio:g})",
+                                  {"input_rows_per_s": _round(input_rate), "processed_rows_per_s": _round(processed_rate),
+                                   "batches": len(with_data)}))
+        if trigger_interval > 0 and median_duration > t.batch_duration_factor * trigger_interval:
+            reasons.append(Reason("BATCH_LONGER_THAN_TRIGGER",
+                                  f"median batch duration {median_duration:.2f}s > trigger interval "
+                                  f"{trigger_interval:g}s x {t.batch_duration_factor:g}: scheduling delay builds up",
+                                  {"median_batch_s": _round(median_duration), "trigger_interval_s": trigger_interval}))
+        if reasons:
+            return verdict(HealthState.FALLING_BEHIND, *reasons, warnings=warnings)
+    if not with_data:
+        return verdict(HealthState.IDLE, Reason("NO_NEW_DATA", f"no new data in the last {window:.0f}s; heartbeat "
+                                                               f"{heartbeat_age:.0f}s ago",
+                                                {"window_s": window}), warnings=warnings)
+    return verdict(HealthState.HEALTHY, Reason("PROGRESSING", f"{len(with_data)} batch(es) with data in the last "
+                                                              f"{window:.0f}s", {"batches": len(with_data)}),
+                   warnings=warnings)
+
+
+def _metrics(doc: dict[str, Any], progress: list[dict[str, Any]], now: float) -> dict[str, Any]:
+    last = progress[-1] if progress else {}
+    state_rows = sum(int(op.get("numRowsTotal") or 0) for op in last.get("stateOperators") or [])
+    watermark = (last.get("eventTime") or {}).get("watermark")
+    wm_ts = _ts({"timestamp": watermark}) if watermark else None
+    return {
+        "input_rows_per_s": _round(_num(last.get("inputRowsPerSecond"))),
+        "processed_rows_per_s": _round(_num(last.get("processedRowsPerSecond"))),
+        "batch_duration_ms": _num((last.get("durationMs") or {}).get("triggerExecution")),
+        "state_rows": state_rows if last.get("stateOperators") else None,
+        "watermark_lag_s": _round(now - wm_ts) if wm_ts and wm_ts > 0 else None,
+        "last_batch_id": last.get("batchId"),
+        "quarantined_rows": (doc.get("totals") or {}).get("quarantined_rows"),
+    }
+
+
+def _warnings(progress: list[dict[str, Any]], metrics: dict[str, Any], t: HealthThresholds, now: float,
+              trigger_interval: float) -> list[Reason]:
+    out: list[Reason] = []
+    window = t.window(trigger_interval)
+    recent = [p for p in progress if (_ts(p) or 0.0) >= now - window] or progress[-t.min_batches:]
+    if len(recent) >= 2:
+        first_rows = sum(int(op.get("numRowsTotal") or 0) for op in recent[0].get("stateOperators") or [])
+        last_rows = sum(int(op.get("numRowsTotal") or 0) for op in recent[-1].get("stateOperators") or [])
+        no_watermark = not any((p.get("eventTime") or {}).get("watermark") for p in recent)
+        if no_watermark and recent[-1].get("stateOperators") and last_rows - first_rows > t.state_growth_rows:
+            out.append(Reason("STATE_GROWING", f"state grew by {last_rows - first_rows} rows in {len(recent)} batches "
+                                               "with no watermark: it will grow without bound",
+                              {"from_rows": first_rows, "to_rows": last_rows}))
+    lag = metrics.get("watermark_lag_s")
+    if lag is not None and lag > t.watermark_lag_seconds:
+        out.append(Reason("WATERMARK_LAG", f"watermark lags wall clock by {lag:.0f}s (limit {t.watermark_lag_seconds:.0f}s)",
+                          {"watermark_lag_s": lag}))
+    dropped = sum(int(op.get("numRowsDroppedByWatermark") or 0) for p in recent for op in p.get("stateOperators") or [])
+    if dropped:
+        out.append(Reason("LATE_ROWS_DROPPED", f"{dropped} late rows dropped by the watermark in the window",
+                          {"rows": dropped}))
+    behind = [_num((s.get("metrics") or {}).get("maxOffsetsBehindLatest")) for p in recent[-1:] for s in p.get("sources") or []]
+    behind = [b for b in behind if b is not None]
+    if behind and max(behind) > t.kafka_lag_records:
+        out.append(Reason("KAFKA_LAG", f"Kafka source {max(behind):.0f} offsets behind latest (limit {t.kafka_lag_records})",
+                          {"max_offsets_behind_latest": max(behind)}))
+    rows = sum(int(p.get("numInputRows") or 0) for p in recent)
+    quarantined = sum(int(m.get("quarantined_rows") or 0) for p in recent for m in (p.get("observedMetrics") or {}).values())
+    if rows and quarantined / rows > t.quarantine_ratio:
+        out.append(Reason("QUARANTINE_RATE", f"{quarantined} of {rows} input rows quarantined in the window "
+                                             f"({quarantined / rows:.1%} > {t.quarantine_ratio:.0%})",
+                          {"quarantined": quarantined, "rows": rows}))
+    return out

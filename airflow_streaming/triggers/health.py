@@ -1,0 +1,87 @@
+"""Triggerer-side polling of a stream's health (no worker slot held while watching)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+#: Sensor modes.
+WAIT_HEALTHY, WATCH, REPORT = "wait_healthy", "watch", "report"
+MODES = (WAIT_HEALTHY, WATCH, REPORT)
+
+
+def poll_once(spec_dict: dict[str, Any]) -> dict[str, Any]:
+    """One health verdict for a spec (blocking file I/O: run it in a thread from async code)."""
+    from airflow_streaming.hooks.streaming_job import StreamingJobHook
+    from airflow_streaming.spec import StreamSpec
+
+    return StreamingJobHook(StreamSpec.from_dict(spec_dict)).health().to_dict()
+
+
+def decide(mode: str, verdict: dict[str, Any], started: float, now: float, watch_seconds: float,
+           fail_on: tuple[str, ...]) -> dict[str, Any] | None:
+    """The event to fire for this verdict, or ``None`` to keep polling. Pure."""
+    state = verdict["state"]
+    if mode == REPORT:
+        return {"status": "report", "verdict": verdict}
+    if mode == WAIT_HEALTHY:
+        if state in ("HEALTHY", "IDLE"):
+            return {"status": "healthy", "verdict": verdict}
+        if state in ("FAILED", "STOPPED"):
+            return {"status": "unhealthy", "verdict": verdict}
+        return None
+    if state in fail_on:
+        return {"status": "unhealthy", "verdict": verdict}
+    if now - started >= watch_seconds:
+        return {"status": "watched", "verdict": verdict}
+    return None
+
+
+class StreamingHealthTrigger(BaseTrigger):
+    """Poll a stream's status document until the sensor's condition is met.
+
+    :param spec: the stream spec as a dict (JSON-safe).
+    :param mode: ``wait_healthy`` | ``watch`` | ``report``.
+    :param poll_interval: seconds between polls.
+    :param watch_seconds: ``watch`` mode: how long to watch.
+    :param fail_on: ``watch`` mode: states that end the watch as unhealthy.
+    """
+
+    def __init__(self, spec: dict[str, Any], mode: str, poll_interval: float, watch_seconds: float = 0.0,
+                 fail_on: tuple[str, ...] | list[str] = ("FALLING_BEHIND", "STALLED", "FAILED", "STOPPED"),
+                 started: float | None = None) -> None:
+        super().__init__()
+        self.spec = spec
+        self.mode = mode
+        self.poll_interval = poll_interval
+        self.watch_seconds = watch_seconds
+        self.fail_on = tuple(fail_on)
+        self.started = time.time() if started is None else started
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            "airflow_streaming.triggers.health.StreamingHealthTrigger",
+            {"spec": self.spec, "mode": self.mode, "poll_interval": self.poll_interval,
+             "watch_seconds": self.watch_seconds, "fail_on": list(self.fail_on), "started": self.started},
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        last_state = None
+        while True:
+            try:
+                verdict = await asyncio.to_thread(poll_once, self.spec)
+            except Exception as exc:  # noqa: BLE001 - report, do not kill the triggerer
+                yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
+                return
+            if verdict["state"] != last_state:
+                self.log.info("stream %s: %s", self.spec.get("name"), verdict["state"])
+                last_state = verdict["state"]
+            event = decide(self.mode, verdict, self.started, time.time(), self.watch_seconds, self.fail_on)
+            if event is not None:
+                yield TriggerEvent(event)
+                return
+            await asyncio.sleep(self.poll_interval)
