@@ -139,6 +139,23 @@ def process_start_time(pid: int) -> float | None:
         return None
 
 
+def process_group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) local processes of process group ``pgid`` (a driver's JVM and Python children)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            members.append(int(entry))
+    return members
+
+
 def process_alive(pid: int | None, start_time: float | None = None, host: str | None = None) -> bool:
     """Whether a local process is alive and (when ``start_time`` is given) is the same process.
 

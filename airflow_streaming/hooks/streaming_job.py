@@ -96,11 +96,17 @@ def wait_exit(record: DriverRecord, timeout: float) -> bool:
     return True
 
 
+def _group_alive(record: DriverRecord) -> bool:
+    return record.alive() or bool(contract.process_group_members(record.submit_pid))
+
+
 def kill_driver(storage: ControlStorage, paths: ControlPaths, record: DriverRecord,
                 grace: float = KILL_GRACE_SECONDS) -> None:
-    """Remove the run marker, SIGTERM the driver's process group, then SIGKILL after ``grace`` seconds.
+    """Remove the run marker, SIGTERM the driver's whole process group, then SIGKILL what is left.
 
-    Only a driver on this host can be signalled. Logs and never raises (a cleanup path).
+    The group (spark-submit was started in its own session) holds the JVM and the Python driver: the
+    JVM may exit on SIGTERM while a Python driver stuck in a batch would not, so the group - not just
+    the recorded pid - must be gone. Only a driver on this host can be signalled. Never raises.
     """
     try:
         contract.request_stop(storage, paths)
@@ -110,7 +116,7 @@ def kill_driver(storage: ControlStorage, paths: ControlPaths, record: DriverReco
         log.error("cannot kill driver of run %s on host %s from %s", record.run_id, record.host, socket.gethostname())
         return
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        if not record.alive():
+        if not _group_alive(record):
             return
         log.warning("sending %s to driver process group %s (run %s)", sig.name, record.submit_pid, record.run_id)
         try:
@@ -120,7 +126,11 @@ def kill_driver(storage: ControlStorage, paths: ControlPaths, record: DriverReco
         except OSError:
             log.exception("could not signal process group %s", record.submit_pid)
             return
-        wait_exit(record, grace)
+        deadline = time.monotonic() + grace
+        while _group_alive(record) and time.monotonic() < deadline:
+            _reap()
+            time.sleep(0.2)
+    wait_exit(record, 1.0)
 
 
 @dataclass(frozen=True)

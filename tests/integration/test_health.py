@@ -1,0 +1,98 @@
+"""Health verdicts on real Spark: falling behind, killed driver, idle under the deferrable sensor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from spark_jobs.event_generator import generate_events
+from streams import wait_for
+
+pytestmark = pytest.mark.spark
+
+SLOW_SCRIPT = '''
+import sys, time
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.getOrCreate()
+source, checkpoint = sys.argv[1:3]
+
+def slow_sink(batch, batch_id):
+    batch.count()
+    time.sleep(3)  # a deliberately slow stage: every batch takes ~3 s with a 1 s trigger
+
+(spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(source).writeStream
+ .foreachBatch(slow_sink).option("checkpointLocation", checkpoint).trigger(processingTime="1 second")
+ .start().awaitTermination())
+'''
+
+
+def test_falling_behind_is_reported_then_a_sigkilled_driver_is_failed_within_two_polls(streams, tmp_path):
+    script = tmp_path / "slow_job.py"
+    script.write_text(SLOW_SCRIPT)
+    source = streams.path("in")
+    generate_events(source, count=3000, files=30, run="slow")  # 30 batches of backlog
+    spec = streams.spec("slow", str(script), [source, streams.path("ckpt")], health={"min_batches": 2})
+    hook = streams.hook(spec)
+    record = hook.submit()
+    hook.wait_until_ready(record)
+    ready_at = time.monotonic()
+
+    verdict = wait_for(lambda: (v := hook.health()).state.value == "FALLING_BEHIND" and v, 30,
+                       "FALLING_BEHIND within a few trigger intervals")
+    assert time.monotonic() - ready_at < 15
+    codes = {r.code for r in verdict.reasons}
+    assert "BATCH_LONGER_THAN_TRIGGER" in codes
+    reason = next(r for r in verdict.reasons if r.code == "BATCH_LONGER_THAN_TRIGGER")
+    assert reason.values["median_batch_s"] > 2.5 and reason.values["trigger_interval_s"] == 1.0
+
+    # SIGKILL the whole driver (spark-submit JVM and Python driver): FAILED within two polls.
+    os.killpg(record.submit_pid, signal.SIGKILL)
+    polls = []
+    for _ in range(2):
+        time.sleep(1.0)
+        polls.append(hook.health())
+    assert polls[-1].state.value == "FAILED", [p.summary() for p in polls]
+    assert polls[-1].reasons[0].code == "DRIVER_GONE"
+    assert not record.alive()
+
+
+DAG_FILE = """
+from datetime import datetime
+from airflow.sdk import DAG
+from airflow_streaming.sensors.health import StreamingHealthSensor
+
+with DAG("idle_watch", schedule=None, start_date=datetime(2026, 1, 1)):
+    StreamingHealthSensor(task_id="watch", spec={spec!r}, mode="watch", watch_seconds={seconds},
+                          poke_interval=5, deferrable=True)
+"""
+
+
+@pytest.mark.airflow
+def test_idle_stream_stays_idle_for_minutes_under_the_deferrable_sensor(streams, airflow_db, tmp_path):
+    spec = streams.etl_spec("idle")  # no input at all
+    os.makedirs(streams.path("input", "idle"))
+    hook = streams.hook(spec)
+    record = hook.submit()
+    hook.wait_until_ready(record)
+    assert hook.health().state.value == "IDLE"
+
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "idle_watch.py").write_text(DAG_FILE.format(spec=spec.to_dict(), seconds=180))
+    env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(dags)}
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "idle_watch"], env=env,
+                         capture_output=True, text=True, timeout=600)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+    assert time.monotonic() - started >= 180
+    assert "stream idle: IDLE" in output and "STALLED" not in output
+    assert "stayed healthy for the 180s window" in output
+    final = hook.health()
+    assert final.state.value == "IDLE", final.summary()
+    assert record.alive()
