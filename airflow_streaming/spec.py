@@ -258,6 +258,10 @@ class StreamSpec:
     heartbeat_interval: float = 5.0
     """Seconds (> 0, <= 60) between heartbeats written by the driver."""
 
+    master_ui_url: str | None = None
+    """Web UI of a Spark standalone master (default ``http://<master host>:8080``), used to cross-check
+    driver liveness with the cluster."""
+
     health: Mapping[str, float] = field(default_factory=dict, hash=False)
     """Health thresholds overriding the defaults (see ``airflow_streaming.health.thresholds``)."""
 
@@ -300,6 +304,10 @@ class StreamSpec:
                 f"must be <= {_fmt_seconds(_MAX_HEARTBEAT_INTERVAL)} seconds, "
                 f"got {_fmt_seconds(self.heartbeat_interval)}",
             )
+        if self.master_ui_url is not None:
+            _check_str(self.master_ui_url, "master_ui_url")
+            if not re.match(r"^https?://[^/\s]+", self.master_ui_url):
+                raise SpecError("master_ui_url", f"must be an http(s) URL, got {self.master_ui_url!r}")
         if not isinstance(self.health, Mapping):
             raise SpecError("health", f"must be a mapping of thresholds, got {_type_name(self.health)}")
         from airflow_streaming.health.thresholds import HealthThresholds
@@ -370,6 +378,7 @@ class StreamSpec:
             "stop_timeout": self.stop_timeout,
             "startup_timeout": self.startup_timeout,
             "heartbeat_interval": self.heartbeat_interval,
+            "master_ui_url": self.master_ui_url,
             "health": dict(self.health),
         }
 

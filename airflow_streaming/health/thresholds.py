@@ -46,9 +46,14 @@ class HealthThresholds:
                 raise ValueError(f"health.{key}: unknown health threshold (known: {', '.join(sorted(known))})")
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"health.{key}: must be a number, got {type(value).__name__}")
+            if value != value or value in (float("inf"), float("-inf")):
+                raise ValueError(f"health.{key}: must be a finite number, got {value}")
             if value < 0:
                 raise ValueError(f"health.{key}: must be >= 0, got {value}")
-            values[key] = int(value) if known[key].type in ("int", int) else float(value)
+            is_int = known[key].type in ("int", int)
+            if is_int and value != int(value):
+                raise ValueError(f"health.{key}: must be a whole number, got {value}")
+            values[key] = int(value) if is_int else float(value)
         return cls(**values)
 
     def window(self, trigger_interval: float) -> float:

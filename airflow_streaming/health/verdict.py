@@ -117,6 +117,7 @@ def evaluate(
     heartbeat_interval: float,
     thresholds: HealthThresholds | None = None,
     unreadable: str | None = None,
+    liveness_note: str | None = None,
 ) -> HealthVerdict:
     """Compute the verdict. ``doc`` is the status document as a dict (``None`` if absent);
     ``unreadable`` explains why it could not be read; ``driver_alive`` is ``None`` when unknown."""
@@ -136,6 +137,8 @@ def evaluate(
     progress = _progress(doc)
     metrics = _metrics(doc, progress, now)
     metrics["heartbeat_age_s"] = _round(heartbeat_age)
+    if liveness_note:
+        metrics["cluster"] = liveness_note  # type: ignore[assignment]
 
     def verdict(s: HealthState, *reasons: Reason, warnings: tuple[Reason, ...] = ()) -> HealthVerdict:
         return HealthVerdict(stream, s, tuple(reasons), warnings, metrics, run_id, now)
@@ -152,34 +155,42 @@ def evaluate(
     if driver_alive is False:
         return verdict(HealthState.FAILED, Reason(
             "DRIVER_GONE", f"driver exited without a graceful stop (state was {state}, last heartbeat "
-                           f"{heartbeat_age:.0f}s ago)", {"state": state, "heartbeat_age_s": _round(heartbeat_age)}))
+                           f"{heartbeat_age:.0f}s ago" + (f"; {liveness_note}" if liveness_note else "") + ")",
+            {"state": state, "heartbeat_age_s": _round(heartbeat_age),
+             **({"cluster": liveness_note} if liveness_note else {})}))
     hb_timeout = t.heartbeat_timeout(heartbeat_interval)
     if heartbeat_age > hb_timeout:
         reason = Reason("HEARTBEAT_MISSING", f"no heartbeat for {heartbeat_age:.0f}s (limit {hb_timeout:.0f}s)",
                         {"heartbeat_age_s": _round(heartbeat_age), "limit_s": hb_timeout})
         return verdict(HealthState.STALLED if driver_alive else HealthState.UNKNOWN, reason)
-    if state in ("STARTING", None) or not doc.get("ready"):
-        return verdict(HealthState.UNKNOWN, Reason("STARTING", "driver starting: no progress reported yet"))
+    warnings = tuple(_warnings(progress, metrics, t, now, trigger_interval))
+    # Per query: a trigger active with no batch of that query completed for too long. Checked before
+    # "starting", so a first batch that hangs is STALLED, not "starting" forever.
+    stall_after = t.stall_after(trigger_interval)
+    started_at = float(doc.get("started_at") or now)
+    for query in doc.get("queries") or []:
+        if not query.get("active", True) or not (query.get("status") or {}).get("isTriggerActive"):
+            continue
+        ends = [(_ts(p) or 0.0) + (_num((p.get("durationMs") or {}).get("triggerExecution")) or 0) / 1000
+                for p in query.get("recent_progress") or [] if isinstance(p, dict)]
+        since_batch = now - max(ends, default=started_at)
+        if since_batch > stall_after:
+            return verdict(HealthState.STALLED, Reason(
+                "NO_BATCH_COMPLETED", f"query {query.get('name') or query.get('id')}: a trigger has been active with "
+                                      f"no batch completed for {since_batch:.0f}s (limit {stall_after:.0f}s = "
+                                      f"{t.stall_trigger_intervals:g} trigger intervals)",
+                {"query": query.get("name") or query.get("id"), "seconds_since_last_batch": _round(since_batch),
+                 "limit_s": stall_after}), warnings=warnings)
     if state == "STOPPING":
         return verdict(HealthState.UNKNOWN, Reason("STOPPING", "stopping at the next micro-batch boundary"))
+    if state in ("STARTING", None) or not doc.get("ready"):
+        return verdict(HealthState.UNKNOWN, Reason("STARTING", "driver starting: no progress reported yet"))
 
-    warnings = tuple(_warnings(progress, metrics, t, now, trigger_interval))
     window = t.window(trigger_interval)
-    statuses = [q.get("status") or {} for q in doc.get("queries") or [] if q.get("active", True)]
-    trigger_active = any(s.get("isTriggerActive") for s in statuses)
-    last_end = max(((_ts(p) or 0.0) + (_num((p.get("durationMs") or {}).get("triggerExecution")) or 0) / 1000
-                    for p in progress), default=float(doc.get("started_at") or now))
-    since_batch = now - last_end
-    stall_after = t.stall_after(trigger_interval)
-    if trigger_active and since_batch > stall_after:
-        return verdict(HealthState.STALLED, Reason(
-            "NO_BATCH_COMPLETED", f"a trigger has been active with no batch completed for {since_batch:.0f}s "
-                                  f"(limit {stall_after:.0f}s = {t.stall_trigger_intervals:g} trigger intervals)",
-            {"seconds_since_last_batch": _round(since_batch), "limit_s": stall_after}), warnings=warnings)
 
     recent = [p for p in progress if (_ts(p) or 0.0) >= now - window]
     with_data = [p for p in recent if (_num(p.get("numInputRows")) or 0) > 0]
-    if len(with_data) >= t.min_batches:
+    if with_data and len(with_data) >= t.min_batches:
         input_rate = statistics.fmean(_num(p.get("inputRowsPerSecond")) or 0.0 for p in with_data)
         processed_rate = statistics.fmean(_num(p.get("processedRowsPerSecond")) or 0.0 for p in with_data)
         durations = [(_num((p.get("durationMs") or {}).get("triggerExecution")) or 0.0) / 1000 for p in with_data]

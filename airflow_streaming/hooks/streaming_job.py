@@ -229,14 +229,36 @@ class StreamingJobHook:
             alive = None if record.host != socket.gethostname() else record.alive()
         if doc is not None and record is not None and doc.run_id != record.run_id:
             doc = None  # a status of a previous run says nothing about the current submission
+        liveness_note = None
+        cluster = self.cluster_app_state(doc.app_id if doc is not None else None)
+        if cluster is not None:
+            liveness_note = f"standalone master reports app {cluster.app_id} {cluster.state or 'unknown'}"
+            if cluster.active is False:
+                alive = False  # the cluster ended the application, whatever the local process does
+            elif cluster.active and alive is None:
+                alive = True
         verdict = evaluate(
             None if doc is None else dataclasses.asdict(doc), now=time.time() if now is None else now,
             driver_alive=alive, trigger_interval=self.spec.trigger_interval,
             heartbeat_interval=self.spec.heartbeat_interval,
-            thresholds=thresholds or HealthThresholds.from_mapping(self.spec.health), unreadable=unreadable)
+            thresholds=thresholds or HealthThresholds.from_mapping(self.spec.health), unreadable=unreadable,
+            liveness_note=liveness_note)
         if verdict.stream is None:
             verdict = dataclasses.replace(verdict, stream=self.spec.name)
         return verdict
+
+    def cluster_app_state(self, app_id: str | None) -> Any:
+        """The standalone master's view of the stream's application (``None`` if not applicable/reachable)."""
+        from airflow_streaming.hooks.spark_master import app_state, master_ui_url
+
+        ui = master_ui_url(self.spec.master or "", self.spec.master_ui_url)
+        if ui is None or not app_id:
+            return None
+        try:
+            return app_state(ui, app_id)
+        except (OSError, ValueError) as exc:
+            log.warning("Spark master %s not reachable for liveness of %s: %s", ui, app_id, exc)
+            return None
 
     # ------------------------------------------------------------------ submitting
     def application_argument(self) -> list[str]:

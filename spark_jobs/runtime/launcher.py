@@ -81,6 +81,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--trigger-seconds", type=float, default=5.0)
     parser.add_argument("--heartbeat-seconds", type=float, default=5.0)
     parser.add_argument("--lease-ttl", type=float, default=60.0)
+    parser.add_argument("--progress-kafka-bootstrap", default=os.environ.get("AIRFLOW_STREAMING_PROGRESS_KAFKA_BOOTSTRAP"),
+                        help="export every progress event to Kafka at these bootstrap servers (optional)")
+    parser.add_argument("--progress-kafka-topic", default=os.environ.get("AIRFLOW_STREAMING_PROGRESS_KAFKA_TOPIC"))
     parser.add_argument("app_args", nargs=argparse.REMAINDER, help="after '--': the application's own arguments")
     ns = parser.parse_args(argv)
     if ns.app_args and ns.app_args[0] == "--":
@@ -99,7 +102,10 @@ class Driver:
         self.abort = threading.Event()
         self.reporter: Any = None
         self.spark: Any = None
+        self.exporter: Any = None
         self.stopped_by_us = False
+        self.graceful_done = False
+        """Every query was stopped at a micro-batch boundary (not aborted, not killed)."""
 
     # ------------------------------------------------------------------ signals and marker
     def _on_sigterm(self, signum: int, frame: Any) -> None:
@@ -134,6 +140,15 @@ class Driver:
 
         self.reporter = StatusReporter(self.storage, self.paths, doc, lease, ns.heartbeat_seconds)
         self.reporter.on_lease_lost = self._on_lease_lost
+        if ns.progress_kafka_bootstrap:
+            try:
+                from spark_jobs.runtime.kafka_exporter import KafkaProgressExporter
+
+                self.exporter = KafkaProgressExporter(ns.progress_kafka_bootstrap, ns.progress_kafka_topic,
+                                                      stream=ns.stream, version=ns.version, run_id=ns.run_id)
+                self.reporter.progress_sinks.append(self.exporter.send)
+            except Exception:  # noqa: BLE001 - an optional exporter never stops the stream from running
+                log.exception("Kafka progress exporter disabled: it could not be created")
         self.reporter.write()
         signal.signal(signal.SIGTERM, self._on_sigterm)
         try:
@@ -192,6 +207,9 @@ class Driver:
         failure = self._query_failure()
         if failure is not None and not self.stopped_by_us:
             return self._exit(EXIT_QUERY_FAILED, contract.FAILED, failure)
+        if self.stopped_by_us and not self.graceful_done:
+            return self._exit(EXIT_QUERY_FAILED, contract.FAILED, failure,
+                              reason="aborted: stopped without waiting for the batch in flight")
         return self._exit(EXIT_GRACEFUL, contract.STOPPED, None, reason="graceful stop")
 
     def _query_failure(self) -> dict[str, Any] | None:
@@ -213,6 +231,7 @@ class Driver:
         self.stopped_by_us = True
         for query in list(self.spark.streams.active):
             stop_at_batch_boundary(query, self.abort)
+        self.graceful_done = not self.abort.is_set()
 
     def _run_script(self) -> int:
         """Run an unmodified user script in the main thread; a watcher thread handles stop requests."""
@@ -240,8 +259,11 @@ class Driver:
                                   contract.FAILED, {"message": f"script exited with {exc.code}", "error_class": "SystemExit"})
         except BaseException as exc:  # noqa: BLE001
             done.set()
-            if self.stopped_by_us and not self._query_failure():
+            if self.stopped_by_us and self.graceful_done and not self._query_failure():
                 return self._exit(EXIT_GRACEFUL, contract.STOPPED, None, reason="graceful stop")
+            if self.stopped_by_us:
+                return self._exit(EXIT_QUERY_FAILED, contract.FAILED, describe_exception(exc),
+                                  reason="terminated before the stop reached a micro-batch boundary")
             log.exception("user script failed")
             code = EXIT_QUERY_FAILED if self.reporter.queries() else EXIT_STARTUP_FAILED
             return self._exit(code, contract.FAILED, self._query_failure() or describe_exception(exc))
@@ -280,6 +302,11 @@ class Driver:
         if self.reporter is not None:
             self.reporter.close()
             self.reporter.write()
+        if self.exporter is not None:
+            try:
+                self.exporter.close(timeout=10)
+            except Exception:  # noqa: BLE001
+                log.warning("closing the Kafka progress exporter failed", exc_info=True)
         if self.spark is not None:
             try:
                 self.spark.stop()

@@ -207,7 +207,7 @@ def test_unknown_field_with_suggestion() -> None:
     err = spec_error(data)
     assert err.field == "chekpoint_location"
     assert "unknown field 'chekpoint_location' (allowed: name, application," in str(err)
-    assert "heartbeat_interval, health)" in str(err)
+    assert "heartbeat_interval, master_ui_url, health)" in str(err)
     assert "did you mean 'checkpoint_location'?" in str(err)
 
 
@@ -482,7 +482,7 @@ def test_to_dict_round_trip_and_json_safe() -> None:
     assert set(data) == {
         "name", "application", "checkpoint_location", "control_location", "version",
         "application_args", "spark_conf", "conn_id", "master", "trigger_interval",
-        "stop_timeout", "startup_timeout", "heartbeat_interval", "health",
+        "stop_timeout", "startup_timeout", "heartbeat_interval", "master_ui_url", "health",
     }
     assert json.loads(json.dumps(data)) == data
     assert StreamSpec.from_dict(data) == spec
