@@ -30,10 +30,12 @@ def emit_metrics(verdict: dict[str, Any]) -> None:
     from airflow_streaming.health.verdict import STATE_GAUGE, HealthState
 
     stream = verdict.get("stream") or "unknown"
+    # The stream is in the name (plain StatsD has no tags) and in the tags (Datadog, InfluxDB, OTel).
     for key, value in (verdict.get("metrics") or {}).items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            Stats.gauge(f"airflow_streaming.{key}", value, tags={"stream": stream})
-    Stats.gauge("airflow_streaming.health_state", STATE_GAUGE[HealthState(verdict["state"])], tags={"stream": stream})
+            Stats.gauge(f"airflow_streaming.{stream}.{key}", value, tags={"stream": stream})
+    Stats.gauge(f"airflow_streaming.{stream}.health_state", STATE_GAUGE[HealthState(verdict["state"])],
+                tags={"stream": stream})
 
 
 class StreamingHealthSensor(BaseSensorOperator):
