@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -14,6 +16,12 @@ from spark_jobs.event_generator import generate_events
 from streams import wait_for
 
 pytestmark = pytest.mark.spark
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 SLOW_SCRIPT = '''
 import sys, time
@@ -36,7 +44,10 @@ def test_falling_behind_is_reported_then_a_sigkilled_driver_is_failed_within_two
     script.write_text(SLOW_SCRIPT)
     source = streams.path("in")
     generate_events(source, count=3000, files=30, run="slow")  # 30 batches of backlog
-    spec = streams.spec("slow", str(script), [source, streams.path("ckpt")], health={"min_batches": 2})
+    ui_port = _free_port()
+    spec = streams.spec("slow", str(script), [source, streams.path("ckpt")], health={"min_batches": 2},
+                        spark_conf={"spark.ui.enabled": "true", "spark.ui.port": str(ui_port),
+                                    "spark.sql.shuffle.partitions": 2})
     hook = streams.hook(spec)
     record = hook.submit()
     hook.wait_until_ready(record)
@@ -49,6 +60,11 @@ def test_falling_behind_is_reported_then_a_sigkilled_driver_is_failed_within_two
     assert "BATCH_LONGER_THAN_TRIGGER" in codes
     reason = next(r for r in verdict.reasons if r.code == "BATCH_LONGER_THAN_TRIGGER")
     assert reason.values["median_batch_s"] > 2.5 and reason.values["trigger_interval_s"] == 1.0
+
+    # Spark's own streaming gauges, on by default, are scrapeable by Prometheus from the driver.
+    with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/metrics/prometheus", timeout=10) as resp:
+        scraped = resp.read().decode()
+    assert "spark_streaming" in scraped and "inputRate_total" in scraped and "latency" in scraped
 
     # SIGKILL the whole driver (spark-submit JVM and Python driver): FAILED within two polls.
     os.killpg(record.submit_pid, signal.SIGKILL)
