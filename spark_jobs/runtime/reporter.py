@@ -90,6 +90,8 @@ class StatusReporter:
         self._spark: SparkSession | None = None
         self.on_lease_lost: Any = lambda: None
         """Called (from the reporter thread) when another driver took the lease over."""
+        self.progress_sinks: list[Any] = []
+        """Callables given every progress dict after the status write (e.g. a Kafka exporter); errors are logged."""
 
     # ------------------------------------------------------------------ lifecycle
     def attach(self, spark: SparkSession) -> None:
@@ -146,6 +148,11 @@ class StatusReporter:
                 totals["quarantined_rows"] += int(metrics.get(QUARANTINE_METRIC) or 0)
             self.doc.ready = True
             self.write()
+        for sink in list(self.progress_sinks):
+            try:
+                sink(progress)
+            except Exception:  # noqa: BLE001 - a sink must never take the listener down
+                log.exception("progress sink %r failed", sink)
 
     def on_idle(self, query_id: str) -> None:
         with self._lock:
