@@ -191,7 +191,8 @@ class StreamingJobHook:
         if lease is not None and not lease.is_stale():
             return f"driver pid {lease.pid} on {lease.host} holds the lease (run {lease.run_id})"
         record = self.driver_record()
-        if record is not None and record.alive():
+        if record is not None and (record.alive() or (record.host == socket.gethostname()
+                                                      and contract.process_group_members(record.submit_pid))):
             return f"spark-submit pid {record.submit_pid} on {record.host} is alive (run {record.run_id})"
         return None
 
@@ -405,14 +406,19 @@ class StreamingJobHook:
         timeout = self.spec.stop_timeout if timeout is None else timeout
         started = time.monotonic()
         record = self.driver_record()
-        running = record is not None and record.alive()
+        # The whole process group counts: a Python driver can outlive its JVM (and hold the lease).
+        running = record is not None and _group_alive(record)
         self.request_stop()
         if not running:
             log.info("stream %s is not running; nothing to stop", self.spec.name)
             return StopReport(self.spec.name, False, False, False, None, self._position(), 0.0)
-        wait_exit(record, timeout)
+        deadline = started + timeout
+        while _group_alive(record) and time.monotonic() < deadline:
+            _reap()
+            time.sleep(0.2)
+        wait_exit(record, 1.0)
         killed = False
-        if record.alive():
+        if _group_alive(record):
             if not kill_on_timeout:
                 raise TimeoutError(f"stream {self.spec.name!r} did not stop within {timeout:.0f}s")
             log.warning("stream %s did not stop within %.0fs: killing it", self.spec.name, timeout)
