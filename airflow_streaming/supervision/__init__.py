@@ -1,0 +1,1 @@
+"""Supervision of running streams: restart policy and failure classification (pure Python)."""

@@ -1,0 +1,133 @@
+"""Restart policy: attempts within a validity interval, exponential backoff with a cap, reset after health.
+
+Like YARN's ``maxAppAttempts`` + ``attemptFailuresValidityInterval`` and Databricks' backoff that resets
+after success: only failures within ``validity_interval_s`` count; the n-th restart waits
+``min(initial x multiplier^(n-1), max)``; a stream healthy for ``reset_after_healthy_s`` starts over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from airflow_streaming.supervision.classification import Classification, FailureKind
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    max_attempts: int = 5
+    validity_interval_s: float = 3600.0
+    backoff_initial_s: float = 10.0
+    backoff_multiplier: float = 2.0
+    backoff_max_s: float = 600.0
+    reset_after_healthy_s: float = 600.0
+    restart_on_stalled: bool = False
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> RestartPolicy:
+        data = dict(data or {})
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        for key, value in data.items():
+            if key not in known:
+                raise ValueError(f"restart_policy.{key}: unknown (known: {', '.join(sorted(known))})")
+            if key == "restart_on_stalled":
+                if not isinstance(value, bool):
+                    raise ValueError(f"restart_policy.{key}: must be true or false")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"restart_policy.{key}: must be a number >= 0, got {value!r}")
+        if data.get("backoff_multiplier", 2.0) < 1:
+            raise ValueError("restart_policy.backoff_multiplier: must be >= 1")
+        return cls(**data)
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait before restart number ``attempt`` (1-based)."""
+        return min(self.backoff_initial_s * self.backoff_multiplier ** max(attempt - 1, 0), self.backoff_max_s)
+
+
+class Action(str, Enum):
+    RESTART = "RESTART"
+    WAIT = "WAIT"
+    GIVE_UP = "GIVE_UP"
+    NOTHING = "NOTHING"
+
+
+@dataclass
+class RestartLedger:
+    """What the supervisor remembers about one stream (persisted between supervisor runs)."""
+
+    failures: list[float] = field(default_factory=list)
+    """Times of the failures that led to restarts."""
+    error_classes: list[str | None] = field(default_factory=list)
+    healthy_since: float | None = None
+    gave_up: bool = False
+    handled_run_ids: list[str] = field(default_factory=list)
+    """Runs whose failure was already acted upon: a second supervisor pass never restarts twice."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RestartLedger:
+        return cls(**{k: d[k] for k in (f.name for f in dataclasses.fields(cls)) if k in d})
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str
+    attempt: int | None = None
+    max_attempts: int | None = None
+    wait_s: float | None = None
+
+
+def note_healthy(ledger: RestartLedger, policy: RestartPolicy, now: float) -> bool:
+    """Record a healthy observation; reset the counter after ``reset_after_healthy_s``. Returns whether it reset."""
+    if ledger.healthy_since is None:
+        ledger.healthy_since = now
+    if ledger.failures and now - ledger.healthy_since >= policy.reset_after_healthy_s:
+        ledger.failures.clear()
+        ledger.error_classes.clear()
+        ledger.gave_up = False
+        return True
+    return False
+
+
+def decide(policy: RestartPolicy, ledger: RestartLedger, classification: Classification, run_id: str,
+           failed_at: float, now: float) -> Decision:
+    """What to do about the failure of ``run_id`` observed at ``now`` (pure; the caller records it)."""
+    if run_id in ledger.handled_run_ids:
+        return Decision(Action.NOTHING, f"run {run_id} was already handled")
+    if ledger.gave_up:
+        return Decision(Action.NOTHING, "the supervisor already gave up on this stream")
+    if classification.kind == FailureKind.NOT_A_FAILURE:
+        return Decision(Action.NOTHING, classification.reason)
+    if classification.kind == FailureKind.DETERMINISTIC:
+        return Decision(Action.GIVE_UP, f"deterministic failure, not retried: {classification.reason}")
+    recent = [t for t in ledger.failures if failed_at - t <= policy.validity_interval_s]
+    attempt = len(recent) + 1
+    if attempt > policy.max_attempts:
+        return Decision(Action.GIVE_UP, f"{len(recent)} restarts within {policy.validity_interval_s:.0f}s "
+                                        f"(max {policy.max_attempts})", len(recent), policy.max_attempts)
+    wait = policy.backoff(attempt)
+    remaining = failed_at + wait - now
+    if remaining > 0:
+        return Decision(Action.WAIT, f"backing off {wait:.0f}s before attempt {attempt}", attempt,
+                        policy.max_attempts, remaining)
+    return Decision(Action.RESTART, f"restart attempt {attempt} of {policy.max_attempts}", attempt,
+                    policy.max_attempts, 0.0)
+
+
+def record_restart(ledger: RestartLedger, run_id: str, failed_at: float, error_class: str | None) -> None:
+    ledger.failures.append(failed_at)
+    ledger.error_classes.append(error_class)
+    ledger.handled_run_ids = (ledger.handled_run_ids + [run_id])[-50:]
+    ledger.healthy_since = None
+
+
+def record_give_up(ledger: RestartLedger, run_id: str, error_class: str | None) -> None:
+    ledger.gave_up = True
+    ledger.error_classes.append(error_class)
+    ledger.handled_run_ids = (ledger.handled_run_ids + [run_id])[-50:]
