@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -42,6 +43,21 @@ DETERMINISTIC_MESSAGES = (
 )
 
 
+_BRACKETED = re.compile(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)?)\]")
+_WRAPPERS = {"STREAM_FAILED", "SparkInternalError", "StreamingQueryException", "Py4JJavaError"}
+
+
+def root_error_class(error_class: str | None, message: str | None) -> str | None:
+    """The most specific Spark error class: ``STREAM_FAILED`` wraps the real one, which Spark prints in
+    brackets in the message (``[STREAM_FAILED] ... [STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE] ...``)."""
+    if error_class and error_class not in _WRAPPERS:
+        return error_class
+    for found in _BRACKETED.findall(message or ""):
+        if found not in _WRAPPERS:
+            return found
+    return error_class
+
+
 @dataclass(frozen=True)
 class Classification:
     kind: FailureKind
@@ -60,6 +76,7 @@ def classify(error_class: str | None, message: str | None, exit_code: int | None
     - anything else (lost executors, network, killed driver, OOM...): TRANSIENT.
     """
     text = message or ""
+    error_class = root_error_class(error_class, message)
     if exit_code == 5:
         return Classification(FailureKind.NOT_A_FAILURE, "another driver holds the stream's lease")
     if error_class in DETERMINISTIC_ERROR_CLASSES:

@@ -40,8 +40,11 @@ def describe_exception(exc: BaseException | None, error_class: str | None = None
                     error_class = None
                 if error_class:
                     break
+    from airflow_streaming.supervision.classification import root_error_class
+
     message = str(exc).strip() or type(exc).__name__
-    return {"message": message[:_MAX_MESSAGE], "error_class": error_class or type(exc).__name__}
+    return {"message": message[:_MAX_MESSAGE],
+            "error_class": root_error_class(error_class, message) or type(exc).__name__}
 
 
 class _Listener(StreamingQueryListener):
@@ -60,9 +63,10 @@ class _Listener(StreamingQueryListener):
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
         if event.exception:
             message = event.exception.strip()
-            self._reporter.on_query_failed(
-                str(event.id), {"message": message[:_MAX_MESSAGE], "error_class": event.errorClassOnException or "UNKNOWN"}
-            )
+            from airflow_streaming.supervision.classification import root_error_class
+
+            error_class = root_error_class(event.errorClassOnException, message) or "UNKNOWN"
+            self._reporter.on_query_failed(str(event.id), {"message": message[:_MAX_MESSAGE], "error_class": error_class})
 
 
 class StatusReporter:

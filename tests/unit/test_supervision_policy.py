@@ -102,3 +102,13 @@ def test_ledger_round_trip_and_policy_validation():
         RestartPolicy.from_mapping({"max_atempts": 2})
     with pytest.raises(ValueError, match="restart_policy.backoff_multiplier: must be >= 1"):
         RestartPolicy.from_mapping({"backoff_multiplier": 0.5})
+
+
+def test_the_wrapped_spark_error_class_is_found_in_the_message():
+    from airflow_streaming.supervision.classification import root_error_class
+
+    message = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+               "[STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE] Provided value schema does not match")
+    assert root_error_class("STREAM_FAILED", message) == "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"
+    assert classify("STREAM_FAILED", message, 3).kind == FailureKind.DETERMINISTIC
+    assert root_error_class("STREAM_FAILED", "no inner class") == "STREAM_FAILED"

@@ -1,0 +1,200 @@
+"""One supervision pass over a stream: notice a failed or vanished driver and act on the restart policy.
+
+Design: a scheduled DAG (``dags/stream_supervisor.py``, every minute, one run at a time) calls
+:func:`supervise` for each stream. Chosen over a long-lived deferrable watcher because each pass is
+short, stateless in the worker and resumable: all state (the restart ledger) lives in the stream's
+control directory, so a retried or duplicated task continues where the last pass left off.
+
+Safety:
+- a ``supervisor.lock`` (exclusive create; stale after ``LOCK_STALE_S`` or when its holder pid is gone)
+  makes concurrent passes on one stream take turns;
+- decisions are keyed on the *current* run id: a failed run is restarted once (the ledger records it
+  as handled) and a new submission replaces the driver record, so a repeated pass sees the new run;
+- the deploy refuses while any driver of the stream is alive (lease / process group): never two drivers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_streaming.control import contract
+from airflow_streaming.hooks.streaming_job import StreamingJobHook, kill_driver
+from airflow_streaming.supervision.classification import classify
+from airflow_streaming.supervision.policy import (
+    Action,
+    RestartLedger,
+    RestartPolicy,
+    decide,
+    note_healthy,
+    record_give_up,
+    record_restart,
+)
+
+log = logging.getLogger(__name__)
+
+LOCK_STALE_S = 600.0
+
+
+@dataclass
+class PassResult:
+    """What one supervision pass saw and did."""
+
+    stream: str
+    health: str
+    action: str
+    reason: str
+    events: list[dict[str, Any]] = field(default_factory=list)
+    new_run_id: str | None = None
+
+
+def _paths(hook: StreamingJobHook) -> tuple[str, str]:
+    return f"{hook.paths.root}/supervisor.json", f"{hook.paths.root}/supervisor.lock"
+
+
+def load_ledger(hook: StreamingJobHook) -> RestartLedger:
+    raw = hook.storage.read_bytes(_paths(hook)[0])
+    if raw is None:
+        return RestartLedger()
+    try:
+        return RestartLedger.from_dict(json.loads(raw))
+    except (ValueError, TypeError) as exc:
+        log.error("unreadable %s (%s): starting a new ledger", _paths(hook)[0], exc)
+        return RestartLedger()
+
+
+def save_ledger(hook: StreamingJobHook, ledger: RestartLedger) -> None:
+    hook.storage.write_atomic(_paths(hook)[0], json.dumps(ledger.to_dict(), indent=1).encode())
+
+
+def _take_lock(hook: StreamingJobHook) -> bool:
+    path = _paths(hook)[1]
+    me = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "at": time.time()}).encode()
+    hook.storage.makedirs(hook.paths.root)
+    if hook.storage.create_exclusive(path, me):
+        return True
+    try:
+        held = json.loads(hook.storage.read_bytes(path) or b"{}")
+    except ValueError:
+        held = {}
+    same_host_dead = held.get("host") == socket.gethostname() and not contract.process_alive(held.get("pid"))
+    if same_host_dead or time.time() - float(held.get("at", 0)) > LOCK_STALE_S:
+        log.warning("taking over a stale supervisor lock %s (%s)", path, held)
+        hook.storage.delete(path)
+        return hook.storage.create_exclusive(path, me)
+    return False
+
+
+def _release_lock(hook: StreamingJobHook) -> None:
+    hook.storage.delete(_paths(hook)[1])
+
+
+def _event(kind: str, hook: StreamingJobHook, doc: Any, now: float, **extra: Any) -> dict[str, Any]:
+    err = (doc.last_exception or {}) if doc is not None else {}
+    message = str(err.get("message") or "")
+    return {
+        "kind": kind, "stream": hook.spec.name, "version": hook.spec.version,
+        "run_id": doc.run_id if doc is not None else None, "app_id": doc.app_id if doc is not None else None,
+        "driver_id": str(doc.pid) if doc is not None else None,
+        "last_committed_batch": doc.last_batch_id() if doc is not None else None,
+        "error_first_line": message.splitlines()[0][:300] if message else None,
+        "error_class": err.get("error_class"), "links": {"spark_ui": doc.spark_ui} if doc is not None and doc.spark_ui else {},
+        "at": now, **extra,
+    }
+
+
+def supervise(hook: StreamingJobHook, policy: RestartPolicy, notify: Callable[[dict[str, Any]], None],
+              now: float | None = None, max_wait_s: float = 0.0) -> PassResult:
+    """One pass for one stream. ``notify`` receives event dicts (see ``airflow_streaming.notifications``)."""
+    if not _take_lock(hook):
+        return PassResult(hook.spec.name, "-", "SKIPPED", "another supervisor pass holds the lock")
+    try:
+        return _supervise_locked(hook, policy, notify, now, max_wait_s)
+    finally:
+        _release_lock(hook)
+
+
+def _supervise_locked(hook: StreamingJobHook, policy: RestartPolicy, notify: Callable[[dict[str, Any]], None],
+                      now: float | None, max_wait_s: float) -> PassResult:
+    now = time.time() if now is None else now
+    name = hook.spec.name
+    record = hook.driver_record()
+    if record is None:
+        return PassResult(name, "-", "NOTHING", "never deployed")
+    ledger = load_ledger(hook)
+    verdict = hook.health(now=now)
+    state = verdict.state.value
+    try:
+        doc = hook.status()
+        doc = doc if doc is not None and doc.run_id == record.run_id else None
+    except contract.ControlFileError:
+        doc = None
+    result = PassResult(name, state, "NOTHING", verdict.summary())
+
+    def emit(kind: str, **extra: Any) -> None:
+        event = _event(kind, hook, doc, now, **extra)
+        result.events.append(event)
+        try:
+            notify(event)
+        except Exception:  # noqa: BLE001 - a notifier never stops supervision
+            log.exception("notification %s for %s failed", kind, name)
+
+    if state in ("HEALTHY", "IDLE"):
+        was_recovering = bool(ledger.failures) and ledger.healthy_since is None
+        note_healthy(ledger, policy, now)
+        if was_recovering:
+            emit("RECOVERED")
+            result.action = "RECOVERED"
+        save_ledger(hook, ledger)
+        return result
+    if state in ("FALLING_BEHIND",) or (state == "STALLED" and not policy.restart_on_stalled):
+        emit("UNHEALTHY", health_reasons=[r.message for r in verdict.reasons])
+        result.action = "NOTIFIED"
+        return result
+    if state not in ("FAILED", "STALLED"):
+        return result  # STOPPED on purpose, UNKNOWN, starting
+
+    ledger.healthy_since = None
+    if record.run_id in ledger.handled_run_ids or ledger.gave_up:
+        result.reason = "failure already handled" if not ledger.gave_up else "gave up earlier"
+        return result
+    error = (doc.last_exception or {}) if doc is not None else {}
+    exit_code = (doc.exit or {}).get("code") if doc is not None else None
+    classification = classify(error.get("error_class"), error.get("message"), exit_code, ledger.error_classes)
+    failed_at = min(now, doc.heartbeat_at) if doc is not None else now
+    decision = decide(policy, ledger, classification, record.run_id, failed_at, now)
+    if decision.action == Action.WAIT and decision.wait_s is not None and decision.wait_s <= max_wait_s:
+        time.sleep(decision.wait_s)
+        now = time.time()
+        decision = decide(policy, ledger, classification, record.run_id, failed_at, now)
+    result.reason = decision.reason
+    if decision.action == Action.GIVE_UP:
+        record_give_up(ledger, record.run_id, error.get("error_class"))
+        save_ledger(hook, ledger)
+        emit("GAVE_UP", health_reasons=[decision.reason, classification.reason])
+        result.action = "GAVE_UP"
+        return result
+    if decision.action == Action.WAIT:
+        # Repeated on every pass while backing off; the notification gate sends it once.
+        emit("FAILED", attempt=decision.attempt, max_attempts=decision.max_attempts,
+             next_attempt_in_s=decision.wait_s)
+        result.action = "WAITING"
+        return result
+    if decision.action != Action.RESTART:
+        return result
+    # Make sure nothing of the failed driver is left (a STALLED restart kills it), then redeploy.
+    if hook.running_driver():
+        kill_driver(hook.storage, hook.paths, record)
+    emit("RESTARTING", attempt=decision.attempt, max_attempts=decision.max_attempts, next_attempt_in_s=0)
+    new_record = hook.submit()
+    record_restart(ledger, record.run_id, failed_at, error.get("error_class"))
+    save_ledger(hook, ledger)
+    result.action = "RESTARTED"
+    result.new_run_id = new_record.run_id
+    return result
