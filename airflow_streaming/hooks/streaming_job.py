@@ -10,6 +10,7 @@ pid recorded in ``driver.json``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -215,10 +216,12 @@ class StreamingJobHook:
         _reap()
         unreadable = None
         doc = None
+        doc_dict = None
         try:
             raw = self.storage.read_bytes(self.paths.status)
             if raw is not None:
-                doc = contract.StatusDocument.from_json(self.paths.status, raw)
+                doc = contract.StatusDocument.from_json(self.paths.status, raw)  # validates
+                doc_dict = json.loads(raw)  # the same content as a dict, without a deep copy of asdict()
         except (contract.ControlFileError, OSError) as exc:
             unreadable = str(exc)
         try:
@@ -239,7 +242,7 @@ class StreamingJobHook:
             elif cluster.active and alive is None:
                 alive = True
         verdict = evaluate(
-            None if doc is None else dataclasses.asdict(doc), now=time.time() if now is None else now,
+            None if doc is None else doc_dict, now=time.time() if now is None else now,
             driver_alive=alive, trigger_interval=self.spec.trigger_interval,
             heartbeat_interval=self.spec.heartbeat_interval,
             thresholds=thresholds or HealthThresholds.from_mapping(self.spec.health), unreadable=unreadable,
