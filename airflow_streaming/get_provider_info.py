@@ -25,6 +25,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_streaming.operators.deploy",
                     "airflow_streaming.operators.stop",
                     "airflow_streaming.operators.compat",
+                    "airflow_streaming.operators.supervise",
                 ],
             }
         ],
@@ -37,5 +38,8 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.triggers.health"]}
         ],
-        "notifications": [],
+        "notifications": [
+            "airflow_streaming.notifications.webhook.StreamWebhookNotifier",
+            "airflow_streaming.notifications.email.StreamEmailNotifier",
+        ],
     }

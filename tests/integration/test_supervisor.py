@@ -88,3 +88,64 @@ def test_deterministic_failure_is_not_retried_and_gives_up_once(streams, tmp_pat
     assert gave_up[0]["error_class"] == "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"
     assert any("not retried" in r for r in gave_up[0]["health_reasons"])
     assert hook.driver_record().run_id == bad.run_id  # nothing was resubmitted
+
+
+SUPERVISOR_DAG = """
+from datetime import datetime
+from airflow.sdk import DAG
+from airflow_streaming.notifications.webhook import StreamWebhookNotifier
+from airflow_streaming.operators.supervise import SparkStreamSupervisorOperator
+
+with DAG("supervise_test", schedule=None, start_date=datetime(2026, 1, 1)):
+    SparkStreamSupervisorOperator(task_id="supervise", specs=[{spec!r}],
+                                  notifiers=[StreamWebhookNotifier(url="{url}", payload_format="slack")])
+"""
+
+
+@pytest.mark.airflow
+def test_supervisor_dag_notifies_a_real_webhook_once_per_state_change(streams, tmp_path, airflow_db):
+    """A driver that crashes at start (deterministic), supervised by the DAG run twice: exactly one
+    GAVE_UP message reaches a real HTTP server, and nothing is resubmitted."""
+    import http.server
+    import json
+    import subprocess
+    import sys
+    import threading
+
+    received: list[dict] = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        app = tmp_path / "crash.py"
+        app.write_text("from pyspark.sql import SparkSession\nSparkSession.builder.getOrCreate()\n"
+                       "raise ModuleNotFoundError(\"No module named 'orders_schema'\")\n")
+        spec = streams.spec("crashloop", str(app), [])
+        hook = streams.hook(spec)
+        record = hook.submit()
+        wait_for(lambda: hook.health().state.value == "FAILED", 120, "the crash at start")
+        dags = tmp_path / "dags"
+        dags.mkdir()
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        (dags / "supervise_test.py").write_text(SUPERVISOR_DAG.format(spec=spec.to_dict(), url=url))
+        env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(dags)}
+        for _ in range(2):
+            run = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "supervise_test"], env=env,
+                                 capture_output=True, text=True, timeout=600)
+            assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+        texts = [m["text"] for m in received]
+        assert len(texts) == 1, texts  # one state change, one message, whatever the number of passes
+        assert "GAVE_UP" in texts[0] or "gave up" in texts[0].lower()
+        assert "crashloop" in texts[0] and "orders_schema" in texts[0]
+        assert hook.driver_record().run_id == record.run_id  # a deterministic failure is not restarted
+    finally:
+        server.shutdown()
