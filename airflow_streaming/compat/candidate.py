@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_streaming.compat import spark_adapter
+from airflow_streaming.compat.rules import normalize_path
 
 #: Conf keys Spark records in the offsets log and restores from it on restart.
 CHECKPOINT_CONF_KEYS = (
@@ -233,15 +234,6 @@ def _java_map(jvm: Any, scala_map: Any) -> dict[str, str]:
         return {}
 
 
-def _norm_path(path: str | None) -> str | None:
-    if not path:
-        return None
-    for prefix in ("file://", "file:"):
-        if path.startswith(prefix):
-            path = path[len(prefix):]
-            break
-    return os.path.normpath(path)
-
 
 def streaming_sources(spark: Any, df: Any) -> list[SourceInfo]:
     """The streaming sources of ``df``'s analyzed plan, in plan (pre-order) order."""
@@ -269,7 +261,7 @@ def streaming_sources(spark: Any, df: Any) -> list[SourceInfo]:
         except Exception:  # noqa: BLE001 - keep the node name when internals differ
             pass
         kind = kind.rsplit(".", 1)[-1].lower().replace("fileformat", "").replace("sourceprovider", "")
-        sources.append(SourceInfo(len(sources), kind, _norm_path(options.get("path")), options))
+        sources.append(SourceInfo(len(sources), kind, normalize_path(options.get("path")), options))
     return sources
 
 
@@ -293,7 +285,7 @@ def plan_candidate(spark: Any, captured: CapturedQuery, application: str,
         shutil.rmtree(scratch, ignore_errors=True)
     sink = SinkInfo(
         format="foreachBatch" if captured.foreach_batch else captured.format,
-        path=_norm_path(captured.options.get("path")),
+        path=normalize_path(captured.options.get("path")),
         output_mode=captured.output_mode,
         foreach_batch=captured.foreach_batch,
         partition_by=captured.partition_by,
