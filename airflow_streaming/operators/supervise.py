@@ -48,12 +48,18 @@ class SparkStreamSupervisorOperator(BaseOperator):
         from airflow_streaming.supervision.supervisor import supervise
 
         policy = RestartPolicy.from_mapping(self.restart_policy)
+        try:
+            log_url = getattr(context["ti"], "log_url", None)
+        except Exception:  # noqa: BLE001 - no task instance (direct call)
+            log_url = None
         results = []
         for raw in self.specs:
             hook = StreamingJobHook(as_spec(raw))
             gate = NotificationGate(hook.storage, f"{hook.paths.root}/notifications.json", self.repeat_window_s)
 
             def deliver(event: dict[str, Any], gate: NotificationGate = gate) -> None:
+                if isinstance(log_url, str) and log_url:
+                    event = {**event, "links": {**(event.get("links") or {}), "airflow_log": log_url}}
                 admitted = gate.admit(event)
                 if admitted is None:
                     return

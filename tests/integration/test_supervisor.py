@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -149,3 +150,57 @@ def test_supervisor_dag_notifies_a_real_webhook_once_per_state_change(streams, t
         assert hook.driver_record().run_id == record.run_id  # a deterministic failure is not restarted
     finally:
         server.shutdown()
+
+
+FLAKY = '''
+import os, sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.getOrCreate()
+src, ckpt, flag = sys.argv[1:4]
+
+def sink(batch, batch_id):
+    if os.path.exists(flag):
+        raise ConnectionResetError(f"sink connection reset (batch {batch_id})")
+    batch.count()
+
+(spark.readStream.format("text").load(src).writeStream.foreachBatch(sink).option("checkpointLocation", ckpt)
+ .trigger(processingTime="1 second").start().awaitTermination())
+'''
+
+
+def test_attempts_exhausted_give_up_and_a_healthy_period_resets_the_counter(streams, tmp_path):
+    app, flag, src = tmp_path / "flaky.py", tmp_path / "sink-down", streams.path("in")
+    app.write_text(FLAKY)
+    policy = RestartPolicy(max_attempts=1, backoff_initial_s=0, reset_after_healthy_s=5)
+    hook = streams.hook(streams.spec("flaky", str(app), [src, streams.path("ckpt"), str(flag)]))
+    events: list[dict] = []
+
+    def fail_current_run(n: int) -> None:
+        flag.write_text("down")
+        generate_events(src, count=10, run=f"f{n}")
+        wait_for(lambda: hook.health().state.value == "FAILED", 120, f"failure {n}")
+
+    generate_events(src, count=10, run="ok0")
+    first = hook.submit()
+    hook.wait_until_ready(first)
+    fail_current_run(1)
+    flag.unlink()  # the sink is back before the restart replays the failed batch
+    assert supervise(hook, policy, events.append).action == "RESTARTED"  # attempt 1 of 1
+
+    # Healthy for longer than reset_after_healthy_s: the counter starts over.
+    hook.wait_until_ready(hook.driver_record())
+    assert supervise(hook, policy, events.append).action == "RECOVERED"
+    time.sleep(6)
+    supervise(hook, policy, events.append)
+    assert load_ledger(hook).failures == []
+
+    fail_current_run(2)
+    flag.unlink()
+    again = supervise(hook, policy, events.append)
+    assert again.action == "RESTARTED", again  # attempt 1 again, not "exhausted"
+    hook.wait_until_ready(hook.driver_record())
+    fail_current_run(3)  # the restarted driver fails again: 1 restart already used within the interval
+    final = supervise(hook, policy, events.append)
+    assert final.action == "GAVE_UP" and "1 restarts within" in final.reason, final
+    assert [e["kind"] for e in events] == ["RESTARTING", "RECOVERED", "RESTARTING", "GAVE_UP"]
+    assert all(e["error_class"] for e in events if e["kind"] != "RECOVERED")
