@@ -340,9 +340,16 @@ class StreamingJobHook:
         self.storage.makedirs(os.path.dirname(self.paths.log(run_id)))
         contract.write_marker(self.storage, self.paths, run_id, self.spec.version)
         log_path = self.paths.log(run_id)
+        env = self._environment()
+        if shutil.which(cmd[0], path=env.get("PATH")) is None:
+            contract.request_stop(self.storage, self.paths)
+            raise ApplicationNotFoundError(
+                f"{cmd[0]} is not on PATH: install PySpark in the Airflow worker's environment "
+                "(pip install pyspark==4.2.0 pyspark-client==4.2.0) or put Spark's bin directory on PATH; "
+                "nothing was submitted")
         with open(log_path, "ab") as log_file:
             proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=self._environment(), start_new_session=True, close_fds=True)
+                                    env=env, start_new_session=True, close_fds=True)
         _CHILDREN[proc.pid] = proc
         record = DriverRecord(
             run_id=run_id, stream=self.spec.name, version=self.spec.version, application=self.spec.application,

@@ -44,3 +44,17 @@ def test_secrets_in_conf_are_masked_in_the_recorded_command(streams):
     cmd, masked = StreamingJobHook(spec).build_command("run-1")
     assert "spark.hadoop.fs.s3a.secret.key=TOPSECRET123" in cmd
     assert "TOPSECRET123" not in masked and "spark.hadoop.fs.s3a.secret.key=******" in masked
+
+
+def test_missing_spark_submit_is_named_and_nothing_is_submitted(streams, monkeypatch, tmp_path):
+    import shutil as shutil_module
+
+    from airflow_streaming.exceptions import ApplicationNotFoundError
+
+    hook = StreamingJobHook(streams.etl_spec())
+    real_which = shutil_module.which
+    monkeypatch.setattr(shutil_module, "which",
+                        lambda name, *a, **k: None if name == "spark-submit" else real_which(name, *a, **k))
+    with pytest.raises(ApplicationNotFoundError, match="spark-submit is not on PATH: install PySpark"):
+        hook.submit()
+    assert hook.driver_record() is None and not hook.storage.exists(hook.paths.marker)
