@@ -169,7 +169,10 @@ def evaluate(
     stall_after = t.stall_after(trigger_interval)
     started_at = float(doc.get("started_at") or now)
     for query in doc.get("queries") or []:
-        if not query.get("active", True) or not (query.get("status") or {}).get("isTriggerActive"):
+        status = query.get("status") or {}
+        # A batch with data in flight: an idle query's trigger is briefly active too, while it only
+        # asks its sources for new data (isDataAvailable false) - that must never count as a stall.
+        if not query.get("active", True) or not (status.get("isTriggerActive") and status.get("isDataAvailable")):
             continue
         ends = [(_ts(p) or 0.0) + (_num((p.get("durationMs") or {}).get("triggerExecution")) or 0) / 1000
                 for p in query.get("recent_progress") or [] if isinstance(p, dict)]

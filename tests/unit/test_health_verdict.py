@@ -325,7 +325,7 @@ def test_recorded_run_retimed_long_after_its_last_batch_is_idle_not_stalled(name
             "quarantined": quarantined, "rows": rows}
     # The same silence with a trigger reported active is a stall, counted from the recorded last batch end.
     d = retimed(doc, now)
-    d["queries"][0]["status"]["isTriggerActive"] = True
+    d["queries"][0]["status"].update(isTriggerActive=True, isDataAvailable=True)
     stalled = run(d, now=now, trigger_interval=trigger)
     assert stalled.state is HealthState.STALLED and codes(stalled.reasons) == ["NO_BATCH_COMPLETED"]
     expected_since = now - max(batch_end(p) for p in progress)
@@ -537,14 +537,14 @@ def test_no_active_trigger_long_after_the_last_batch_is_idle_never_stalled():
 
 def test_an_inactive_query_does_not_count_as_an_active_trigger():
     q = QueryStatus(id="q", run_id="r", name="q", active=False,
-                    status={"isTriggerActive": True}, recent_progress=[prog(NOW - 10_000, 1, rows=0)])
+                    status={"isTriggerActive": True, "isDataAvailable": True}, recent_progress=[prog(NOW - 10_000, 1, rows=0)])
     assert run(make_doc(queries=[q])).state is HealthState.IDLE
 
 
 def test_a_stuck_query_is_not_masked_by_a_progressing_sibling():
     busy = QueryStatus(id="a", run_id="ra", name="a", active=True, status={"isTriggerActive": False},
                        recent_progress=steady(5, end=NOW - 1))
-    stuck = QueryStatus(id="b", run_id="rb", name="b", active=True, status={"isTriggerActive": True},
+    stuck = QueryStatus(id="b", run_id="rb", name="b", active=True, status={"isTriggerActive": True, "isDataAvailable": True},
                         recent_progress=[prog(NOW - 600, 9, rows=10)])
     v = run(make_doc(queries=[busy, stuck]))
     assert v.state is HealthState.STALLED
@@ -842,3 +842,15 @@ def test_state_properties_and_gauge():
     assert set(STATE_GAUGE) == set(HealthState)
     assert STATE_GAUGE[HealthState.HEALTHY] == STATE_GAUGE[HealthState.IDLE] == 0
     assert 0 < STATE_GAUGE[HealthState.FALLING_BEHIND] < STATE_GAUGE[HealthState.STALLED]
+
+
+def test_an_idle_trigger_polling_its_sources_is_never_stalled():
+    """An idle query's trigger is briefly active while it asks its sources for data (isDataAvailable
+    false); caught at that moment long after start, it must read IDLE, not STALLED (seen on a real run)."""
+    doc = make_doc([], trigger_active=False)
+    doc["queries"][0]["status"] = {"message": "Getting offsets from FileStreamSource", "isDataAvailable": False,
+                                   "isTriggerActive": True}
+    doc["started_at"] = NOW - 600
+    assert run(doc).state is HealthState.IDLE
+    doc["queries"][0]["status"]["isDataAvailable"] = True  # a batch with data in flight for 600 s
+    assert run(doc).state is HealthState.STALLED
