@@ -232,7 +232,10 @@ def check_compatibility(
     storage, root = storage_for(checkpoint)
     info = read_checkpoint(root, storage)
     for key, value in (spark_conf or {}).items():
-        spark.conf.set(key, value)
+        # Only runtime (SQL) confs shape the plan; static/core ones (spark.ui.enabled, memory...) cannot
+        # be set on a running session and do not matter to the check.
+        if spark.conf.isModifiable(key):
+            spark.conf.set(key, value)
     captured = capture_query(spark, application, list(application_args), stream, checkpoint, trigger_seconds)
     plan = plan_candidate(spark, captured, application)
     cand = CandidateFacts(

@@ -226,14 +226,15 @@ def read_lease(storage: ControlStorage, paths: ControlPaths) -> Lease | None:
 TAKEOVER_LOCK_STALE_SECONDS = 30.0
 
 
-def _take_over(storage: ControlStorage, paths: ControlPaths, judged_stale: bytes | None) -> None:
-    """Delete the lease we judged stale, unless someone replaced it meanwhile.
+def take_over_stale(storage: ControlStorage, path: str, judged_stale: bytes | None) -> None:
+    """Delete the file at ``path`` that we judged stale, unless someone replaced it meanwhile.
 
-    The read-compare-delete runs under an exclusive ``lease.json.takeover`` lock, so two drivers that
-    both found the same stale lease cannot both delete-and-recreate it. A takeover lock older than
-    ``TAKEOVER_LOCK_STALE_SECONDS`` (its taker died mid-takeover) is removed.
+    The read-compare-delete runs under an exclusive ``<path>.takeover`` lock, so two processes that
+    both found the same stale file cannot both delete-and-recreate it. A takeover lock older than
+    ``TAKEOVER_LOCK_STALE_SECONDS`` (its taker died mid-takeover) is removed. Used for the driver
+    lease and for the lifecycle lock.
     """
-    lock = paths.lease + ".takeover"
+    lock = path + ".takeover"
     if not storage.create_exclusive(lock, _dumps({"pid": os.getpid(), "host": socket.gethostname(), "at": time.time()})):
         try:
             held_since = float(_loads(lock, storage.read_bytes(lock) or b"{}").get("at", 0))
@@ -244,8 +245,8 @@ def _take_over(storage: ControlStorage, paths: ControlPaths, judged_stale: bytes
         time.sleep(0.05)
         return
     try:
-        if storage.read_bytes(paths.lease) == judged_stale:
-            storage.delete(paths.lease)
+        if storage.read_bytes(path) == judged_stale:
+            storage.delete(path)
     finally:
         storage.delete(lock)
 
@@ -254,7 +255,7 @@ def acquire_lease(storage: ControlStorage, paths: ControlPaths, run_id: str, ttl
     """Take the stream's lease for this process, taking over a stale one; raise :class:`LeaseHeldError`.
 
     Rule: a lease is taken over only when it is stale (see :class:`Lease`); the takeover itself is
-    serialized by :func:`_take_over`, so at most one driver ever holds the lease.
+    serialized by :func:`take_over_stale`, so at most one driver ever holds the lease.
     """
     deadline = time.monotonic() + 2 * TAKEOVER_LOCK_STALE_SECONDS
     while time.monotonic() < deadline:
@@ -272,7 +273,7 @@ def acquire_lease(storage: ControlStorage, paths: ControlPaths, run_id: str, ttl
             current = None  # unreadable lease: treated as stale
         if current is not None and not current.is_stale():
             raise LeaseHeldError(current)
-        _take_over(storage, paths, raw)
+        take_over_stale(storage, paths.lease, raw)
     raise RuntimeError(f"could not acquire {paths.lease}: its takeover lock stayed held")
 
 

@@ -197,6 +197,36 @@ class StreamingJobHook:
             return f"spark-submit pid {record.submit_pid} on {record.host} is alive (run {record.run_id})"
         return None
 
+    @property
+    def deployed_path(self) -> str:
+        return f"{self.paths.root}/deployed.json"
+
+    def deployed(self) -> dict[str, Any] | None:
+        """``{"run_id", "at", "spec"}`` of the last submission (the spec as deployed), or ``None``."""
+        raw = self.storage.read_bytes(self.deployed_path)
+        try:
+            return json.loads(raw) if raw is not None else None
+        except ValueError:
+            log.error("unreadable %s: the deployed spec is unknown", self.deployed_path)
+            return None
+
+    def processes_of_run(self, run_id: str) -> list[int]:
+        """Local processes started for ``run_id`` (its spark-submit, JVM or Python driver), found by
+        their command line: tells whether a submission happened even if its record was never written."""
+        import psutil
+
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+            try:
+                cmdline = proc.info["cmdline"] or []
+                if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                    continue
+            except (psutil.Error, KeyError):
+                continue
+            if any(a == run_id and i > 0 and cmdline[i - 1] == "--run-id" for i, a in enumerate(cmdline)):
+                found.append(proc.info["pid"])
+        return found
+
     def log_tail(self, run_id: str, lines: int = 40) -> str:
         """The last lines of a run's driver output, with ``secret``/``password`` values masked."""
         from airflow.providers.apache.spark.hooks.spark_submit import _mask_sensitive_values
@@ -321,11 +351,13 @@ class StreamingJobHook:
             env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         return env
 
-    def submit(self) -> DriverRecord:
+    def submit(self, run_id: str | None = None) -> DriverRecord:
         """Start the stream's driver detached and return its record.
 
         Refuses (before anything is submitted) when a live driver already runs the stream, when the
-        application is missing, or when Java is not usable.
+        application is missing, or when Java is not usable. ``run_id`` lets a resumable caller choose
+        (and record) the run id before submitting, so that it can later tell whether the submission
+        happened (:meth:`processes_of_run`) instead of submitting twice.
         """
         running = self.running_driver()
         if running:
@@ -334,7 +366,7 @@ class StreamingJobHook:
             )
         self.application_argument()
         check_java()
-        run_id = contract.new_run_id()
+        run_id = run_id or contract.new_run_id()
         cmd, masked = self.build_command(run_id)
         self.storage.makedirs(self.paths.root)
         self.storage.makedirs(os.path.dirname(self.paths.log(run_id)))
@@ -358,6 +390,8 @@ class StreamingJobHook:
             checkpoint_location=self.spec.checkpoint_location,
         )
         self.storage.write_atomic(self.paths.driver, record.to_json())
+        self.storage.write_atomic(self.deployed_path, json.dumps(
+            {"run_id": run_id, "at": record.submitted_at, "spec": self.spec.to_dict()}, indent=1).encode())
         log.info("submitted stream %s %s: run %s, spark-submit pid %s, log %s", self.spec.name, self.spec.version,
                  run_id, proc.pid, log_path)
         return record

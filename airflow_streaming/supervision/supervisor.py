@@ -6,8 +6,9 @@ short, stateless in the worker and resumable: all state (the restart ledger) liv
 control directory, so a retried or duplicated task continues where the last pass left off.
 
 Safety:
-- a ``supervisor.lock`` (exclusive create; stale after ``LOCK_STALE_S`` or when its holder pid is gone)
-  makes concurrent passes on one stream take turns;
+- the stream's lifecycle lock (:mod:`airflow_streaming.lifecycle.lock`, shared with upgrades,
+  restarts and rollbacks) makes concurrent passes - and a pass during an upgrade - take turns: a pass
+  that finds it held skips the stream;
 - decisions are keyed on the *current* run id: a failed run is restarted once (the ledger records it
   as handled) and a new submission replaces the driver record, so a repeated pass sees the new run;
 - the deploy refuses while any driver of the stream is alive (lease / process group): never two drivers.
@@ -18,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +26,7 @@ from typing import Any
 
 from airflow_streaming.control import contract
 from airflow_streaming.hooks.streaming_job import StreamingJobHook, kill_driver
+from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockHeld
 from airflow_streaming.supervision.classification import classify
 from airflow_streaming.supervision.policy import (
     Action,
@@ -38,8 +39,6 @@ from airflow_streaming.supervision.policy import (
 )
 
 log = logging.getLogger(__name__)
-
-LOCK_STALE_S = 600.0
 
 
 @dataclass
@@ -54,8 +53,8 @@ class PassResult:
     new_run_id: str | None = None
 
 
-def _paths(hook: StreamingJobHook) -> tuple[str, str]:
-    return f"{hook.paths.root}/supervisor.json", f"{hook.paths.root}/supervisor.lock"
+def _paths(hook: StreamingJobHook) -> tuple[str]:
+    return (f"{hook.paths.root}/supervisor.json",)
 
 
 def load_ledger(hook: StreamingJobHook) -> RestartLedger:
@@ -71,28 +70,6 @@ def load_ledger(hook: StreamingJobHook) -> RestartLedger:
 
 def save_ledger(hook: StreamingJobHook, ledger: RestartLedger) -> None:
     hook.storage.write_atomic(_paths(hook)[0], json.dumps(ledger.to_dict(), indent=1).encode())
-
-
-def _take_lock(hook: StreamingJobHook) -> bool:
-    path = _paths(hook)[1]
-    me = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "at": time.time()}).encode()
-    hook.storage.makedirs(hook.paths.root)
-    if hook.storage.create_exclusive(path, me):
-        return True
-    try:
-        held = json.loads(hook.storage.read_bytes(path) or b"{}")
-    except ValueError:
-        held = {}
-    same_host_dead = held.get("host") == socket.gethostname() and not contract.process_alive(held.get("pid"))
-    if same_host_dead or time.time() - float(held.get("at", 0)) > LOCK_STALE_S:
-        log.warning("taking over a stale supervisor lock %s (%s)", path, held)
-        hook.storage.delete(path)
-        return hook.storage.create_exclusive(path, me)
-    return False
-
-
-def _release_lock(hook: StreamingJobHook) -> None:
-    hook.storage.delete(_paths(hook)[1])
 
 
 def _event(kind: str, hook: StreamingJobHook, doc: Any, now: float, **extra: Any) -> dict[str, Any]:
@@ -112,12 +89,12 @@ def _event(kind: str, hook: StreamingJobHook, doc: Any, now: float, **extra: Any
 def supervise(hook: StreamingJobHook, policy: RestartPolicy, notify: Callable[[dict[str, Any]], None],
               now: float | None = None, max_wait_s: float = 0.0) -> PassResult:
     """One pass for one stream. ``notify`` receives event dicts (see ``airflow_streaming.notifications``)."""
-    if not _take_lock(hook):
-        return PassResult(hook.spec.name, "-", "SKIPPED", "another supervisor pass holds the lock")
     try:
+        lock = LifecycleLock.acquire(hook.storage, hook.paths.root, "supervise", owner=f"supervisor pid {os.getpid()}")
+    except LifecycleLockHeld as exc:
+        return PassResult(hook.spec.name, "-", "SKIPPED", f"another lifecycle action is under way: {exc}")
+    with lock:
         return _supervise_locked(hook, policy, notify, now, max_wait_s)
-    finally:
-        _release_lock(hook)
 
 
 def _supervise_locked(hook: StreamingJobHook, policy: RestartPolicy, notify: Callable[[dict[str, Any]], None],

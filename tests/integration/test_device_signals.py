@@ -4,32 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
-from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import pytest
 
 from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import read_window_counts
+from signals import DEVICES, START, STEP, expected_windows
 from streams import wait_for
 
 pytestmark = pytest.mark.spark
-
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
-STEP = 1.0  # seconds of event time between consecutive events
-DEVICES = 4
-
-
-def expected_windows(last_seq: int, watermark_delay: float) -> dict[tuple[str, str], int]:
-    """Counts per (1-minute window, device) for the windows the watermark has closed."""
-    watermark = START + timedelta(seconds=last_seq * STEP - watermark_delay)
-    counts: Counter = Counter()
-    for seq in range(last_seq + 1):
-        t = START + timedelta(seconds=seq * STEP)
-        window_start = t.replace(second=0, microsecond=0)
-        if window_start + timedelta(minutes=1) <= watermark:
-            counts[(window_start.replace(tzinfo=None).isoformat(), f"dev-{seq % DEVICES:03d}")] += 1
-    return dict(counts)
 
 
 def test_stateful_job_restart_keeps_state_and_is_exactly_once(streams):

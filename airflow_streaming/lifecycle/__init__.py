@@ -1,0 +1,1 @@
+"""Lifecycle actions: upgrade, restart, rollback, parallel transition."""

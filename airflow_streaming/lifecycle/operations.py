@@ -1,0 +1,142 @@
+"""Lifecycle operations on the streams of a desired-state file (what the DAGs call; no Airflow import).
+
+``operate`` runs one action (deploy / stop / restart / upgrade / rollback / status) for one stream;
+``apply_pending`` applies every pending version change of the file, one stream at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow_streaming.exceptions import StreamingError
+from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.lifecycle.desired_state import DesiredState, StreamTarget, pending_changes
+from airflow_streaming.lifecycle.record import Action, Probation, previous_spec
+from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner, describe, read_history
+from airflow_streaming.spec import SpecError, StreamSpec
+
+log = logging.getLogger(__name__)
+
+ACTIONS = ("deploy", "stop", "restart", "upgrade", "rollback", "status")
+
+
+def deployment(target: StreamTarget) -> tuple[str | None, StreamingJobHook]:
+    """The version of ``target`` deployed most recently and the hook of its stream.
+
+    A parallel transition moves a stream to another name (control directory); the most recent
+    submission among the names its versions use wins. ``(None, hook of the wanted version)`` if none.
+    """
+    best: tuple[float, str | None, StreamingJobHook] | None = None
+    seen: set[str] = set()
+    for version in target.versions:
+        spec = target.spec_for(version)
+        if spec.name in seen:
+            continue
+        seen.add(spec.name)
+        hook = StreamingJobHook(spec)
+        deployed = hook.deployed()
+        if deployed is None:
+            continue
+        at = float(deployed.get("at") or 0)
+        if best is None or at > best[0]:
+            best = (at, (deployed.get("spec") or {}).get("version"), StreamingJobHook(
+                StreamSpec.from_dict(deployed["spec"])))
+    if best is None:
+        return None, StreamingJobHook(target.spec)
+    return best[1], best[2]
+
+
+def deployed_versions(state: DesiredState) -> dict[str, str | None]:
+    return {name: deployment(target)[0] for name, target in state.streams.items()}
+
+
+def operate(state: DesiredState, stream: str, action: str, version: str | None = None,
+            allow_warnings: bool | None = None, owner: str | None = None,
+            notify: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run ``action`` on ``stream``; returns a JSON-safe result. Invalid choices raise :class:`SpecError`
+    naming the parameter. A lifecycle action that ends REFUSED / ROLLED_BACK / FAILED raises
+    :class:`StreamingError` after it is recorded."""
+    if action not in ACTIONS:
+        raise SpecError("action", f"unknown action {action!r}; choose one of {', '.join(ACTIONS)}")
+    target = state.target(stream)
+    if version and version not in target.versions:
+        raise SpecError("version", f"stream {stream!r} has no version {version!r} in {state.path or 'the desired state'}"
+                        f"; listed: {', '.join(target.versions)}")
+    current_version, hook = deployment(target)
+    options = LifecycleOptions(allow_warnings=target.allow_warnings if allow_warnings is None else allow_warnings,
+                               probation=Probation(target.probation.min_batches, target.probation.window_s),
+                               owner=owner)
+    if action == "status":
+        return describe(hook)
+    if action == "stop":
+        return hook.stop().to_dict()
+    if action == "deploy":
+        spec = target.spec_for(version or current_version or target.version)
+        new = StreamingJobHook(spec)
+        record = new.submit()
+        doc = new.wait_until_ready(record)
+        return {"stream": spec.name, "version": spec.version, "run_id": record.run_id, "state": doc.state}
+    if action == "restart":
+        if current_version is None:
+            raise SpecError("action", f"stream {stream!r} was never deployed: deploy it first")
+        return _run(LifecycleRunner(hook.spec, Action.RESTART, options, notify=notify))
+    if action == "rollback":
+        spec_dict = previous_spec(read_history(hook), current_version)
+        if spec_dict is None:
+            raise SpecError("action", f"stream {stream!r} has no earlier version to roll back to: its history has no "
+                            f"successful upgrade to {current_version}")
+        return _run(LifecycleRunner(StreamSpec.from_dict(spec_dict), Action.ROLLBACK, options, notify=notify))
+    # upgrade
+    wanted = version or target.version
+    spec = target.spec_for(wanted)
+    if current_version is None:
+        raise SpecError("action", f"stream {stream!r} was never deployed: deploy it first")
+    if wanted == current_version and spec.name == hook.spec.name:
+        return {"stream": stream, "outcome": "UNCHANGED", "version": wanted}
+    if target.transition_for(wanted) == "parallel":
+        return _run(LifecycleRunner(spec, Action.PARALLEL, options, current=hook.spec, notify=notify))
+    return _run(LifecycleRunner(spec, Action.UPGRADE, options, current=hook.spec, notify=notify))
+
+
+def _run(runner: LifecycleRunner) -> dict[str, Any]:
+    record = runner.run()
+    result = record.history_entry()
+    result.pop("from_spec", None)
+    result["steps"] = [f"{s['step']}{': ' + s['detail'] if s.get('detail') else ''}" for s in record.steps]
+    if record.step.value != "SUCCEEDED":
+        raise LifecycleOutcomeError(result)
+    return result
+
+
+class LifecycleOutcomeError(StreamingError):
+    """The action ended without doing what was asked (refused, rolled back, failed); ``result`` says how."""
+
+    def __init__(self, result: Mapping[str, Any]):
+        self.result = dict(result)
+        super().__init__(f"{result['action']} of {result['stream']} to {result['to_version']} ended "
+                         f"{result['outcome']}: {result.get('error')}")
+
+
+def apply_pending(state: DesiredState, owner: str | None = None,
+                  notify: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Apply every pending change, one stream at a time; a failing stream does not stop the others."""
+    summary = []
+    for change in pending_changes(state, deployed_versions(state)):
+        started = time.time()
+        entry: dict[str, Any] = {"stream": change.stream, "from": change.from_version, "to": change.to_version,
+                                 "transition": change.transition}
+        action = "deploy" if change.from_version is None else "upgrade"
+        try:
+            result = operate(state, change.stream, action, change.to_version, owner=owner, notify=notify)
+            entry["outcome"] = result.get("outcome", "DEPLOYED")
+        except LifecycleOutcomeError as exc:
+            entry["outcome"], entry["error"] = exc.result["outcome"], exc.result.get("error")
+        except Exception as exc:  # noqa: BLE001 - report and go on with the next stream
+            log.exception("change of %s failed", change.stream)
+            entry["outcome"], entry["error"] = "ERROR", f"{type(exc).__name__}: {exc}"
+        entry["seconds"] = round(time.time() - started, 1)
+        summary.append(entry)
+    return summary

@@ -1,0 +1,266 @@
+"""The resumable record of one lifecycle action and the stream's deployment history (pure logic).
+
+A lifecycle action (upgrade, restart, rollback to the previous version, parallel transition) is a
+sequence of steps. The runner saves the record in the stream's control directory *before* each
+step's side effect, so a task that dies anywhere can be run again and continue from the recorded
+step (see :data:`TRANSITIONS`). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Action(str, Enum):
+    UPGRADE = "upgrade"
+    RESTART = "restart"
+    ROLLBACK = "rollback"
+    PARALLEL = "parallel"
+
+
+class Step(str, Enum):
+    PLANNED = "PLANNED"
+    """Record created: from/to specs chosen, lock held, nothing touched."""
+    CHECKED = "CHECKED"
+    """The compatibility gate passed; the old version still runs."""
+    STOPPING = "STOPPING"
+    """A graceful stop was requested (repeatable: stop is idempotent)."""
+    STOPPED = "STOPPED"
+    """No driver runs; the checkpoint is clean at ``stop_batch``."""
+    SNAPSHOTTED = "SNAPSHOTTED"
+    """The checkpoint (and file sink log) at ``stop_batch`` is saved under ``snapshot``."""
+    STARTING = "STARTING"
+    """``new_run_id`` is chosen; its submission may or may not have happened."""
+    PROBATION = "PROBATION"
+    """The new version runs; it must become HEALTHY with enough batches within the window."""
+    CATCHING_UP = "CATCHING_UP"
+    """Parallel transition: the new stream runs beside the old one until it has caught up."""
+    RETIRING = "RETIRING"
+    """Parallel transition: the new stream caught up; the old one is being stopped."""
+    ROLLING_BACK = "ROLLING_BACK"
+    """The new version failed: stop it, restore the snapshot."""
+    RESTORED = "RESTORED"
+    """No new-version driver runs and the checkpoint equals the snapshot."""
+    RESTARTING_OLD = "RESTARTING_OLD"
+    """``old_run_id`` is chosen; the old version is being (re)started and verified."""
+    SUCCEEDED = "SUCCEEDED"
+    REFUSED = "REFUSED"
+    """The gate refused the change; the running stream was never touched."""
+    ROLLED_BACK = "ROLLED_BACK"
+    FAILED = "FAILED"
+    """The action could not complete and there was nothing to roll back to (see ``error``)."""
+    ROLLBACK_FAILED = "ROLLBACK_FAILED"
+    """The old version did not come back either: a human must look (the snapshot is kept)."""
+
+
+TERMINAL = frozenset({Step.SUCCEEDED, Step.REFUSED, Step.ROLLED_BACK, Step.FAILED, Step.ROLLBACK_FAILED})
+
+#: Which step may follow which. The runner refuses anything else (a corrupted or hand-edited record).
+TRANSITIONS: dict[Step, frozenset[Step]] = {
+    Step.PLANNED: frozenset({Step.CHECKED, Step.REFUSED, Step.FAILED, Step.STARTING}),
+    Step.CHECKED: frozenset({Step.STOPPING, Step.STARTING, Step.FAILED}),
+    Step.STOPPING: frozenset({Step.STOPPED, Step.ROLLING_BACK}),
+    Step.STOPPED: frozenset({Step.SNAPSHOTTED, Step.STARTING, Step.ROLLING_BACK}),
+    Step.SNAPSHOTTED: frozenset({Step.STARTING}),
+    Step.STARTING: frozenset({Step.PROBATION, Step.CATCHING_UP, Step.ROLLING_BACK, Step.FAILED}),
+    Step.PROBATION: frozenset({Step.SUCCEEDED, Step.ROLLING_BACK, Step.FAILED}),
+    Step.CATCHING_UP: frozenset({Step.RETIRING, Step.ROLLING_BACK}),
+    Step.RETIRING: frozenset({Step.SUCCEEDED}),
+    Step.ROLLING_BACK: frozenset({Step.RESTORED, Step.ROLLED_BACK, Step.FAILED}),
+    Step.RESTORED: frozenset({Step.RESTARTING_OLD}),
+    Step.RESTARTING_OLD: frozenset({Step.ROLLED_BACK, Step.ROLLBACK_FAILED}),
+}
+
+
+class TransitionError(RuntimeError):
+    """A step that may not follow the recorded one."""
+
+
+@dataclass(frozen=True)
+class Probation:
+    """What the new version must show before an upgrade counts as done."""
+
+    min_batches: int = 2
+    window_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.min_batches, int) or self.min_batches < 1:
+            raise ValueError(f"probation min_batches must be a positive integer, got {self.min_batches!r}")
+        if not self.window_s > 0:
+            raise ValueError(f"probation window must be positive, got {self.window_s!r}")
+
+
+def probation_outcome(*, state: str | None, health: str, batches: int, started_at: float, now: float,
+                      probation: Probation) -> tuple[bool | None, str]:
+    """``(True, why)`` passed, ``(False, why)`` failed, ``(None, why)`` keep waiting.
+
+    Passed: HEALTHY with at least ``min_batches`` completed batches of the new run. Failed: the new
+    driver ended or failed, or the window elapsed first.
+    """
+    if state in ("FAILED", "STOPPED") or health == "FAILED":
+        return False, f"the new version's driver ended ({state or health}) during probation"
+    if health == "HEALTHY" and batches >= probation.min_batches:
+        return True, f"HEALTHY after {batches} completed batch(es)"
+    if now - started_at > probation.window_s:
+        return False, (f"probation window of {probation.window_s:.0f}s elapsed: health {health}, "
+                       f"{batches}/{probation.min_batches} completed batch(es)")
+    return None, f"health {health}, {batches}/{probation.min_batches} completed batch(es)"
+
+
+@dataclass
+class LifecycleRecord:
+    """Everything needed to continue or roll back an action after the task running it died."""
+
+    stream: str
+    action: Action
+    from_spec: dict[str, Any] | None
+    """The deployed spec before the action (``None``: the stream was never deployed)."""
+    to_spec: dict[str, Any]
+    allow_warnings: bool = False
+    probation: Probation = field(default_factory=Probation)
+    id: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6])
+    step: Step = Step.PLANNED
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    """``[{"step", "at", "detail"}]`` in order, the first being PLANNED."""
+    owner: str | None = None
+    verdict: str | None = None
+    old_run_id: str | None = None
+    """The run of the old version that was stopped (or, after a rollback, the one restarted)."""
+    stop_batch: int | None = None
+    sink_path: str | None = None
+    snapshot: dict[str, Any] | None = None
+    new_run_id: str | None = None
+    rollback_run_id: str | None = None
+    """The run of the old version started by a rollback."""
+    step_started_at: float | None = None
+    first_new_batch: int | None = None
+    error: str | None = None
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        if not self.steps:
+            self.steps.append({"step": Step.PLANNED.value, "at": self.created_at, "detail": None})
+
+    @property
+    def done(self) -> bool:
+        return self.step in TERMINAL
+
+    @property
+    def from_version(self) -> str | None:
+        return None if self.from_spec is None else self.from_spec.get("version")
+
+    @property
+    def to_version(self) -> str:
+        return str(self.to_spec.get("version"))
+
+    def advance(self, step: Step, detail: str | None = None, now: float | None = None) -> None:
+        """Move to ``step``; :class:`TransitionError` if it may not follow the current one."""
+        if step not in TRANSITIONS.get(self.step, frozenset()):
+            raise TransitionError(f"{self.action.value} {self.id} of {self.stream}: {step.value} may not follow "
+                                  f"{self.step.value}")
+        now = time.time() if now is None else now
+        self.step = step
+        self.step_started_at = now
+        self.updated_at = now
+        self.steps.append({"step": step.value, "at": now, "detail": detail})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["action"] = self.action.value
+        d["step"] = self.step.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LifecycleRecord:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in d.items() if k in known}
+        values["action"] = Action(values["action"])
+        values["step"] = Step(values["step"])
+        values["probation"] = Probation(**values.get("probation") or {})
+        return cls(**values)
+
+    def history_entry(self) -> dict[str, Any]:
+        """One line of the stream's deployment history (written once the action is terminal)."""
+        ended = self.updated_at
+        return {
+            "id": self.id, "action": self.action.value, "stream": self.stream,
+            "from_version": self.from_version, "to_version": self.to_version,
+            "outcome": self.step.value, "started_at": self.created_at, "ended_at": ended,
+            "owner": self.owner, "verdict": self.verdict,
+            "last_batch_before": self.stop_batch, "first_batch_after": self.first_new_batch,
+            "old_run_id": self.old_run_id, "new_run_id": self.new_run_id, "rollback_run_id": self.rollback_run_id,
+            "snapshot": (self.snapshot or {}).get("snapshot_dir"), "error": self.error,
+            "running_version": self.running_version(), "from_spec": self.from_spec,
+        }
+
+    def running_version(self) -> str | None:
+        """The version the stream runs after this (terminal) action."""
+        if self.step == Step.SUCCEEDED:
+            return self.to_version
+        if self.step in (Step.REFUSED, Step.ROLLED_BACK):
+            return self.from_version
+        return None
+
+
+def caught_up(doc: dict[str, Any] | None, min_batches: int) -> tuple[bool, str]:
+    """Parallel transition: has the new stream caught up with its input? (the documented criterion)
+
+    Caught up = the new run completed at least ``min_batches`` batches, its query reports no more data
+    available (``status.isDataAvailable`` false: the backlog is drained), and in its last progress every
+    source that reports a ``latestOffset`` has consumed up to it (``endOffset == latestOffset``).
+    """
+    if doc is None:
+        return False, "no status of the new stream yet"
+    batches = int((doc.get("totals") or {}).get("batches", 0))
+    if batches < min_batches:
+        return False, f"{batches}/{min_batches} completed batch(es)"
+    for query in doc.get("queries") or []:
+        if (query.get("status") or {}).get("isDataAvailable"):
+            return False, f"query {query.get('name')} still has data available (backlog not drained)"
+        last = (query.get("recent_progress") or [None])[-1] or {}
+        for source in last.get("sources") or []:
+            latest = source.get("latestOffset")
+            if latest is not None and source.get("endOffset") != latest:
+                return False, f"source {source.get('description')} at {source.get('endOffset')}, latest {latest}"
+    return True, f"{batches} batch(es) done, backlog drained"
+
+
+_ROOT_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+
+
+def error_summary(error: dict[str, Any] | None) -> str:
+    """``[CLASS] first line`` of a driver's ``last_exception``, plus the root cause line (e.g. the Python
+    ``ValueError: ...`` at the bottom of a worker traceback) when it is not the first line."""
+    if not error or not error.get("message"):
+        return ""
+    lines = [line for line in str(error["message"]).splitlines() if line.strip()]
+    text = f"[{error.get('error_class')}] {lines[0].strip()}"
+    roots = [line.strip() for line in lines[1:] if _ROOT_LINE.match(line)]
+    if roots and roots[-1] not in text:
+        text += f" ... {roots[-1]}"
+    return text[:600]
+
+
+HISTORY_LIMIT = 500
+
+
+def append_history(history: list[dict[str, Any]], entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The history with ``entry`` added (replacing an entry with the same id), newest last, bounded."""
+    kept = [h for h in history if h.get("id") != entry.get("id")]
+    return (kept + [entry])[-HISTORY_LIMIT:]
+
+
+def previous_spec(history: list[dict[str, Any]], current: str | None) -> dict[str, Any] | None:
+    """The spec the stream ran before it moved to version ``current`` (for rollback-to-previous)."""
+    for entry in reversed(history):
+        if entry.get("outcome") == Step.SUCCEEDED.value and entry.get("to_version") == current \
+                and entry.get("from_version") not in (None, current) and entry.get("from_spec"):
+            return entry["from_spec"]
+    return None

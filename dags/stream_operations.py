@@ -1,0 +1,75 @@
+"""Manual operations on a managed stream, from the Airflow UI's trigger form.
+
+Pick a stream of the desired-state file (``AIRFLOW_STREAMING_DESIRED_STATE``), an action and
+optionally a version: ``deploy`` / ``stop`` / ``restart`` / ``upgrade`` (to the chosen version, or the
+wanted one) / ``rollback`` (to the version before the last successful upgrade) / ``status``. The form
+rejects unknown streams and actions; a version the stream does not list fails with the list of its
+versions. Upgrades, restarts and rollbacks go through the same gated, snapshotted, resumable machinery
+as the upgrade window (``docs/upgrades.md``); triggering the same operation again after a crash
+resumes it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+DESIRED_STATE = os.environ.get("AIRFLOW_STREAMING_DESIRED_STATE",
+                               str(Path(__file__).resolve().parent / "specs" / "desired_state.yaml"))
+
+
+def _choices() -> tuple[list[str], list[str]]:
+    """Stream names and versions for the form (free text if the file cannot be read at parse time)."""
+    try:
+        from airflow_streaming.lifecycle.desired_state import load_desired_state
+
+        state = load_desired_state(DESIRED_STATE)
+    except Exception:  # noqa: BLE001 - the task reports the real error
+        return [], []
+    versions = sorted({v for t in state.streams.values() for v in t.versions})
+    return list(state.streams), versions
+
+
+STREAMS, VERSIONS = _choices()
+ACTIONS = ["status", "deploy", "stop", "restart", "upgrade", "rollback"]
+
+
+@dag(
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["streaming", "lifecycle"],
+    params={
+        "stream": Param(STREAMS[0] if STREAMS else "", type="string", title="Stream",
+                        **({"enum": STREAMS} if STREAMS else {"minLength": 1})),
+        "action": Param("status", type="string", enum=ACTIONS, title="Action"),
+        "version": Param("", type="string", title="Version", description="empty: the version wanted in the "
+                         "desired-state file", **({"enum": ["", *VERSIONS]} if VERSIONS else {})),
+        "allow_warnings": Param(False, type="boolean", title="Allow compatibility warnings"),
+        "desired_state": Param(DESIRED_STATE, type="string", title="Desired-state file"),
+    },
+    doc_md=__doc__,
+)
+def stream_operations():
+    @task
+    def operate() -> dict:
+        from airflow_streaming.lifecycle.desired_state import load_desired_state
+        from airflow_streaming.lifecycle.operations import operate as run_operation
+
+        ctx = get_current_context()
+        p, ti = ctx["params"], ctx["ti"]
+        result = run_operation(load_desired_state(p["desired_state"]), p["stream"], p["action"],
+                               p["version"] or None, allow_warnings=bool(p["allow_warnings"]),
+                               owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}")
+        for line in result.get("steps", []):
+            print(line)
+        print({k: v for k, v in result.items() if k != "steps"})
+        return result
+
+    operate()
+
+
+stream_operations()

@@ -1,0 +1,170 @@
+"""Upgrades of the stateful bundled job under continuous input, on real Spark drivers.
+
+Every test compares the file sink's committed output with what was fed: each (window, device) count
+equals the number of events fed into it - nothing lost, nothing duplicated, state carried over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from airflow_streaming.lifecycle.record import Action, Probation, Step
+from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner, read_history
+from spark_jobs.outputs import committed_sink_files, read_window_counts
+from signals import Feeder, expected_windows, window_of
+from streams import wait_for
+
+pytestmark = pytest.mark.spark
+
+JOBS = Path(__file__).resolve().parents[1] / "fixtures" / "jobs"
+OPTIONS = LifecycleOptions(probation=Probation(min_batches=2, window_s=120), poll_s=0.5)
+
+
+def signals_spec(streams, application: str, version: str, name: str = "signals", **overrides):
+    """A device-signals spec reading the shared input; output and checkpoint are named after the stream."""
+    inp, out, ckpt = streams.path("input", "signals"), streams.path("output", name), streams.path("checkpoints", name)
+    if application.endswith(".py"):  # a user script: INPUT OUTPUT CHECKPOINT
+        args = [inp, out, ckpt]
+    else:
+        args = ["--input", inp, "--output", out, "--window", "1 minute", "--watermark", "30 seconds"]
+    return streams.spec(name, application, args, version=version, **overrides)
+
+
+def start_v1(streams):
+    feeder = Feeder(streams.path("input", "signals"))
+    feeder.feed(40)  # event time 0..39 s before the first start
+    v1 = signals_spec(streams, "device_signals", "v1")
+    hook = streams.hook(v1)
+    record = hook.submit()
+    hook.wait_until_ready(record)
+    feeder.start()
+    return feeder, v1, hook, record
+
+
+def assert_exactly_once(out: str, feeder: Feeder) -> dict:
+    last = feeder.stop()
+    expected = expected_windows(last)
+    wait_for(lambda: read_window_counts(out) == expected, 150,
+             f"every closed window of events 0..{last} written exactly once")
+    return expected
+
+
+def windows_in_files(files: list[str], column: str | None = None) -> set[str]:
+    import pyarrow.parquet as pq
+
+    found = set()
+    for f in files:
+        table = pq.read_table(f)
+        if column is None or column in table.column_names:
+            found |= {v.isoformat() for v in table.column("window_start").to_pylist()}
+    return found
+
+
+def test_gate_refuses_incompatible_then_compatible_upgrade_carries_state_exactly_once(streams):
+    feeder, v1, hook, r1 = start_v1(streams)
+    out = streams.path("output", "signals")
+    wait_for(lambda: read_window_counts(out), 120, "v1 writes closed windows")
+    streams.hook(signals_spec(streams, "device_signals_v2", "v2"))  # for cleanup
+
+    # Incompatible (a new grouping key): refused at the gate, v1 untouched and still processing.
+    v3 = signals_spec(streams, str(JOBS / "device_signals_by_site.py"), "v3")
+    refused = LifecycleRunner(v3, Action.UPGRADE, OPTIONS).run()
+    assert refused.step == Step.REFUSED and refused.verdict == "INCOMPATIBLE"
+    assert "key" in refused.error.lower() and [s["step"] for s in refused.steps] == ["PLANNED", "REFUSED"]
+    assert hook.driver_record().run_id == r1.run_id and r1.alive()
+    batches = hook.status().totals["batches"]
+    wait_for(lambda: hook.status().totals["batches"] > batches + 1, 60, "v1 keeps committing batches")
+
+    # Compatible: stop at a batch boundary, snapshot, start v2, probation.
+    v2 = signals_spec(streams, "device_signals_v2", "v2")
+    done = LifecycleRunner(v2, Action.UPGRADE, OPTIONS).run()
+    assert done.step == Step.SUCCEEDED, done.error
+    assert [s["step"] for s in done.steps] == ["PLANNED", "CHECKED", "STOPPING", "STOPPED", "SNAPSHOTTED",
+                                               "STARTING", "PROBATION", "SUCCEEDED"]
+    assert done.first_new_batch == done.stop_batch + 1  # v2 continued from v1's last committed batch
+    assert hook.processes_of_run(r1.run_id) == [] and hook.driver_record().run_id == done.new_run_id
+    assert hook.deployed()["spec"]["version"] == "v2"
+    history = read_history(hook)
+    assert [(h["action"], h["from_version"], h["to_version"], h["outcome"]) for h in history] == [
+        ("upgrade", "v1", "v3", "REFUSED"), ("upgrade", "v1", "v2", "SUCCEEDED")]
+    assert os.path.isfile(os.path.join(done.snapshot["snapshot_dir"], "manifest.json"))
+
+    # State carried over: a window holding events v1 had processed well before the stop is emitted by
+    # v2 (the files with v2's new column) with its full count.
+    stopping_at = next(s["at"] for s in done.steps if s["step"] == "STOPPING")
+    straddling = window_of(feeder.seq_at(stopping_at - 5))
+    wait_for(lambda: straddling in windows_in_files(committed_sink_files(out), "signal_band"), 120,
+             f"v2 emits window {straddling}, opened under v1")
+    expected = assert_exactly_once(out, feeder)
+    assert straddling in {w for w, _ in expected}
+
+
+def test_v2_failing_on_first_batch_rolls_back_to_v1_from_the_snapshot(streams):
+    feeder, v1, hook, r1 = start_v1(streams)
+    out = streams.path("output", "signals")
+    wait_for(lambda: read_window_counts(out), 120, "v1 writes closed windows")
+    broken = signals_spec(streams, str(JOBS / "device_signals_broken.py"), "v2-broken")
+    events: list[dict] = []
+    record = LifecycleRunner(broken, Action.UPGRADE, OPTIONS, notify=events.append).run()
+
+    assert record.step == Step.ROLLED_BACK, record.error
+    assert [s["step"] for s in record.steps] == ["PLANNED", "CHECKED", "STOPPING", "STOPPED", "SNAPSHOTTED",
+                                                 "STARTING", "PROBATION", "ROLLING_BACK", "RESTORED",
+                                                 "RESTARTING_OLD", "ROLLED_BACK"]
+    assert "calibration table missing" in record.error  # the new version's own error is reported
+    assert hook.driver_record().run_id == record.rollback_run_id and hook.deployed()["spec"]["version"] == "v1"
+    assert hook.processes_of_run(record.new_run_id) == []
+    assert hook.health().state.value in ("HEALTHY", "IDLE")
+    assert [e["kind"] for e in events] == ["UPGRADE_ROLLED_BACK"] and events[0]["version"] == "v1"
+    aside = [p for p in os.listdir(streams.path("checkpoints")) if ".rolled-back-" in p]
+    assert aside, "the failed version's checkpoint is kept aside for forensics"
+    assert read_history(hook)[-1]["outcome"] == "ROLLED_BACK"
+    assert_exactly_once(out, feeder)
+
+
+def test_parallel_transition_for_an_incompatible_change_ends_with_only_the_new_stream(streams):
+    # Two drivers run side by side during the transition: one core each.
+    feeder = Feeder(streams.path("input", "signals"))
+    feeder.feed(40)
+    v1 = signals_spec(streams, "device_signals", "v1", master="local[1]")
+    old = streams.hook(v1)
+    r1 = old.submit()
+    old.wait_until_ready(r1)
+    feeder.start()
+    v3 = signals_spec(streams, str(JOBS / "device_signals_by_site.py"), "v3", name="signals-by-site",
+                      master="local[1]")
+    new = streams.hook(v3)
+    record = LifecycleRunner(v3, Action.PARALLEL, OPTIONS, current=v1).run()
+
+    assert record.step == Step.SUCCEEDED, record.error
+    assert [s["step"] for s in record.steps] == ["PLANNED", "STARTING", "CATCHING_UP", "RETIRING", "SUCCEEDED"]
+    assert old.running_driver() is None and old.processes_of_run(r1.run_id) == []
+    assert old.status().exit["code"] == 0 and old.batch_position().clean  # retired gracefully
+    assert new.running_driver() and new.driver_record().run_id == record.new_run_id
+    assert read_history(old)[-1]["outcome"] == read_history(new)[-1]["outcome"] == "SUCCEEDED"
+
+    # The new stream processed the whole input from its fresh checkpoint, exactly once per site.
+    last = feeder.stop()
+    expected = expected_windows(last)
+
+    def by_device() -> dict:
+        import pyarrow.dataset as ds
+
+        files = committed_sink_files(streams.path("output", "signals-by-site"))
+        if not files:
+            return {}
+        table = ds.dataset(files, format="parquet").to_table(columns=["window_start", "device_id", "events"])
+        counts: dict = {}
+        for w, d, n in zip(*(table.column(c).to_pylist() for c in ("window_start", "device_id", "events"))):
+            counts[(w.isoformat(), d)] = counts.get((w.isoformat(), d), 0) + n
+        return counts
+
+    wait_for(lambda: by_device() == expected, 150, "the new stream's windows, summed over sites, match the input")
+    # The retired stream's output is exactly once for every window it closed.
+    old_counts = read_window_counts(streams.path("output", "signals"))
+    assert old_counts and all(expected[k] == n for k, n in old_counts.items())
+    json.dumps(record.to_dict())  # the record stays JSON-safe
