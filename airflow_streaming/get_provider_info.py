@@ -9,7 +9,7 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-streaming",
         "name": "Spark Structured Streaming lifecycle",
-        "description": "Deploy, watch, stop and restart Spark Structured Streaming jobs from Airflow DAGs.",
+        "description": "Deploy, watch, stop, restart and upgrade Spark Structured Streaming jobs from Airflow DAGs.",
         "versions": ["0.1.0"],
         "integrations": [
             {
@@ -26,6 +26,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_streaming.operators.stop",
                     "airflow_streaming.operators.compat",
                     "airflow_streaming.operators.supervise",
+                    "airflow_streaming.operators.lifecycle",
                 ],
             }
         ],

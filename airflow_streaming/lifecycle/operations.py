@@ -14,13 +14,28 @@ from typing import Any
 from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.lifecycle.desired_state import DesiredState, StreamTarget, pending_changes
-from airflow_streaming.lifecycle.record import Action, Probation, previous_spec
-from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner, describe, read_history
+from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Probation, previous_spec
+from airflow_streaming.lifecycle.runner import (
+    LifecycleOptions,
+    LifecycleRunner,
+    describe,
+    read_history,
+    resume_target,
+)
 from airflow_streaming.spec import SpecError, StreamSpec
 
 log = logging.getLogger(__name__)
 
 ACTIONS = ("deploy", "stop", "restart", "upgrade", "rollback", "status")
+
+
+def _hooks(target: StreamTarget) -> list[StreamingJobHook]:
+    """One hook per distinct stream name the target's versions use (a parallel version has its own)."""
+    hooks: dict[str, StreamingJobHook] = {}
+    for version in target.versions:
+        spec = target.spec_for(version)
+        hooks.setdefault(spec.name, StreamingJobHook(spec))
+    return list(hooks.values())
 
 
 def deployment(target: StreamTarget) -> tuple[str | None, StreamingJobHook]:
@@ -30,13 +45,7 @@ def deployment(target: StreamTarget) -> tuple[str | None, StreamingJobHook]:
     submission among the names its versions use wins. ``(None, hook of the wanted version)`` if none.
     """
     best: tuple[float, str | None, StreamingJobHook] | None = None
-    seen: set[str] = set()
-    for version in target.versions:
-        spec = target.spec_for(version)
-        if spec.name in seen:
-            continue
-        seen.add(spec.name)
-        hook = StreamingJobHook(spec)
+    for hook in _hooks(target):
         deployed = hook.deployed()
         if deployed is None:
             continue
@@ -79,6 +88,13 @@ def operate(state: DesiredState, stream: str, action: str, version: str | None =
         record = new.submit()
         doc = new.wait_until_ready(record)
         return {"stream": spec.name, "version": spec.version, "run_id": record.run_id, "state": doc.state}
+    if action in ("restart", "rollback", "upgrade"):
+        accepted = (Action.UPGRADE, Action.PARALLEL) if action == "upgrade" else (Action(action),)
+        for candidate in _hooks(target):
+            resumed = resume_target(candidate, *accepted)
+            if resumed is not None:  # the task running this action died: finish that action, as recorded
+                kind, target_spec, current_spec = resumed
+                return _run(LifecycleRunner(target_spec, kind, options, current=current_spec, notify=notify))
     if action == "restart":
         if current_version is None:
             raise SpecError("action", f"stream {stream!r} was never deployed: deploy it first")
@@ -101,11 +117,17 @@ def operate(state: DesiredState, stream: str, action: str, version: str | None =
     return _run(LifecycleRunner(spec, Action.UPGRADE, options, current=hook.spec, notify=notify))
 
 
-def _run(runner: LifecycleRunner) -> dict[str, Any]:
-    record = runner.run()
+def result_of(record: LifecycleRecord) -> dict[str, Any]:
+    """A JSON-safe summary of a finished action (its history entry plus the steps, one line each)."""
     result = record.history_entry()
     result.pop("from_spec", None)
     result["steps"] = [f"{s['step']}{': ' + s['detail'] if s.get('detail') else ''}" for s in record.steps]
+    return result
+
+
+def _run(runner: LifecycleRunner) -> dict[str, Any]:
+    record = runner.run()
+    result = result_of(record)
     if record.step.value != "SUCCEEDED":
         raise LifecycleOutcomeError(result)
     return result

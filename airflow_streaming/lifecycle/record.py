@@ -90,9 +90,9 @@ class Probation:
     window_s: float = 300.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.min_batches, int) or self.min_batches < 1:
+        if isinstance(self.min_batches, bool) or not isinstance(self.min_batches, int) or self.min_batches < 1:
             raise ValueError(f"probation min_batches must be a positive integer, got {self.min_batches!r}")
-        if not self.window_s > 0:
+        if isinstance(self.window_s, bool) or not isinstance(self.window_s, (int, float)) or not self.window_s > 0:
             raise ValueError(f"probation window must be positive, got {self.window_s!r}")
 
 

@@ -455,6 +455,37 @@ def _first_batch(doc: dict[str, Any] | None) -> int | None:
     return None
 
 
+def unfinished(hook: StreamingJobHook) -> LifecycleRecord | None:
+    """The stream's lifecycle action that has not reached a terminal step (its task died), if any."""
+    raw = hook.storage.read_bytes(f"{hook.paths.root}/{RECORD_NAME}")
+    if raw is None:
+        return None
+    try:
+        record = LifecycleRecord.from_dict(json.loads(raw))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LifecycleError(f"{hook.paths.root}/{RECORD_NAME} is unreadable ({exc}); inspect it before any further "
+                             "action (move it aside to start over)") from exc
+    return None if record.done else record
+
+
+def resume_target(hook: StreamingJobHook, *actions: Action) -> tuple[Action, StreamSpec, StreamSpec | None] | None:
+    """``(action, target, current)`` to resume the stream's unfinished action if it is one of ``actions``;
+    ``None`` if nothing is unfinished.
+
+    Raises :class:`LifecycleError` when a different action is unfinished: it must be finished first.
+    """
+    record = unfinished(hook)
+    if record is None:
+        return None
+    if record.action not in actions:
+        raise LifecycleError(
+            f"stream {record.stream!r} has an unfinished {record.action.value} {record.id} to version "
+            f"{record.to_version} at step {record.step.value}: run that action again to finish it (it continues or "
+            "rolls back from that step) before starting another one")
+    current = _spec(record.from_spec) if record.action == Action.PARALLEL else None
+    return record.action, StreamSpec.from_dict(record.to_spec), current
+
+
 def read_history(hook: StreamingJobHook) -> list[dict[str, Any]]:
     """The stream's deployment history, oldest first (``[]`` if none)."""
     raw = hook.storage.read_bytes(f"{hook.paths.root}/{HISTORY_NAME}")

@@ -1,0 +1,187 @@
+"""The upgrade-window and manual-operations DAGs under `airflow dags test`, with the task killed mid-action.
+
+Real Airflow (metadata DB, DAG parsing, Params), real Spark drivers, real SIGKILLs of the Airflow
+process group. Throughout, a monitor samples every local driver process of the stream: there is never
+more than one run alive, and each run was submitted once (one driver log per run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from airflow_streaming.lifecycle.record import Step
+from spark_jobs.outputs import read_window_counts
+from signals import Feeder, expected_windows
+from streams import wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.airflow]
+
+
+class DriverMonitor:
+    """Samples the run ids of live driver processes (spark-submit JVM, Python driver) of one stream."""
+
+    def __init__(self, stream: str):
+        self.stream = stream
+        self.max_alive = 0
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def runs_alive(self) -> set[str]:
+        runs = set()
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            try:
+                cmd = proc.info["cmdline"] or []
+                if proc.info["status"] == psutil.STATUS_ZOMBIE or "--run-id" not in cmd:
+                    continue
+            except psutil.Error:
+                continue
+            if "--stream" in cmd and cmd[cmd.index("--stream") + 1] == self.stream:
+                runs.add(cmd[cmd.index("--run-id") + 1])
+        return runs
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.2):
+            runs = self.runs_alive()
+            self.seen |= runs
+            self.max_alive = max(self.max_alive, len(runs))
+
+    def __enter__(self) -> DriverMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def desired_state(streams, wanted: str) -> str:
+    args = ["--input", streams.path("input", "signals"), "--output", streams.path("output", "signals"),
+            "--window", "1 minute", "--watermark", "30 seconds"]
+    doc = {
+        "defaults": {"control_location": streams.path("control"), "master": "local[2]", "trigger_interval": 1,
+                     "heartbeat_interval": 1, "stop_timeout": 60, "startup_timeout": 180,
+                     "spark_conf": {"spark.sql.shuffle.partitions": 2, "spark.ui.enabled": "false"}},
+        "streams": {"signals": {
+            "version": wanted, "probation": {"min_batches": 2, "window": "2 minutes"},
+            "spec": {"checkpoint_location": streams.path("checkpoints", "signals")},
+            "versions": {"v1": {"application": "device_signals", "application_args": args},
+                         "v2": {"application": "device_signals_v2", "application_args": args}}}},
+    }
+    path = Path(streams.path("desired_state.yaml"))
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def airflow(*args: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "airflow", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def operation(conf: dict) -> list[str]:
+    return [sys.executable, "-m", "airflow", "dags", "test", "stream_operations", "-c", json.dumps(conf)]
+
+
+def record_of(streams) -> dict:
+    return json.loads(Path(streams.path("control", "signals", "lifecycle.json")).read_text())
+
+
+def kill_when(streams, cmd: list[str], env: dict, steps: set[str]) -> dict:
+    """Run ``cmd`` and SIGKILL its whole process group as soon as the lifecycle record reaches ``steps``."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        def reached() -> bool:
+            try:
+                return record_of(streams)["step"] in steps and record_of(streams)["id"] not in seen
+            except (OSError, ValueError):
+                return False
+        seen = set()
+        try:
+            seen.add(record_of(streams)["id"])
+        except (OSError, ValueError):
+            pass
+        wait_for(reached, 300, f"the Airflow task to reach {steps}", interval=0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    return record_of(streams)
+
+
+def test_killed_upgrade_and_rollback_tasks_resume_with_one_driver_at_all_times(streams, airflow_db):
+    env = {**os.environ, "AIRFLOW_STREAMING_DESIRED_STATE": desired_state(streams, "v1")}
+    hook = streams.hook(streams.spec("signals", "device_signals", []))  # for cleanup and inspection
+    feeder = Feeder(streams.path("input", "signals"))
+    feeder.feed(40)
+    logs = Path(streams.path("control", "signals", "logs"))
+    with DriverMonitor("signals") as monitor:
+        # The upgrade window deploys the never-deployed stream (its wanted version v1).
+        run = airflow("dags", "test", "stream_upgrade_window", env=env)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        assert "signals: - -> v1: DEPLOYED" in run.stdout + run.stderr
+        feeder.start()
+        wait_for(lambda: read_window_counts(streams.path("output", "signals")), 120, "v1 writes windows")
+
+        # Upgrade to v2 from the manual-operations form; the task is killed right after the stop.
+        killed = kill_when(streams, operation({"stream": "signals", "action": "upgrade", "version": "v2"}), env,
+                           {"STOPPED", "SNAPSHOTTED", "STARTING"})
+        assert killed["action"] == "upgrade" and killed["step"] not in {s.value for s in (Step.SUCCEEDED,)}
+        resumed = subprocess.run(operation({"stream": "signals", "action": "upgrade", "version": "v2"}), env=env,
+                                 capture_output=True, text=True, timeout=600)
+        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+        upgrade = record_of(streams)
+        assert upgrade["id"] == killed["id"] and upgrade["step"] == "SUCCEEDED"
+        resumed_note = next(s["detail"] for s in upgrade["steps"] if s["step"] == "RESUMED")
+        assert "took over the stale lock" in resumed_note
+        assert hook.deployed()["spec"]["version"] == "v2"
+
+        # Roll back to v1 from the form; the task is killed after the new driver started.
+        killed = kill_when(streams, operation({"stream": "signals", "action": "rollback"}), env, {"PROBATION"})
+        resumed = subprocess.run(operation({"stream": "signals", "action": "rollback"}), env=env,
+                                 capture_output=True, text=True, timeout=600)
+        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+        rollback = record_of(streams)
+        assert rollback["id"] == killed["id"] and rollback["action"] == "rollback" and rollback["step"] == "SUCCEEDED"
+        assert hook.deployed()["spec"]["version"] == "v1"
+        assert rollback["new_run_id"] == killed["new_run_id"]  # the resumed task did not submit again
+
+        status = airflow("dags", "test", "stream_operations", "-c", json.dumps({"stream": "signals"}), env=env)
+        assert status.returncode == 0, status.stdout[-3000:] + status.stderr[-3000:]
+        assert "'deployed_version': 'v1'" in status.stdout + status.stderr
+
+    assert monitor.max_alive == 1, f"{monitor.max_alive} drivers of one checkpoint were alive at once"
+    # Three runs (v1, v2, v1 again), each submitted exactly once.
+    assert len(monitor.seen) == 3 and len(list(logs.glob("*.log"))) == 3
+    last = feeder.stop()
+    expected = expected_windows(last)
+    wait_for(lambda: read_window_counts(streams.path("output", "signals")) == expected, 150,
+             f"every closed window of events 0..{last} written exactly once")
+    history = json.loads(Path(streams.path("control", "signals", "history.json")).read_text())
+    assert [(h["action"], h["to_version"], h["outcome"]) for h in history] == [
+        ("upgrade", "v2", "SUCCEEDED"), ("rollback", "v1", "SUCCEEDED")]
+
+
+def test_operations_form_rejects_invalid_choices(streams, airflow_db):
+    env = {**os.environ, "AIRFLOW_STREAMING_DESIRED_STATE": desired_state(streams, "v1")}
+    bad_action = airflow("dags", "test", "stream_operations", "-c", json.dumps({"stream": "signals", "action": "explode"}),
+                         env=env)
+    assert bad_action.returncode != 0 and "explode" in bad_action.stdout + bad_action.stderr
+    bad_stream = airflow("dags", "test", "stream_operations", "-c", json.dumps({"stream": "nope"}), env=env)
+    assert bad_stream.returncode != 0 and "nope" in bad_stream.stdout + bad_stream.stderr
+    # A version the stream does not list passes the form (versions of all streams) but fails clearly.
+    from airflow_streaming.lifecycle.desired_state import load_desired_state
+    from airflow_streaming.lifecycle.operations import operate
+    from airflow_streaming.spec import SpecError
+
+    with pytest.raises(SpecError, match="has no version 'v9'.*listed: v1, v2"):
+        operate(load_desired_state(env["AIRFLOW_STREAMING_DESIRED_STATE"]), "signals", "upgrade", "v9")
