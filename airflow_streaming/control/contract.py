@@ -75,6 +75,16 @@ class ControlPaths:
         return f"{self.root}/lease.json"
 
     @property
+    def standby(self) -> str:
+        """A prepared (standby) driver's readiness: ``{"run_id", "pid", "state", "error", "at"}``."""
+        return f"{self.root}/standby.json"
+
+    @property
+    def standby_driver(self) -> str:
+        """The standby driver's :class:`DriverRecord` until it is promoted to ``driver.json``."""
+        return f"{self.root}/standby-driver.json"
+
+    @property
     def driver(self) -> str:
         return f"{self.root}/driver.json"
 
@@ -106,6 +116,15 @@ def _loads(path: str, data: bytes) -> dict[str, Any]:
 def write_marker(storage: ControlStorage, paths: ControlPaths, run_id: str, version: str) -> None:
     """Create the run marker (the driver keeps running while it exists)."""
     storage.write_atomic(paths.marker, _dumps({"run_id": run_id, "version": version, "created_at": time.time()}))
+
+
+def read_marker(storage: ControlStorage, paths: ControlPaths) -> dict[str, Any] | None:
+    """The run marker's content (``run_id``, ``version``), ``None`` if absent or unreadable."""
+    data = storage.read_bytes(paths.marker)
+    try:
+        return None if data is None else _loads(paths.marker, data)
+    except ControlFileError:
+        return None
 
 
 def marker_present(storage: ControlStorage, paths: ControlPaths) -> bool:

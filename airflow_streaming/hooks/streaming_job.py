@@ -306,7 +306,7 @@ class StreamingJobHook:
             raise ApplicationNotFoundError(f"application file {app} does not exist; nothing was submitted")
         return ["--script", app]
 
-    def build_command(self, run_id: str) -> tuple[list[str], str]:
+    def build_command(self, run_id: str, standby: bool = False) -> tuple[list[str], str]:
         """The spark-submit command (through SparkSubmitHook) and its masked form."""
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
@@ -316,7 +316,8 @@ class StreamingJobHook:
             "--control-dir", self.paths.root, "--checkpoint", spec.checkpoint_location,
             *self.application_argument(),
             "--trigger-seconds", str(spec.trigger_interval), "--heartbeat-seconds", str(spec.heartbeat_interval),
-            "--lease-ttl", str(max(30.0, 6 * spec.heartbeat_interval)), "--", *spec.application_args,
+            "--lease-ttl", str(max(30.0, 6 * spec.heartbeat_interval)),
+            *(["--standby"] if standby else []), "--", *spec.application_args,
         ]
         conf = {**DEFAULT_SPARK_CONF, **spec.spark_conf}
         if spec.master is None:
@@ -351,30 +352,42 @@ class StreamingJobHook:
             env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         return env
 
-    def submit(self, run_id: str | None = None) -> DriverRecord:
+    def submit(self, run_id: str | None = None, standby: bool = False) -> DriverRecord:
         """Start the stream's driver detached and return its record.
 
         Refuses (before anything is submitted) when a live driver already runs the stream, when the
         application is missing, or when Java is not usable. ``run_id`` lets a resumable caller choose
         (and record) the run id before submitting, so that it can later tell whether the submission
         happened (:meth:`processes_of_run`) instead of submitting twice.
+
+        ``standby=True`` starts a *prepared* driver beside the running one: it builds its session and
+        query, then waits - without touching the checkpoint, the lease or the status document - until
+        :meth:`promote` names it in the run marker. Its record goes to ``standby-driver.json``.
         """
-        running = self.running_driver()
-        if running:
-            raise StreamAlreadyRunningError(
-                f"stream {self.spec.name!r} is already running: {running}. Stop it before deploying again."
-            )
+        if not standby:
+            running = self.running_driver()
+            if running:
+                raise StreamAlreadyRunningError(
+                    f"stream {self.spec.name!r} is already running: {running}. Stop it before deploying again."
+                )
+        else:
+            other = self.standby_record()
+            if other is not None and other.run_id != run_id and self.processes_of_run(other.run_id):
+                raise StreamAlreadyRunningError(f"stream {self.spec.name!r} already has a standby driver "
+                                                f"(run {other.run_id}, pid {other.submit_pid})")
         self.application_argument()
         check_java()
         run_id = run_id or contract.new_run_id()
-        cmd, masked = self.build_command(run_id)
+        cmd, masked = self.build_command(run_id, standby=standby)
         self.storage.makedirs(self.paths.root)
         self.storage.makedirs(os.path.dirname(self.paths.log(run_id)))
-        contract.write_marker(self.storage, self.paths, run_id, self.spec.version)
+        if not standby:
+            contract.write_marker(self.storage, self.paths, run_id, self.spec.version)
         log_path = self.paths.log(run_id)
         env = self._environment()
         if shutil.which(cmd[0], path=env.get("PATH")) is None:
-            contract.request_stop(self.storage, self.paths)
+            if not standby:
+                contract.request_stop(self.storage, self.paths)
             raise ApplicationNotFoundError(
                 f"{cmd[0]} is not on PATH: install PySpark in the Airflow worker's environment "
                 "(pip install pyspark==4.2.0 pyspark-client==4.2.0) or put Spark's bin directory on PATH; "
@@ -389,11 +402,42 @@ class StreamingJobHook:
             host=socket.gethostname(), command=masked, log_path=log_path, submitted_at=time.time(),
             checkpoint_location=self.spec.checkpoint_location,
         )
+        if standby:
+            self.storage.write_atomic(self.paths.standby_driver, record.to_json())
+        else:
+            self._record_deployment(record)
+        log.info("submitted stream %s %s%s: run %s, spark-submit pid %s, log %s", self.spec.name, self.spec.version,
+                 " (standby)" if standby else "", run_id, proc.pid, log_path)
+        return record
+
+    def _record_deployment(self, record: DriverRecord) -> None:
         self.storage.write_atomic(self.paths.driver, record.to_json())
         self.storage.write_atomic(self.deployed_path, json.dumps(
-            {"run_id": run_id, "at": record.submitted_at, "spec": self.spec.to_dict()}, indent=1).encode())
-        log.info("submitted stream %s %s: run %s, spark-submit pid %s, log %s", self.spec.name, self.spec.version,
-                 run_id, proc.pid, log_path)
+            {"run_id": record.run_id, "at": record.submitted_at, "spec": self.spec.to_dict()}, indent=1).encode())
+
+    def standby_record(self) -> DriverRecord | None:
+        data = self.storage.read_bytes(self.paths.standby_driver)
+        return None if data is None else DriverRecord.from_json(self.paths.standby_driver, data)
+
+    def standby_state(self, run_id: str) -> dict[str, Any] | None:
+        """The standby driver's readiness (``state`` PREPARING / READY / FAILED / PROMOTED / EXPIRED)."""
+        raw = self.storage.read_bytes(self.paths.standby)
+        try:
+            doc = json.loads(raw) if raw is not None else None
+        except ValueError:
+            return None
+        return doc if doc is not None and doc.get("run_id") == run_id else None
+
+    def promote(self, run_id: str) -> DriverRecord:
+        """Hand the stream to the prepared standby ``run_id``: it becomes the recorded driver and the run
+        marker names it, which is its signal to take the lease and start. Only call this once no other
+        driver runs (the lease would make it wait otherwise). Idempotent."""
+        record = self.standby_record()
+        if record is None or record.run_id != run_id:
+            raise DriverStartError(f"no standby driver record for run {run_id} in {self.paths.standby_driver}")
+        self._record_deployment(record)
+        contract.write_marker(self.storage, self.paths, run_id, self.spec.version)
+        log.info("promoted standby run %s of %s %s", run_id, self.spec.name, self.spec.version)
         return record
 
     def wait_until_ready(self, record: DriverRecord, timeout: float | None = None, poll: float = 0.5) -> StatusDocument:

@@ -65,7 +65,7 @@ TRANSITIONS: tuple[str, ...] = (IN_PLACE, PARALLEL)
 """How a version replaces the running one: stop/upgrade/start on the same checkpoint, or side by side."""
 
 _TOP_KEYS = ("defaults", "streams")
-_STREAM_KEYS = ("version", "allow_warnings", "probation", "spec", "versions")
+_STREAM_KEYS = ("version", "allow_warnings", "warm_start", "probation", "spec", "versions")
 _PROBATION_KEYS = ("min_batches", "window")
 _SPEC_KEYS = tuple(f.name for f in dataclasses.fields(StreamSpec) if f.init)
 _SHARED_KEYS = tuple(k for k in _SPEC_KEYS if k not in ("name", "version"))
@@ -95,6 +95,8 @@ class StreamTarget:
     """The full, validated spec of the wanted version."""
     versions: tuple[str, ...]
     """All listed versions, in file order."""
+    warm_start: bool = False
+    """Prepare the new driver before stopping the old one (shorter downtime; two drivers' worth of memory)."""
     _specs: Mapping[str, StreamSpec] = field(default_factory=dict, repr=False, compare=False, hash=False)
     _transitions: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False, hash=False)
 
@@ -327,16 +329,19 @@ def _parse_stream(name: str, entry: Any, defaults: Mapping[str, Any]) -> StreamT
             f"{_did_you_mean(wanted, versions)}",
         )
 
-    allow_warnings = entry.get("allow_warnings", False)
-    if allow_warnings is None:
-        allow_warnings = False
-    if not isinstance(allow_warnings, bool):
-        raise DesiredStateError(f"{prefix}.allow_warnings", f"must be true or false, got {allow_warnings!r}")
+    flags = {}
+    for key in ("allow_warnings", "warm_start"):
+        value = entry.get(key, False)
+        value = False if value is None else value
+        if not isinstance(value, bool):
+            raise DesiredStateError(f"{prefix}.{key}", f"must be true or false, got {value!r}")
+        flags[key] = value
 
     return StreamTarget(
         name=name,
         version=wanted,
-        allow_warnings=allow_warnings,
+        allow_warnings=flags["allow_warnings"],
+        warm_start=flags["warm_start"],
         probation=_parse_probation(entry.get("probation"), f"{prefix}.probation"),
         transition=transitions[wanted],
         spec=specs[wanted],

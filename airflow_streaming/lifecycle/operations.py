@@ -77,7 +77,7 @@ def operate(state: DesiredState, stream: str, action: str, version: str | None =
     current_version, hook = deployment(target)
     options = LifecycleOptions(allow_warnings=target.allow_warnings if allow_warnings is None else allow_warnings,
                                probation=Probation(target.probation.min_batches, target.probation.window_s),
-                               owner=owner)
+                               owner=owner, warm_start=target.warm_start)
     if action == "status":
         return describe(hook)
     if action == "stop":

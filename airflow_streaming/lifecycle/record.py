@@ -29,6 +29,8 @@ class Step(str, Enum):
     """Record created: from/to specs chosen, lock held, nothing touched."""
     CHECKED = "CHECKED"
     """The compatibility gate passed; the old version still runs."""
+    PREPARING = "PREPARING"
+    """Warm start: the new version's driver is being prepared beside the running one (standby)."""
     STOPPING = "STOPPING"
     """A graceful stop was requested (repeatable: stop is idempotent)."""
     STOPPED = "STOPPED"
@@ -64,7 +66,8 @@ TERMINAL = frozenset({Step.SUCCEEDED, Step.REFUSED, Step.ROLLED_BACK, Step.FAILE
 #: Which step may follow which. The runner refuses anything else (a corrupted or hand-edited record).
 TRANSITIONS: dict[Step, frozenset[Step]] = {
     Step.PLANNED: frozenset({Step.CHECKED, Step.REFUSED, Step.FAILED, Step.STARTING}),
-    Step.CHECKED: frozenset({Step.STOPPING, Step.STARTING, Step.FAILED}),
+    Step.CHECKED: frozenset({Step.PREPARING, Step.STOPPING, Step.STARTING, Step.FAILED}),
+    Step.PREPARING: frozenset({Step.STOPPING, Step.ROLLED_BACK}),
     Step.STOPPING: frozenset({Step.STOPPED, Step.ROLLING_BACK}),
     Step.STOPPED: frozenset({Step.SNAPSHOTTED, Step.STARTING, Step.ROLLING_BACK}),
     Step.SNAPSHOTTED: frozenset({Step.STARTING}),
@@ -124,6 +127,8 @@ class LifecycleRecord:
     to_spec: dict[str, Any]
     allow_warnings: bool = False
     probation: Probation = field(default_factory=Probation)
+    warm_start: bool = False
+    """Prepare the new driver (standby) before stopping the old one, to shorten the downtime."""
     id: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6])
     step: Step = Step.PLANNED
     steps: list[dict[str, Any]] = field(default_factory=list)

@@ -68,6 +68,8 @@ class LifecycleOptions:
     owner: str | None = None
     poll_s: float = 1.0
     snapshots_kept: int = 3
+    warm_start: bool = False
+    """Prepare the new driver (JVM, session, planned query) before stopping the old one; see docs/upgrades.md."""
     check: Callable[[StreamSpec, bool, bool], dict[str, Any]] = run_check
 
 
@@ -179,7 +181,8 @@ class LifecycleRunner:
         from_spec = self.current.to_dict() if self.current is not None else (deployed or {}).get("spec")
         record = LifecycleRecord(
             stream=self.home.spec.name, action=self.action, from_spec=from_spec, to_spec=self.target.to_dict(),
-            allow_warnings=self.options.allow_warnings, probation=self.options.probation, owner=self.options.owner)
+            allow_warnings=self.options.allow_warnings, probation=self.options.probation, owner=self.options.owner,
+            warm_start=self.options.warm_start and self.action != Action.PARALLEL)
         record.old_run_id = (deployed or {}).get("run_id")
         record.sink_path = self._sink_path()
         if lock.took_over:
@@ -218,7 +221,12 @@ class LifecycleRunner:
         if position.last_committed is None:
             self._advance(record, Step.CHECKED, "the checkpoint has no committed batch: nothing to check")
             return
-        report = self.options.check(self.target, record.allow_warnings, self.options.dry_run)
+        try:
+            report = self.options.check(self.target, record.allow_warnings, self.options.dry_run)
+        except StreamingError as exc:  # the check could not run: nothing was touched, nothing may go ahead
+            record.error = str(exc)
+            self._advance(record, Step.REFUSED, record.error.splitlines()[0])
+            return
         record.verdict = report["verdict"]
         problems = blocking_problems(report, record.allow_warnings)
         if problems is not None:
@@ -229,7 +237,39 @@ class LifecycleRunner:
         self._advance(record, Step.CHECKED, f"compatibility {record.verdict}")
 
     def _checked(self, record: LifecycleRecord) -> None:
+        if record.warm_start:
+            record.new_run_id = record.new_run_id or contract.new_run_id()
+            self._advance(record, Step.PREPARING, f"standby run {record.new_run_id}")
+            return
         self._advance(record, Step.STOPPING)
+
+    def _preparing(self, record: LifecycleRecord) -> None:
+        """Start the new version as a standby beside the running one and wait until it is prepared."""
+        hook, run_id = self.new_hook, record.new_run_id
+        assert run_id is not None
+        failure = None
+        try:
+            standby = hook.standby_record()
+            if not (standby is not None and standby.run_id == run_id) and not hook.processes_of_run(run_id):
+                hook.submit(run_id=run_id, standby=True)
+        except Exception as exc:  # noqa: BLE001 - the running version was not touched
+            failure = str(exc)
+        deadline = time.time() + hook.spec.startup_timeout
+        while failure is None:
+            self._renew()
+            state = hook.standby_state(run_id) or {}
+            if state.get("state") == "READY":
+                self._advance(record, Step.STOPPING, f"standby run {run_id} prepared")
+                return
+            if state.get("state") in ("FAILED", "EXPIRED") or not hook.processes_of_run(run_id):
+                failure = error_summary(state.get("error")) or f"the standby driver exited ({state.get('state')})"
+            elif time.time() > deadline:
+                failure = f"the standby driver was not prepared within {hook.spec.startup_timeout:.0f}s"
+            else:
+                time.sleep(self.options.poll_s)
+        self._stop_run(hook, run_id)
+        record.error = f"{self.target.version} failed while preparing: {failure}"
+        self._advance(record, Step.ROLLED_BACK, f"{record.error}; {record.from_version} was never stopped")
 
     def _stopping(self, record: LifecycleRecord) -> None:
         hook = self.home
@@ -250,7 +290,7 @@ class LifecycleRunner:
 
     def _stopped(self, record: LifecycleRecord) -> None:
         if record.stop_batch is None:
-            record.new_run_id = contract.new_run_id()
+            record.new_run_id = record.new_run_id or contract.new_run_id()
             self._advance(record, Step.STARTING, "empty checkpoint: nothing to snapshot")
             return
         manifest = snapshots.take_snapshot(self.target.checkpoint_location, self._snapshot_dir(record),
@@ -263,12 +303,17 @@ class LifecycleRunner:
         return f"{self.home.paths.root}/snapshots/{record.id}"
 
     def _snapshotted(self, record: LifecycleRecord) -> None:
-        record.new_run_id = contract.new_run_id()
+        record.new_run_id = record.new_run_id or contract.new_run_id()
         self._advance(record, Step.STARTING, f"run {record.new_run_id}")
 
     def _starting(self, record: LifecycleRecord) -> None:
         try:
-            self._submit_once(self.new_hook, record.new_run_id)
+            if record.warm_start:
+                if not self.new_hook.processes_of_run(record.new_run_id or ""):
+                    raise RuntimeError(f"the standby driver of run {record.new_run_id} is gone")
+                self.new_hook.promote(record.new_run_id or "")
+            else:
+                self._submit_once(self.new_hook, record.new_run_id)
         except Exception as exc:  # noqa: BLE001 - any start failure rolls back
             record.error = f"{self.target.version} did not start: {exc}"
             self._advance(record, Step.ROLLING_BACK, record.error.splitlines()[0])
@@ -357,14 +402,15 @@ class LifecycleRunner:
         record = hook.driver_record()
         if record is not None and record.run_id == run_id:
             hook.stop(timeout=min(hook.spec.stop_timeout, 60.0))
-        for pid in hook.processes_of_run(run_id or ""):
-            try:
-                os.killpg(os.getpgid(pid), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        deadline = time.monotonic() + 30
-        while hook.processes_of_run(run_id or "") and time.monotonic() < deadline:
-            time.sleep(0.2)
+        for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 30.0)):  # e.g. a standby never promoted
+            for pid in hook.processes_of_run(run_id or ""):
+                try:
+                    os.killpg(os.getpgid(pid), sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            deadline = time.monotonic() + grace
+            while hook.processes_of_run(run_id or "") and time.monotonic() < deadline:
+                time.sleep(0.2)
         if record is not None and record.run_id == run_id:
             wait_exit(record, 5.0)
         if hook.processes_of_run(run_id or ""):

@@ -29,6 +29,8 @@ class SparkStreamUpgradeOperator(BaseOperator):
     :param allow_warnings: let COMPATIBLE_WITH_WARNINGS pass the gate.
     :param probation_min_batches: completed batches the new version must show while HEALTHY.
     :param probation_window: how long it has to get there (seconds or a duration string).
+    :param warm_start: prepare the new driver (JVM, session, planned query) beside the running one and
+        stop the old one only once it is ready: shorter downtime, two drivers' memory for a while.
     :param notifiers: Airflow notifiers; they get ``stream_event`` (UPGRADE_SUCCEEDED / UPGRADE_ROLLED_BACK).
     """
 
@@ -38,10 +40,11 @@ class SparkStreamUpgradeOperator(BaseOperator):
     def __init__(self, *, spec: StreamSpec | Mapping[str, Any] | str | None = None, action: str = "upgrade",
                  current: StreamSpec | Mapping[str, Any] | str | None = None, allow_warnings: bool = False,
                  probation_min_batches: int = 2, probation_window: float | str = "5 minutes",
-                 dry_run: bool = True, notifiers: Sequence[BaseNotifier] = (), **kwargs: Any) -> None:
+                 dry_run: bool = True, warm_start: bool = False, notifiers: Sequence[BaseNotifier] = (),
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.spec, self.action, self.current = spec, action, current
-        self.allow_warnings, self.dry_run = allow_warnings, dry_run
+        self.allow_warnings, self.dry_run, self.warm_start = allow_warnings, dry_run, warm_start
         self.probation_min_batches, self.probation_window = probation_min_batches, probation_window
         self.notifiers = list(notifiers)
 
@@ -57,7 +60,7 @@ class SparkStreamUpgradeOperator(BaseOperator):
         options = LifecycleOptions(
             allow_warnings=self.allow_warnings, dry_run=self.dry_run,
             probation=Probation(self.probation_min_batches, parse_duration(self.probation_window, "probation_window")),
-            owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}")
+            owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}", warm_start=self.warm_start)
         current = as_spec(self.current) if self.current is not None else None
         target = as_spec(self.spec) if self.spec is not None else None
         resumed = resume_target(StreamingJobHook(current or target), action) if action in (  # type: ignore[arg-type]

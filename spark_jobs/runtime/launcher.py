@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import runpy
@@ -81,6 +82,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--trigger-seconds", type=float, default=5.0)
     parser.add_argument("--heartbeat-seconds", type=float, default=5.0)
     parser.add_argument("--lease-ttl", type=float, default=60.0)
+    parser.add_argument("--standby", action="store_true",
+                        help="prepare (session, planned query, warm-up) and wait until the run marker names this run")
+    parser.add_argument("--standby-timeout", type=float, default=3600.0,
+                        help="a standby never promoted within this many seconds exits without touching anything")
     parser.add_argument("--progress-kafka-bootstrap", default=os.environ.get("AIRFLOW_STREAMING_PROGRESS_KAFKA_BOOTSTRAP"),
                         help="export every progress event to Kafka at these bootstrap servers (optional)")
     parser.add_argument("--progress-kafka-topic", default=os.environ.get("AIRFLOW_STREAMING_PROGRESS_KAFKA_TOPIC"))
@@ -104,6 +109,7 @@ class Driver:
         self.spark: Any = None
         self.exporter: Any = None
         self.stopped_by_us = False
+        self.prepared_writer: Any = None
         self.graceful_done = False
         """Every query was stopped at a micro-batch boundary (not aborted, not killed)."""
 
@@ -124,8 +130,57 @@ class Driver:
         return self.stop_requested.is_set()
 
     # ------------------------------------------------------------------ run
+    def _report_standby(self, state: str, error: dict[str, Any] | None = None) -> None:
+        self.storage.write_atomic(self.paths.standby, json.dumps(
+            {"run_id": self.ns.run_id, "pid": os.getpid(), "state": state, "error": error, "at": time.time()}).encode())
+
+    def _stand_by(self) -> int | None:
+        """Standby: do the slow part of a start (JVM, session, planned query, a warm-up job) while the
+        previous version still runs, without touching the checkpoint or the status document; then wait
+        until the run marker names this run (the deployer writes it once the old driver has exited).
+
+        Returns an exit code if this driver must not run (preparation failed, stop requested, expired),
+        ``None`` when promoted.
+        """
+        from spark_jobs.runtime.reporter import describe_exception
+
+        ns = self.ns
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._report_standby("PREPARING")
+        try:
+            if ns.script and not os.path.isfile(ns.script):
+                raise FileNotFoundError(f"application script {ns.script} does not exist")
+            self.spark = self._session()
+            self.spark.range(1000).selectExpr("sum(id)").collect()  # warm up executors and code generation
+            if ns.job:
+                ctx = JobContext(ns.stream, ns.version, ns.checkpoint, ns.trigger_seconds)
+                self.prepared_writer = bundled_writer(self.spark, ns.job, list(ns.app_args), ctx)
+        except BaseException as exc:  # noqa: BLE001 - reported to the deployer, who keeps the old version
+            log.exception("standby preparation failed")
+            self._report_standby("FAILED", describe_exception(exc))
+            return EXIT_STARTUP_FAILED
+        self._report_standby("READY")
+        log.info("standby run %s of %s %s ready; waiting for the run marker", ns.run_id, ns.stream, ns.version)
+        deadline = time.monotonic() + ns.standby_timeout
+        while True:
+            marker = contract.read_marker(self.storage, self.paths)
+            if marker is not None and marker.get("run_id") == ns.run_id:
+                self._report_standby("PROMOTED")
+                return None
+            if self.stop_requested.is_set() or time.monotonic() > deadline:
+                self._report_standby("EXPIRED")
+                log.info("standby run %s was not promoted: exiting without touching the checkpoint", ns.run_id)
+                return EXIT_GRACEFUL
+            time.sleep(0.05)
+
     def run(self) -> int:
         ns = self.ns
+        if ns.standby:
+            code = self._stand_by()
+            if code is not None:
+                if self.spark is not None:
+                    self.spark.stop()
+                return code
         try:
             lease = contract.acquire_lease(self.storage, self.paths, ns.run_id, ns.lease_ttl)
         except contract.LeaseHeldError as exc:
@@ -173,7 +228,7 @@ class Driver:
         try:
             if ns.script and not os.path.isfile(ns.script):
                 raise FileNotFoundError(f"application script {ns.script} does not exist")
-            self.spark = self._session()
+            self.spark = self.spark or self._session()
             self.reporter.attach(self.spark)
             log.info("stream %s %s: app %s, Spark UI %s", ns.stream, ns.version, self.reporter.doc.app_id,
                      self.reporter.doc.spark_ui)
@@ -190,7 +245,8 @@ class Driver:
     def _start_bundled(self) -> None:
         ns = self.ns
         ctx = JobContext(ns.stream, ns.version, ns.checkpoint, ns.trigger_seconds)
-        query = bundled_writer(self.spark, ns.job, list(ns.app_args), ctx).start()
+        writer = self.prepared_writer or bundled_writer(self.spark, ns.job, list(ns.app_args), ctx)
+        query = writer.start()
         log.info("query %s started (id %s, run %s)", query.name, query.id, query.runId)
 
     def _supervise_bundled(self) -> int:
