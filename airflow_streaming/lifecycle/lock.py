@@ -91,28 +91,28 @@ class LifecycleLock:
             contract.take_over_stale(storage, path, raw)
         raise RuntimeError(f"could not acquire {path}: its takeover lock stayed held")
 
-    def renew(self) -> None:
-        """Refresh ``renewed_at``; :class:`LifecycleLockLost` if someone else holds the lock now."""
+    def _current(self) -> tuple[dict[str, Any] | None, bool]:
+        """The lock file's holder and whether it is this one."""
         raw = self.storage.read_bytes(self.path)
         try:
             current = json.loads(raw) if raw is not None else None
         except ValueError:
             current = None
-        if not current or current.get("pid") != self.holder["pid"] or \
-                current.get("acquired_at") != self.holder["acquired_at"]:
+        mine = bool(current) and current.get("pid") == self.holder["pid"] and \
+            current.get("acquired_at") == self.holder["acquired_at"]
+        return current, mine
+
+    def renew(self) -> None:
+        """Refresh ``renewed_at``; :class:`LifecycleLockLost` if someone else holds the lock now."""
+        current, mine = self._current()
+        if not mine:
             raise LifecycleLockLost(f"{self.path} now names {current}, not this holder {self.holder}")
         self.holder = {**self.holder, "renewed_at": time.time()}
         self.storage.write_atomic(self.path, json.dumps(self.holder).encode())
 
     def release(self) -> None:
         """Delete the lock if this holder still owns it."""
-        raw = self.storage.read_bytes(self.path)
-        try:
-            current = json.loads(raw) if raw is not None else None
-        except ValueError:
-            current = None
-        if current and current.get("pid") == self.holder["pid"] and \
-                current.get("acquired_at") == self.holder["acquired_at"]:
+        if self._current()[1]:
             self.storage.delete(self.path)
 
     def __enter__(self) -> LifecycleLock:

@@ -1,0 +1,246 @@
+"""Upgrade downtime of the managed lifecycle vs a bare restart of the same stream, in the same run.
+
+    .venv/bin/python bench/upgrade_bench.py [--runs 3] [--json bench/results/upgrade.json]
+
+One stateful stream (the bundled ``device_signals`` / ``device_signals_v2``, both compatible with the
+other's checkpoint) runs under continuous input: a thread writes one small file of events every
+0.5 s, so every batch has data and a new driver's first batch is never empty. Each run measures
+
+- bare restart: ``hook.stop()`` + ``hook.submit()`` of the running version (no gate, no snapshot);
+- managed upgrade: ``LifecycleRunner(..., Action.UPGRADE).run()`` to the other version (gate in a
+  child process while the old driver still runs, graceful stop, checkpoint snapshot, start,
+  probation); the direction alternates (v1 -> v2, v2 -> v1, ...) so every upgrade changes version.
+
+Downtime = mtime of ``commits/N+1`` - mtime of ``commits/N`` in the checkpoint, N = the last batch
+committed by the old driver, N + 1 = the first batch committed by the new one. Medians of --runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+
+from airflow_streaming.hooks.streaming_job import StreamingJobHook  # noqa: E402
+from airflow_streaming.lifecycle.record import Action, Probation, Step  # noqa: E402
+from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner  # noqa: E402
+from airflow_streaming.spec import StreamSpec  # noqa: E402
+from signals import Feeder  # noqa: E402
+
+VERSIONS = {"v1": "device_signals", "v2": "device_signals_v2"}
+OPTIONS = LifecycleOptions(probation=Probation(min_batches=2, window_s=180), poll_s=0.2)
+
+
+def spec_for(root: str, version: str) -> StreamSpec:
+    return StreamSpec(name="upgrade", application=VERSIONS[version], version=version,
+                      checkpoint_location=f"{root}/ckpt", control_location=f"{root}/ctl", master="local[2]",
+                      trigger_interval=1, heartbeat_interval=1, stop_timeout=60, startup_timeout=180,
+                      application_args=("--input", f"{root}/in", "--output", f"{root}/out",
+                                        "--window", "1 minute", "--watermark", "30 seconds"),
+                      spark_conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
+
+
+def commit_mtime(ckpt: str, batch: int, timeout: float = 300) -> float:
+    """mtime of ``commits/<batch>``, waiting until the file exists."""
+    path = f"{ckpt}/commits/{batch}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return os.stat(path).st_mtime
+        except FileNotFoundError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{path} did not appear within {timeout}s")
+
+
+def wait_batches(hook: StreamingJobHook, after: int, count: int, timeout: float = 180) -> int:
+    """Wait until the checkpoint has committed batch ``after + count``; return the last committed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        last = hook.batch_position().last_committed
+        if last is not None and last >= after + count:
+            return last
+        time.sleep(0.2)
+    raise TimeoutError(f"batch {after + count} not committed within {timeout}s")
+
+
+def bare_restart(spec: StreamSpec, run_ids: list[str]) -> dict[str, float]:
+    hook = StreamingJobHook(spec)
+    t_stop = time.time()
+    report = hook.stop()
+    t_stopped = time.time()
+    assert report.graceful, f"bare stop was not graceful: {report.to_dict()}"
+    n = hook.batch_position().last_committed
+    assert n is not None and n == report.position.last_committed
+    record = hook.submit()
+    t_submitted = time.time()
+    run_ids.append(record.run_id)
+    old, new = commit_mtime(spec.checkpoint_location, n), commit_mtime(spec.checkpoint_location, n + 1)
+    return {"version": spec.version, "batch": n, "downtime_s": round(new - old, 2),
+            "commit_to_stop_request_s": round(t_stop - old, 2), "stop_s": round(t_stopped - t_stop, 2),
+            "submit_s": round(t_submitted - t_stopped, 2), "submit_to_first_commit_s": round(new - t_submitted, 2)}
+
+
+def managed_upgrade(target: StreamSpec, run_ids: list[str]) -> dict[str, float]:
+    started = time.time()
+    record = LifecycleRunner(target, Action.UPGRADE, OPTIONS).run()
+    ended = time.time()
+    if record.new_run_id:
+        run_ids.append(record.new_run_id)
+    steps = [s["step"] for s in record.steps]
+    assert record.step == Step.SUCCEEDED, f"upgrade ended {record.step.value}: {record.error}; steps {steps}"
+    at = {s["step"]: s["at"] for s in record.steps}
+    n = record.stop_batch
+    assert n is not None and record.first_new_batch in (None, n + 1), (n, record.first_new_batch)
+    old, new = commit_mtime(target.checkpoint_location, n), commit_mtime(target.checkpoint_location, n + 1)
+    return {"from": record.from_version, "to": record.to_version, "batch": n, "downtime_s": round(new - old, 2),
+            "gate_s": round(at["CHECKED"] - at["PLANNED"], 2),
+            "snapshot_s": round(at["SNAPSHOTTED"] - at["STOPPED"], 2),
+            "total_s": round(ended - started, 2),
+            # where the downtime goes: last commit -> stop request -> stopped -> snapshot -> submitted -> commit
+            "commit_to_stop_request_s": round(at["STOPPING"] - old, 2),
+            "stop_s": round(at["STOPPED"] - at["STOPPING"], 2),
+            "submit_s": round(at["PROBATION"] - at["SNAPSHOTTED"], 2),
+            "submit_to_first_commit_s": round(new - at["PROBATION"], 2),
+            "probation_s": round(at["SUCCEEDED"] - at["PROBATION"], 2),
+            "record_id": record.id, "new_run_id": record.new_run_id}
+
+
+def java_version() -> str:
+    try:
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60)
+        return (out.stderr or out.stdout).strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError) as exc:
+        return f"unknown ({exc})"
+
+
+def machine() -> dict[str, object]:
+    try:
+        import pyspark
+
+        spark = pyspark.__version__
+    except ImportError:
+        spark = None
+    return {"platform": platform.platform(), "nproc": os.cpu_count(), "python": platform.python_version(),
+            "java": java_version(), "pyspark": spark}
+
+
+def cleanup(root: str, run_ids: list[str]) -> None:
+    hook = StreamingJobHook(spec_for(root, "v1"))  # same name, control dir and checkpoint for both versions
+    try:
+        hook.stop()
+    except Exception as exc:  # noqa: BLE001 - go on killing what is left
+        print(f"stop at cleanup failed: {exc}", file=sys.stderr)
+    record = hook.driver_record()
+    if record is not None and hook.processes_of_run(record.run_id):
+        hook.kill(record, grace=5)
+    for run_id in run_ids:
+        for pid in hook.processes_of_run(run_id):
+            print(f"killing leftover pid {pid} of run {run_id}", file=sys.stderr)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    time.sleep(1)
+    left = {r: hook.processes_of_run(r) for r in run_ids if hook.processes_of_run(r)}
+    if left:
+        print(f"WARNING: processes left: {left}", file=sys.stderr)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", default="bench/results/upgrade.json")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, checkpoint)")
+    ns = parser.parse_args()
+
+    root = tempfile.mkdtemp(prefix="upgrade-bench-")
+    print(f"work dir {root}")
+    feeder = Feeder(f"{root}/in", per_file=4, interval=0.5, run="upgrade")
+    run_ids: list[str] = []
+    bare: list[dict] = []
+    upgrades: list[dict] = []
+    try:
+        current = spec_for(root, "v1")
+        feeder.feed(40)
+        hook = StreamingJobHook(current)
+        record = hook.submit()
+        run_ids.append(record.run_id)
+        hook.wait_until_ready(record)
+        feeder.start()
+        wait_batches(hook, hook.batch_position().last_committed or 0, 3)
+        for run in range(ns.runs):
+            b = bare_restart(current, run_ids)
+            bare.append(b)
+            print(f"run {run}: bare restart {b['version']} at batch {b['batch']}: downtime {b['downtime_s']:.2f} s "
+                  f"(last commit -> stop request {b['commit_to_stop_request_s']:.2f}, stop {b['stop_s']:.2f}, "
+                  f"submit {b['submit_s']:.2f}, submit -> first commit {b['submit_to_first_commit_s']:.2f})",
+                  flush=True)
+            wait_batches(hook, b["batch"] + 1, 5)
+
+            target = spec_for(root, "v2" if current.version == "v1" else "v1")
+            u = managed_upgrade(target, run_ids)
+            upgrades.append(u)
+            current = target
+            print(f"run {run}: upgrade {u['from']} -> {u['to']} at batch {u['batch']}: downtime {u['downtime_s']:.2f} s "
+                  f"(last commit -> stop request {u['commit_to_stop_request_s']:.2f}, stop {u['stop_s']:.2f}, "
+                  f"snapshot {u['snapshot_s']:.2f}, submit {u['submit_s']:.2f}, submit -> first commit "
+                  f"{u['submit_to_first_commit_s']:.2f}); gate {u['gate_s']:.2f} s, probation {u['probation_s']:.2f} s, "
+                  f"total {u['total_s']:.2f} s", flush=True)
+            wait_batches(hook, u["batch"] + 1, 5)
+    finally:
+        feeder.stop()
+        cleanup(root, run_ids)
+        if not ns.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def med(rows: list[dict], key: str) -> float:
+        return round(statistics.median(r[key] for r in rows), 2)
+
+    median = {"bare_restart_downtime_s": med(bare, "downtime_s"), "upgrade_downtime_s": med(upgrades, "downtime_s"),
+              "gate_s": med(upgrades, "gate_s"), "snapshot_s": med(upgrades, "snapshot_s"),
+              "upgrade_total_s": med(upgrades, "total_s")}
+    for key in ("commit_to_stop_request_s", "stop_s", "submit_s", "submit_to_first_commit_s"):
+        median[f"bare_{key}"] = med(bare, key)
+        median[f"upgrade_{key}"] = med(upgrades, key)
+    ratio = round(median["upgrade_downtime_s"] / median["bare_restart_downtime_s"], 3)
+    result = {"machine": machine(), "runs": ns.runs, "bare_restart": bare, "upgrade": upgrades, "median": median,
+              "ratio_upgrade_over_bare": ratio, "goal_ratio_max": 1.25}
+    print()
+    print(f"bare restart downtime (commits/N -> commits/N+1): {median['bare_restart_downtime_s']:.2f} s  "
+          f"raw {[r['downtime_s'] for r in bare]}")
+    print(f"upgrade downtime      (commits/N -> commits/N+1): {median['upgrade_downtime_s']:.2f} s  "
+          f"raw {[r['downtime_s'] for r in upgrades]}")
+    print(f"ratio upgrade / bare: {ratio:.2f} (goal <= 1.25: {'met' if ratio <= 1.25 else 'NOT met'})")
+    print(f"gate (PLANNED -> CHECKED, before the stop): {median['gate_s']:.2f} s  raw {[r['gate_s'] for r in upgrades]}")
+    print(f"snapshot (STOPPED -> SNAPSHOTTED):          {median['snapshot_s']:.2f} s  "
+          f"raw {[r['snapshot_s'] for r in upgrades]}")
+    print(f"upgrade total wall time:                    {median['upgrade_total_s']:.2f} s  "
+          f"raw {[r['total_s'] for r in upgrades]}")
+    print("downtime breakdown (median, bare / upgrade): "
+          + ", ".join(f"{k} {median['bare_' + k]:.2f} / {median['upgrade_' + k]:.2f}"
+                      for k in ("commit_to_stop_request_s", "stop_s", "submit_s", "submit_to_first_commit_s")))
+    print(f"machine: {result['machine']}")
+    os.makedirs(os.path.dirname(os.path.abspath(ns.json)), exist_ok=True)
+    with open(ns.json, "w") as fh:
+        json.dump(result, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
