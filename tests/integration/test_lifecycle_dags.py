@@ -1,5 +1,8 @@
 """The upgrade-window and manual-operations DAGs under `airflow dags test`, with the task killed mid-action.
 
+Covers every action of the operations form: deploy (through the window), upgrade, rollback, restart,
+status and stop.
+
 Real Airflow (metadata DB, DAG parsing, Params), real Spark drivers, real SIGKILLs of the Airflow
 process group. Throughout, a monitor samples every local driver process of the stream: there is never
 more than one run alive, and each run was submitted once (one driver log per run).
@@ -155,20 +158,31 @@ def test_killed_upgrade_and_rollback_tasks_resume_with_one_driver_at_all_times(s
         assert hook.deployed()["spec"]["version"] == "v1"
         assert rollback["new_run_id"] == killed["new_run_id"]  # the resumed task did not submit again
 
+        # A restart of the deployed spec goes through the same machinery (no gate for an identical spec).
+        restart = subprocess.run(operation({"stream": "signals", "action": "restart"}), env=env,
+                                 capture_output=True, text=True, timeout=600)
+        assert restart.returncode == 0, restart.stdout[-3000:] + restart.stderr[-3000:]
+        assert record_of(streams)["action"] == "restart" and record_of(streams)["step"] == "SUCCEEDED"
+
         status = airflow("dags", "test", "stream_operations", "-c", json.dumps({"stream": "signals"}), env=env)
         assert status.returncode == 0, status.stdout[-3000:] + status.stderr[-3000:]
         assert "'deployed_version': 'v1'" in status.stdout + status.stderr
+        last = feeder.stop()
+        expected = expected_windows(last)
+        wait_for(lambda: read_window_counts(streams.path("output", "signals")) == expected, 150,
+                 f"every closed window of events 0..{last} written exactly once")
+        stop = airflow("dags", "test", "stream_operations", "-c", json.dumps({"stream": "signals", "action": "stop"}),
+                       env=env)
+        assert stop.returncode == 0, stop.stdout[-3000:] + stop.stderr[-3000:]
+        assert hook.running_driver() is None and hook.batch_position().clean
 
     assert monitor.max_alive == 1, f"{monitor.max_alive} drivers of one checkpoint were alive at once"
-    # Three runs (v1, v2, v1 again), each submitted exactly once.
-    assert len(monitor.seen) == 3 and len(list(logs.glob("*.log"))) == 3
-    last = feeder.stop()
-    expected = expected_windows(last)
-    wait_for(lambda: read_window_counts(streams.path("output", "signals")) == expected, 150,
-             f"every closed window of events 0..{last} written exactly once")
+    # Four runs (v1, v2, v1 again, v1 restarted), each submitted exactly once.
+    assert len(monitor.seen) == 4 and len(list(logs.glob("*.log"))) == 4
+    assert read_window_counts(streams.path("output", "signals")) == expected  # nothing more after the stop
     history = json.loads(Path(streams.path("control", "signals", "history.json")).read_text())
     assert [(h["action"], h["to_version"], h["outcome"]) for h in history] == [
-        ("upgrade", "v2", "SUCCEEDED"), ("rollback", "v1", "SUCCEEDED")]
+        ("upgrade", "v2", "SUCCEEDED"), ("rollback", "v1", "SUCCEEDED"), ("restart", "v1", "SUCCEEDED")]
 
 
 def test_operations_form_rejects_invalid_choices(streams, airflow_db):

@@ -193,3 +193,16 @@ def test_warm_start_prepares_the_new_driver_first_and_still_rolls_back(streams):
     assert hook.standby_state(done.new_run_id)["state"] == "PROMOTED"
     assert hook.driver_record().run_id == done.new_run_id and hook.deployed()["spec"]["version"] == "v2"
     assert_exactly_once(out, feeder)
+
+
+def test_a_gate_that_cannot_run_refuses_and_touches_nothing(streams):
+    import shutil
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints" / "spark42_agg_dedup"
+    shutil.copytree(fixture, streams.path("checkpoints", "signals"))
+    before = sorted(p.name for p in Path(streams.path("checkpoints", "signals")).rglob("*"))
+    missing = signals_spec(streams, streams.path("jobs", "not_there.py"), "v9")
+    record = LifecycleRunner(missing, Action.UPGRADE, OPTIONS).run()
+    assert record.step == Step.REFUSED and "not_there.py" in record.error and "does not exist" in record.error
+    assert sorted(p.name for p in Path(streams.path("checkpoints", "signals")).rglob("*")) == before
+    assert read_history(streams.hook(missing))[-1]["outcome"] == "REFUSED"
