@@ -296,6 +296,9 @@ class LifecycleRunner:
         manifest = snapshots.take_snapshot(self.target.checkpoint_location, self._snapshot_dir(record),
                                            record.sink_path)
         record.snapshot = manifest.to_dict()
+        # The snapshot is self-describing: the spec that ran on it restarts it (also in the record).
+        self.storage.write_atomic(f"{manifest.snapshot_dir}/spec.json",
+                                  json.dumps({"spec": record.from_spec, "run_id": record.old_run_id}, indent=1).encode())
         self._advance(record, Step.SNAPSHOTTED, f"{manifest.files} files at batch {manifest.batch_id}"
                       f"{' + file sink log' if manifest.sink_metadata else ''}")
 

@@ -27,6 +27,7 @@ from typing import Any
 from airflow_streaming.control import contract
 from airflow_streaming.hooks.streaming_job import StreamingJobHook, kill_driver
 from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockHeld
+from airflow_streaming.spec import StreamSpec
 from airflow_streaming.supervision.classification import classify
 from airflow_streaming.supervision.policy import (
     Action,
@@ -169,7 +170,10 @@ def _supervise_locked(hook: StreamingJobHook, policy: RestartPolicy, notify: Cal
     if hook.running_driver():
         kill_driver(hook.storage, hook.paths, record)
     emit("RESTARTING", attempt=decision.attempt, max_attempts=decision.max_attempts, next_attempt_in_s=0)
-    new_record = hook.submit()
+    # Restart what is deployed (an upgrade may have moved the stream past the spec this pass was given).
+    deployed = (hook.deployed() or {}).get("spec")
+    restart_hook = StreamingJobHook(StreamSpec.from_dict(deployed), hook.storage) if deployed else hook
+    new_record = restart_hook.submit()
     record_restart(ledger, record.run_id, failed_at, error.get("error_class"))
     save_ledger(hook, ledger)
     result.action = "RESTARTED"

@@ -250,8 +250,6 @@ class Driver:
         log.info("query %s started (id %s, run %s)", query.name, query.id, query.runId)
 
     def _supervise_bundled(self) -> int:
-        from spark_jobs.runtime.reporter import describe_exception
-
         while True:
             queries = [q for q in self.spark.streams.active]
             if not queries:

@@ -26,7 +26,9 @@ def test_driver_killed_mid_batch_is_restarted_from_its_checkpoint_exactly_once(s
                                                streams.path("quarantine", "sup"), "--max-files-per-trigger", "1"])
     hook = streams.hook(spec)
     fed = generate_events(inp, count=4000, files=20, run="sup")
-    record = hook.submit()
+    # Deployed as "v2" (say, by an upgrade) while the supervisor is still given the original spec.
+    assert spec.version != "v2"
+    record = streams.hook(spec.with_version("v2")).submit()
     hook.wait_until_ready(record)
     # Kill -9 while a batch is in flight.
     wait_for(lambda: (d := hook.status()) and d.queries and d.queries[0].status.get("isTriggerActive"), 60,
@@ -42,6 +44,7 @@ def test_driver_killed_mid_batch_is_restarted_from_its_checkpoint_exactly_once(s
     again = supervise(hook, POLICY, events.append)
     assert again.action != "RESTARTED"
     assert hook.driver_record().run_id == first.new_run_id
+    assert hook.driver_record().version == "v2"  # the supervisor restarted what is deployed
 
     new_record = hook.driver_record()
     hook.wait_until_ready(new_record)

@@ -92,6 +92,8 @@ def test_gate_refuses_incompatible_then_compatible_upgrade_carries_state_exactly
     assert [(h["action"], h["from_version"], h["to_version"], h["outcome"]) for h in history] == [
         ("upgrade", "v1", "v3", "REFUSED"), ("upgrade", "v1", "v2", "SUCCEEDED")]
     assert os.path.isfile(os.path.join(done.snapshot["snapshot_dir"], "manifest.json"))
+    with open(os.path.join(done.snapshot["snapshot_dir"], "spec.json")) as fh:
+        assert json.load(fh)["spec"]["version"] == "v1"  # the snapshot names the version that restarts it
 
     # State carried over: a window holding events v1 had processed well before the stop is emitted by
     # v2 (the files with v2's new column) with its full count.
@@ -159,7 +161,8 @@ def test_parallel_transition_for_an_incompatible_change_ends_with_only_the_new_s
             return {}
         table = ds.dataset(files, format="parquet").to_table(columns=["window_start", "device_id", "events"])
         counts: dict = {}
-        for w, d, n in zip(*(table.column(c).to_pylist() for c in ("window_start", "device_id", "events"))):
+        columns = (table.column(c).to_pylist() for c in ("window_start", "device_id", "events"))
+        for w, d, n in zip(*columns, strict=True):
             counts[(w.isoformat(), d)] = counts.get((w.isoformat(), d), 0) + n
         return counts
 
