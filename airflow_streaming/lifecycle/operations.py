@@ -14,12 +14,12 @@ from typing import Any
 from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.lifecycle.desired_state import DesiredState, StreamTarget, pending_changes
-from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Probation, previous_spec
+from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Probation
 from airflow_streaming.lifecycle.runner import (
     LifecycleOptions,
     LifecycleRunner,
     describe,
-    read_history,
+    restart_spec,
     resume_target,
 )
 from airflow_streaming.spec import SpecError, StreamSpec
@@ -95,16 +95,9 @@ def operate(state: DesiredState, stream: str, action: str, version: str | None =
             if resumed is not None:  # the task running this action died: finish that action, as recorded
                 kind, target_spec, current_spec = resumed
                 return _run(LifecycleRunner(target_spec, kind, options, current=current_spec, notify=notify))
-    if action == "restart":
-        if current_version is None:
-            raise SpecError("action", f"stream {stream!r} was never deployed: deploy it first")
-        return _run(LifecycleRunner(hook.spec, Action.RESTART, options, notify=notify))
-    if action == "rollback":
-        spec_dict = previous_spec(read_history(hook), current_version)
-        if spec_dict is None:
-            raise SpecError("action", f"stream {stream!r} has no earlier version to roll back to: its history has no "
-                            f"successful upgrade to {current_version}")
-        return _run(LifecycleRunner(StreamSpec.from_dict(spec_dict), Action.ROLLBACK, options, notify=notify))
+    if action in ("restart", "rollback"):
+        kind = Action(action)
+        return _run(LifecycleRunner(restart_spec(hook, kind), kind, options, notify=notify))
     # upgrade
     wanted = version or target.version
     spec = target.spec_for(wanted)

@@ -44,6 +44,7 @@ from airflow_streaming.lifecycle.record import (
     append_history,
     caught_up,
     error_summary,
+    previous_spec,
     probation_outcome,
 )
 from airflow_streaming.spec import SpecError, StreamSpec
@@ -533,6 +534,22 @@ def resume_target(hook: StreamingJobHook, *actions: Action) -> tuple[Action, Str
             "rolls back from that step) before starting another one")
     current = _spec(record.from_spec) if record.action == Action.PARALLEL else None
     return record.action, StreamSpec.from_dict(record.to_spec), current
+
+
+def restart_spec(hook: StreamingJobHook, action: Action) -> StreamSpec:
+    """The spec a restart (the deployed one) or a rollback (the one before the last successful upgrade)
+    of the stream starts; :class:`SpecError` saying why there is none."""
+    deployed = (hook.deployed() or {}).get("spec")
+    if deployed is None:
+        raise SpecError("action", f"stream {hook.spec.name!r} was never deployed (no {hook.deployed_path}): "
+                        f"deploy it before a {action.value}")
+    if action == Action.ROLLBACK:
+        previous = previous_spec(read_history(hook), deployed.get("version"))
+        if previous is None:
+            raise SpecError("action", f"stream {hook.spec.name!r} has no earlier version to roll back to: its "
+                            f"history has no successful upgrade to {deployed.get('version')}")
+        return StreamSpec.from_dict(previous)
+    return StreamSpec.from_dict(deployed)
 
 
 def read_history(hook: StreamingJobHook) -> list[dict[str, Any]]:

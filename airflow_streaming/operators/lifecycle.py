@@ -51,8 +51,8 @@ class SparkStreamUpgradeOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_streaming.hooks.streaming_job import StreamingJobHook
         from airflow_streaming.lifecycle.operations import LifecycleOutcomeError, result_of
-        from airflow_streaming.lifecycle.record import Action, Probation, previous_spec
-        from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner, read_history, resume_target
+        from airflow_streaming.lifecycle.record import Action, Probation
+        from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner, restart_spec, resume_target
         from airflow_streaming.notifications.events import StreamEvent
 
         action = Action(self.action)
@@ -68,15 +68,7 @@ class SparkStreamUpgradeOperator(BaseOperator):
         if resumed is not None:  # a previous try died mid-action: finish that action as recorded
             _, target, current = resumed
         elif target is None or action == Action.ROLLBACK:
-            hook = StreamingJobHook(target or current)  # type: ignore[arg-type]
-            deployed = (hook.deployed() or {}).get("spec")
-            if deployed is None:
-                raise ValueError(f"stream {hook.spec.name!r} was never deployed: nothing to {action.value}")
-            if action == Action.ROLLBACK:
-                deployed = previous_spec(read_history(hook), deployed.get("version"))
-                if deployed is None:
-                    raise ValueError(f"stream {hook.spec.name!r} has no successful upgrade to roll back")
-            target = StreamSpec.from_dict(deployed)
+            target = restart_spec(StreamingJobHook(target or current), action)  # type: ignore[arg-type]
 
         def notify(event: dict[str, Any]) -> None:
             for notifier in self.notifiers:

@@ -128,3 +128,42 @@ def test_operator_gates_the_task_under_airflow_dags_test(signals, airflow_db, tm
         assert run.returncode != 0, output[-4000:]
         assert "IncompatibleCandidateError" in output and "events_etl v3 is INCOMPATIBLE" in output
         assert "STATEFUL_OPERATORS" in output
+
+
+UPGRADE_DAG = """
+from datetime import datetime
+from airflow.sdk import DAG
+from airflow_streaming.operators.lifecycle import SparkStreamUpgradeOperator
+
+with DAG("upgrade_refused", schedule=None, start_date=datetime(2026, 1, 1)):
+    SparkStreamUpgradeOperator(task_id="upgrade", spec={spec!r})
+    SparkStreamUpgradeOperator(task_id="rollback", action="rollback", spec={other!r})
+"""
+
+
+@pytest.mark.airflow
+def test_upgrade_operator_refuses_an_incompatible_version_and_touches_nothing(signals, airflow_db, tmp_path):
+    """The operator's glue under `airflow dags test`: REFUSED fails the task with the gate's findings,
+    the checkpoint is byte-identical, the history records it; a rollback with no history says why."""
+    control = str(signals["root"] / "control-op")
+    spec = {"name": "signals", "application": "events_etl", "version": "v3", "checkpoint_location": signals["ckpt"],
+            "control_location": control, "master": "local[1]",
+            "application_args": ["--input", str(signals["root"] / "in"), "--output", str(signals["root"] / "etl"),
+                                 "--quarantine", str(signals["root"] / "bad")],
+            "spark_conf": {"spark.sql.shuffle.partitions": "2"}}
+    other = {**spec, "name": "never-deployed", "checkpoint_location": str(tmp_path / "none")}
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "upgrade_refused.py").write_text(UPGRADE_DAG.format(spec=spec, other=other))
+    before = hashes(signals["ckpt"])
+    env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(dags)}
+    run = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "upgrade_refused"], env=env,
+                         capture_output=True, text=True, timeout=600)
+    output = run.stdout + run.stderr
+    assert run.returncode != 0, output[-4000:]
+    assert "upgrade of signals to v3 ended REFUSED" in output and "INCOMPATIBLE" in output
+    assert "stream 'never-deployed' was never deployed" in output and "deploy it before a rollback" in output
+    assert hashes(signals["ckpt"]) == before
+    history = json.loads((Path(control) / "signals" / "history.json").read_text())
+    assert [(h["action"], h["to_version"], h["outcome"], h["verdict"]) for h in history] == [
+        ("upgrade", "v3", "REFUSED", "INCOMPATIBLE")]
