@@ -25,3 +25,8 @@ class DriverStartError(StreamingError):
 
 class StreamFailedError(StreamingError):
     """The stream's driver reports a failed query or exited non-zero."""
+
+
+class StreamStateUnknownError(StreamingError):
+    """Whether the stream's driver runs cannot be told right now (unreadable control files, a cluster
+    manager that does not answer); nothing was changed. Retry, or check the named storage or cluster."""

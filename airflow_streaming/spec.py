@@ -205,6 +205,40 @@ def _check_spark_conf(value: Any) -> dict[str, str]:
     return result
 
 
+DEPLOY_MODES = ("client", "cluster")
+CLUSTER_SETTINGS = {
+    "rest_url": str, "master_ui_url": str, "resourcemanager_url": str, "api_server": str, "namespace": str,
+    "image": str, "service_account": str, "runtime_path": str, "python": str, "driver_cores": int,
+    "driver_memory": str, "queue": str, "max_app_attempts": int, "attempt_failures_validity_interval": str,
+    "spark_binary": str, "submit_args": list, "kube_token_file": str, "kube_ca_file": str, "verify_tls": bool,
+    "pod_template_file": str, "archives": list, "supervise": bool,
+}
+
+
+def _check_cluster(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SpecError("cluster", f"must be a mapping of deploy-target settings, got {_type_name(value)}")
+    result: dict[str, Any] = {}
+    for key, item in value.items():
+        if key not in CLUSTER_SETTINGS:
+            close = difflib.get_close_matches(str(key), list(CLUSTER_SETTINGS), n=1)
+            raise SpecError(f"cluster.{key}", f"unknown setting (known: {', '.join(sorted(CLUSTER_SETTINGS))})"
+                            + (f"; did you mean {close[0]!r}?" if close else ""))
+        kind = CLUSTER_SETTINGS[key]
+        if item is None:
+            continue
+        if kind is int and (isinstance(item, bool) or not isinstance(item, int) or item < 1):
+            raise SpecError(f"cluster.{key}", f"must be a positive integer, got {item!r}")
+        if kind is bool and not isinstance(item, bool):
+            raise SpecError(f"cluster.{key}", f"must be true or false, got {item!r}")
+        if kind is str and (not isinstance(item, str) or not item.strip()):
+            raise SpecError(f"cluster.{key}", f"must be a non-empty string, got {item!r}")
+        if kind is list and (not isinstance(item, (list, tuple)) or not all(isinstance(i, str) for i in item)):
+            raise SpecError(f"cluster.{key}", f"must be a list of strings, got {item!r}")
+        result[key] = list(item) if kind is list else item
+    return result
+
+
 @dataclass(frozen=True)
 class StreamSpec:
     """Declarative, validated description of one managed Structured Streaming stream.
@@ -265,6 +299,18 @@ class StreamSpec:
     health: Mapping[str, float] = field(default_factory=dict, hash=False)
     """Health thresholds overriding the defaults (see ``airflow_streaming.health.thresholds``)."""
 
+    deploy_mode: str | None = None
+    """``client`` (default: the driver runs on the submitting host) or ``cluster`` (the driver runs on
+    the cluster: standalone through the master's REST server, YARN, Kubernetes)."""
+
+    cluster: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Settings of the deploy target (see ``docs/cluster.md``): ``rest_url``, ``resourcemanager_url``,
+    ``namespace``, ``image``, ``service_account``, ``api_server``, ``runtime_path``, ``python``..."""
+
+    storage_conn_id: str | None = None
+    """Airflow connection of the WebHDFS NameNode for ``hdfs://`` / ``webhdfs://`` locations
+    (default ``webhdfs_default``; the HDFS provider's ``webhdfs`` connection type)."""
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         _check_segment(self.name, "name")
@@ -318,6 +364,14 @@ class StreamSpec:
             field_name, _, message = str(exc).partition(": ")
             raise SpecError(field_name, message) from exc
         set_(self, "health", dict(self.health))
+        if self.deploy_mode is not None and self.deploy_mode not in DEPLOY_MODES:
+            raise SpecError("deploy_mode", f"must be one of {', '.join(DEPLOY_MODES)}, got {self.deploy_mode!r}")
+        if self.deploy_mode == "cluster" and (self.master is None or self.master.startswith("local")):
+            raise SpecError("deploy_mode", "cluster mode needs a cluster master (spark://..., yarn or k8s://...), "
+                            f"got master {self.master!r}")
+        set_(self, "cluster", _check_cluster(self.cluster))
+        if self.storage_conn_id is not None:
+            _check_str(self.storage_conn_id, "storage_conn_id")
         # The checkpoint and the stream's control dir must not overlap.
         control_dir = control[:2] + (control[2] + (self.name,),)
         if checkpoint[:2] == control_dir[:2]:
@@ -380,6 +434,9 @@ class StreamSpec:
             "heartbeat_interval": self.heartbeat_interval,
             "master_ui_url": self.master_ui_url,
             "health": dict(self.health),
+            "deploy_mode": self.deploy_mode,
+            "cluster": dict(self.cluster),
+            "storage_conn_id": self.storage_conn_id,
         }
 
     @classmethod

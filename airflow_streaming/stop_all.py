@@ -14,25 +14,33 @@ import sys
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlPaths
 from airflow_streaming.control.storage import storage_for
-from airflow_streaming.hooks.streaming_job import kill_driver, wait_exit
+from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.spec import StreamSpec
 
 
 def stop_all(control_location: str, timeout: float) -> list[str]:
-    """Stop the live drivers under ``control_location``; return the names of the streams stopped."""
+    """Stop the live drivers under ``control_location``; return the names of the streams stopped.
+
+    An emergency exit (the demo's trap, a test's cleanup): it does not wait for lifecycle locks, but it
+    only kills drivers their target can prove are the recorded ones."""
     storage, root = storage_for(control_location)
     stopped = []
     for name in storage.list_dir(root):
         paths = ControlPaths(f"{root}/{name}")
         try:
             record = contract.read_driver_record(storage, paths)
-        except contract.ControlFileError as exc:
+            deployed = StreamingJobHook.deployed_at(storage, f"{paths.root}/deployed.json")
+        except (contract.ControlFileError, OSError) as exc:
             logging.error("%s", exc)
             continue
-        if record is None or not record.alive():
+        if record is None or deployed is None:
             continue
-        contract.request_stop(storage, paths)
-        if not wait_exit(record, timeout):
-            kill_driver(storage, paths, record)
+        hook = StreamingJobHook(StreamSpec.from_dict(deployed["spec"]), storage)
+        if hook.target.state(record).gone:
+            continue
+        hook.request_stop()
+        if not hook.wait_gone(record, timeout):
+            hook.kill(record)
         stopped.append(name)
     return stopped
 

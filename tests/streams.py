@@ -67,9 +67,9 @@ class StreamRegistry:
     def kill_all(self) -> None:
         for hook in self.hooks:
             record = hook.driver_record()
-            if record is not None and record.alive():
+            if record is not None and hook.alive(record):
                 hook.kill(record, grace=5)
-            assert record is None or not record.alive(), f"driver {record.submit_pid} survived cleanup"
+            assert record is None or not hook.alive(record), f"driver {record.submit_pid} survived cleanup"
 
 
 def totals(hook: StreamingJobHook, run_id: str) -> dict[str, int] | None:

@@ -26,7 +26,13 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_streaming.control.storage import ControlStorage
+from airflow_streaming.control.process import (
+    ProcessIdentity,
+    process_alive,
+    process_group_members,
+    process_start_time,
+)
+from airflow_streaming.control.storage import ControlStorage, StorageError
 
 SCHEMA_VERSION = 1
 
@@ -128,7 +134,10 @@ def read_marker(storage: ControlStorage, paths: ControlPaths) -> dict[str, Any] 
 
 
 def marker_present(storage: ControlStorage, paths: ControlPaths) -> bool:
-    """Whether the run marker exists (its absence is a graceful-stop request)."""
+    """Whether the run marker exists (its absence is a graceful-stop request).
+
+    Raises :class:`StorageError` when that cannot be told: an unreadable marker is never a stop request.
+    """
     return storage.exists(paths.marker)
 
 
@@ -137,57 +146,29 @@ def request_stop(storage: ControlStorage, paths: ControlPaths) -> bool:
     return storage.delete(paths.marker)
 
 
-# --------------------------------------------------------------------------- process identity
 
 
-def process_start_time(pid: int) -> float | None:
-    """Start time of a local process in seconds since boot, or ``None`` if it does not exist (or is a zombie).
+# --------------------------------------------------------------------------- field validation
 
-    Used with the pid to tell a live driver from a recycled pid. Boot-relative on purpose: the
-    epoch-based boot time (``btime``) moves when the wall clock is adjusted, which would make a live
-    driver look recycled.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read().decode()
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] in ("Z", "X"):
+
+def _require(path: str, raw: dict[str, Any], name: str, kinds: tuple[type, ...], optional: bool = False) -> Any:
+    """``raw[name]`` if it has one of ``kinds`` (bool is never a number); :class:`ControlFileError` otherwise."""
+    if name not in raw or raw[name] is None:
+        if optional:
             return None
-        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
+        raise ControlFileError(f"{path}: field {name!r} is missing")
+    value = raw[name]
+    if isinstance(value, bool) and bool not in kinds:
+        ok = False
+    else:
+        ok = isinstance(value, kinds)
+    if not ok:
+        wanted = " or ".join("number" if k in (int, float) else k.__name__ for k in kinds)
+        raise ControlFileError(f"{path}: field {name!r} must be {wanted}, got {type(value).__name__} {value!r:.60}")
+    return value
 
 
-def process_group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) local processes of process group ``pgid`` (a driver's JVM and Python children)."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read().decode()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            members.append(int(entry))
-    return members
-
-
-def process_alive(pid: int | None, start_time: float | None = None, host: str | None = None) -> bool:
-    """Whether a local process is alive and (when ``start_time`` is given) is the same process.
-
-    A process on another host cannot be checked here and counts as alive.
-    """
-    if host is not None and host != socket.gethostname():
-        return True
-    if not pid:
-        return False
-    actual = process_start_time(pid)
-    if actual is None:
-        return False
-    return start_time is None or abs(actual - start_time) < 0.05
+_NUMBER = (int, float)
 
 
 # --------------------------------------------------------------------------- lease
@@ -197,8 +178,9 @@ def process_alive(pid: int | None, start_time: float | None = None, host: str | 
 class Lease:
     """Who runs a stream right now. A lease is stale when its holder is provably gone:
 
-    - same host: the holder pid is dead or was recycled (start time differs);
-    - other host: it was not renewed for ``ttl`` seconds.
+    - same host: the holder process (pid + start time) is gone;
+    - other host: it was not renewed for ``ttl`` seconds. A driver that cannot renew its lease stops
+      itself after ``ttl / 2`` (see the runtime's reporter), before anyone may judge it stale.
     """
 
     run_id: str
@@ -209,9 +191,12 @@ class Lease:
     renewed_at: float
     ttl: float
 
+    def identity(self) -> ProcessIdentity:
+        return ProcessIdentity(self.pid, self.pid_start_time, self.host)
+
     def is_stale(self, now: float | None = None) -> bool:
         if self.host == socket.gethostname():
-            return not process_alive(self.pid, self.pid_start_time)
+            return not self.identity().alive()
         return (now or time.time()) - self.renewed_at > self.ttl
 
     def to_json(self) -> bytes:
@@ -220,10 +205,11 @@ class Lease:
     @classmethod
     def from_json(cls, path: str, data: bytes) -> Lease:
         raw = _loads(path, data)
-        try:
-            return cls(**{k: raw[k] for k in cls.__dataclass_fields__})
-        except KeyError as exc:
-            raise ControlFileError(f"{path}: lease is missing field {exc}") from exc
+        return cls(
+            run_id=_require(path, raw, "run_id", (str,)), pid=_require(path, raw, "pid", (int,)),
+            pid_start_time=_require(path, raw, "pid_start_time", _NUMBER, optional=True),
+            host=_require(path, raw, "host", (str,)), acquired_at=_require(path, raw, "acquired_at", _NUMBER),
+            renewed_at=_require(path, raw, "renewed_at", _NUMBER), ttl=_require(path, raw, "ttl", _NUMBER))
 
 
 class LeaseHeldError(RuntimeError):
@@ -238,45 +224,23 @@ class LeaseHeldError(RuntimeError):
 
 
 def read_lease(storage: ControlStorage, paths: ControlPaths) -> Lease | None:
+    """The lease, ``None`` if there is none; :class:`ControlFileError` if unreadable, :class:`StorageError`
+    if it cannot be read."""
     data = storage.read_bytes(paths.lease)
     return None if data is None else Lease.from_json(paths.lease, data)
 
 
-TAKEOVER_LOCK_STALE_SECONDS = 30.0
-
-
-def take_over_stale(storage: ControlStorage, path: str, judged_stale: bytes | None) -> None:
-    """Delete the file at ``path`` that we judged stale, unless someone replaced it meanwhile.
-
-    The read-compare-delete runs under an exclusive ``<path>.takeover`` lock, so two processes that
-    both found the same stale file cannot both delete-and-recreate it. A takeover lock older than
-    ``TAKEOVER_LOCK_STALE_SECONDS`` (its taker died mid-takeover) is removed. Used for the driver
-    lease and for the lifecycle lock.
-    """
-    lock = path + ".takeover"
-    if not storage.create_exclusive(lock, _dumps({"pid": os.getpid(), "host": socket.gethostname(), "at": time.time()})):
-        try:
-            held_since = float(_loads(lock, storage.read_bytes(lock) or b"{}").get("at", 0))
-        except (ControlFileError, ValueError):
-            held_since = 0.0
-        if time.time() - held_since > TAKEOVER_LOCK_STALE_SECONDS:
-            storage.delete(lock)
-        time.sleep(0.05)
-        return
-    try:
-        if storage.read_bytes(path) == judged_stale:
-            storage.delete(path)
-    finally:
-        storage.delete(lock)
+ACQUIRE_WAIT_SECONDS = 60.0
 
 
 def acquire_lease(storage: ControlStorage, paths: ControlPaths, run_id: str, ttl: float) -> Lease:
     """Take the stream's lease for this process, taking over a stale one; raise :class:`LeaseHeldError`.
 
-    Rule: a lease is taken over only when it is stale (see :class:`Lease`); the takeover itself is
-    serialized by :func:`take_over_stale`, so at most one driver ever holds the lease.
+    Rule: a lease is taken over only when it is stale (see :class:`Lease`) or unreadable garbage; the
+    takeover is a compare-and-swap on the exact bytes judged stale, so at most one driver ever holds
+    the lease. A storage error raises :class:`StorageError` (the driver does not start).
     """
-    deadline = time.monotonic() + 2 * TAKEOVER_LOCK_STALE_SECONDS
+    deadline = time.monotonic() + ACQUIRE_WAIT_SECONDS
     while time.monotonic() < deadline:
         now = time.time()
         pid = os.getpid()
@@ -289,11 +253,11 @@ def acquire_lease(storage: ControlStorage, paths: ControlPaths, run_id: str, ttl
         try:
             current: Lease | None = Lease.from_json(paths.lease, raw)
         except ControlFileError:
-            current = None  # unreadable lease: treated as stale
+            current = None  # unreadable lease: no driver can be renewing it
         if current is not None and not current.is_stale():
             raise LeaseHeldError(current)
-        take_over_stale(storage, paths.lease, raw)
-    raise RuntimeError(f"could not acquire {paths.lease}: its takeover lock stayed held")
+        storage.compare_and_swap(paths.lease, raw, None)
+    raise RuntimeError(f"could not acquire {paths.lease} within {ACQUIRE_WAIT_SECONDS:.0f}s")
 
 
 class LeaseLostError(RuntimeError):
@@ -301,53 +265,74 @@ class LeaseLostError(RuntimeError):
 
 
 def renew_lease(storage: ControlStorage, paths: ControlPaths, lease: Lease) -> Lease:
-    """Refresh ``renewed_at``; raise :class:`LeaseLostError` if another driver holds the lease now."""
+    """Refresh ``renewed_at`` by compare-and-swap on the bytes this driver last wrote.
+
+    Raises :class:`LeaseLostError` if the file holds anything else now (another driver took the stream
+    over, or someone deleted it), :class:`StorageError` if the storage could not be reached (the
+    caller retries; the lease was not renewed).
+    """
+    renewed = Lease(**{**asdict(lease), "renewed_at": time.time()})
+    if storage.compare_and_swap(paths.lease, lease.to_json(), renewed.to_json()):
+        return renewed
     try:
         current = read_lease(storage, paths)
     except ControlFileError:
         current = None
-    if current is None or current.run_id != lease.run_id or current.pid != lease.pid:
-        raise LeaseLostError(
-            f"{paths.lease} now names {current.run_id + ' pid ' + str(current.pid) if current else 'nobody'}, "
-            f"not this driver (run {lease.run_id} pid {lease.pid})"
-        )
-    renewed = Lease(**{**asdict(lease), "renewed_at": time.time()})
-    storage.write_atomic(paths.lease, renewed.to_json())
-    return renewed
+    raise LeaseLostError(
+        f"{paths.lease} now names {current.run_id + ' pid ' + str(current.pid) if current else 'nobody'}, "
+        f"not this driver (run {lease.run_id} pid {lease.pid})"
+    )
 
 
 def release_lease(storage: ControlStorage, paths: ControlPaths, lease: Lease) -> None:
-    """Delete the lease if this holder still owns it."""
-    try:
-        current = read_lease(storage, paths)
-    except ControlFileError:
-        current = None
-    if current is not None and current.run_id == lease.run_id and current.pid == lease.pid:
-        storage.delete(paths.lease)
+    """Delete the lease if it still holds exactly what this holder last wrote."""
+    storage.compare_and_swap(paths.lease, lease.to_json(), None)
 
 
 # --------------------------------------------------------------------------- submission record
 
+LOCAL_TARGET = "local"
+
 
 @dataclass(frozen=True)
 class DriverRecord:
-    """What the deployer knows about one submission (written to ``driver.json``)."""
+    """What the deployer knows about one submission (written to ``driver.json``).
+
+    ``target`` names where the driver runs (``local``, ``standalone-cluster``, ``yarn``,
+    ``kubernetes``: see ``airflow_streaming.targets``); ``handle`` is that target's own identity of the
+    driver (local: ``pid`` and ``start_time`` of the spark-submit process, whose command line carries
+    ``--run-id``; cluster targets: a submission, application or pod id).
+    """
 
     run_id: str
     stream: str
     version: str
     application: str
-    submit_pid: int
-    submit_pid_start_time: float | None
     host: str
+    """The host the submission was made from."""
     command: str
-    """The spark-submit command line with secrets masked."""
+    """The submission command with secrets masked."""
     log_path: str
     submitted_at: float
     checkpoint_location: str
+    target: str = LOCAL_TARGET
+    handle: dict[str, Any] = field(default_factory=dict)
 
-    def alive(self) -> bool:
-        return process_alive(self.submit_pid, self.submit_pid_start_time, self.host)
+    @property
+    def submit_pid(self) -> int | None:
+        """The local spark-submit pid (``None`` for cluster targets)."""
+        pid = self.handle.get("pid")
+        return pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+
+    @property
+    def submit_pid_start_time(self) -> float | None:
+        return self.handle.get("start_time")
+
+    def local_identity(self) -> ProcessIdentity | None:
+        """The submitting process's identity (local target only)."""
+        if self.submit_pid is None:
+            return None
+        return ProcessIdentity(self.submit_pid, self.submit_pid_start_time, self.host, token=self.run_id)
 
     def to_json(self) -> bytes:
         return _dumps(asdict(self))
@@ -355,18 +340,28 @@ class DriverRecord:
     @classmethod
     def from_json(cls, path: str, data: bytes) -> DriverRecord:
         raw = _loads(path, data)
-        try:
-            return cls(**{k: raw[k] for k in cls.__dataclass_fields__})
-        except KeyError as exc:
-            raise ControlFileError(f"{path}: driver record is missing field {exc}") from exc
+        if "handle" not in raw and "submit_pid" in raw:  # written by 0.1 (local target only)
+            raw = {**raw, "target": LOCAL_TARGET,
+                   "handle": {"pid": raw.get("submit_pid"), "start_time": raw.get("submit_pid_start_time")}}
+        text = {name: _require(path, raw, name, (str,)) for name in
+                ("run_id", "stream", "version", "application", "host", "command", "log_path", "checkpoint_location")}
+        handle = _require(path, raw, "handle", (dict,), optional=True) or {}
+        if "pid" in handle and handle["pid"] is not None:
+            _require(path, handle, "pid", (int,))
+            _require(path, handle, "start_time", _NUMBER, optional=True)
+        return cls(**text, submitted_at=_require(path, raw, "submitted_at", _NUMBER),
+                   target=_require(path, raw, "target", (str,), optional=True) or LOCAL_TARGET, handle=handle)
 
 
 def read_driver_record(storage: ControlStorage, paths: ControlPaths) -> DriverRecord | None:
+    """``driver.json``; ``None`` if the stream was never submitted; :class:`ControlFileError` if unreadable."""
     data = storage.read_bytes(paths.driver)
     return None if data is None else DriverRecord.from_json(paths.driver, data)
 
 
 # --------------------------------------------------------------------------- status document
+
+_STATES = frozenset({STARTING, RUNNING, STOPPING, STOPPED, FAILED})
 
 
 @dataclass
@@ -383,6 +378,21 @@ class QueryStatus:
     """The last ``RECENT_PROGRESS_LIMIT`` progress reports (Spark's JSON, parsed)."""
     last_batch_id: int | None = None
     """The batchId of the last completed micro-batch of this run."""
+
+    @classmethod
+    def from_dict(cls, path: str, raw: Any, index: int) -> QueryStatus:
+        where = f"{path} queries[{index}]"
+        if not isinstance(raw, dict):
+            raise ControlFileError(f"{where}: expected an object, got {type(raw).__name__}")
+        progress = _require(where, raw, "recent_progress", (list,), optional=True) or []
+        if not all(isinstance(p, dict) for p in progress):
+            raise ControlFileError(f"{where}: recent_progress must be a list of objects")
+        return cls(id=_require(where, raw, "id", (str,)), run_id=_require(where, raw, "run_id", (str,)),
+                   name=_require(where, raw, "name", (str,), optional=True),
+                   active=bool(_require(where, raw, "active", (bool,))),
+                   status=_require(where, raw, "status", (dict,), optional=True) or {},
+                   recent_progress=progress,
+                   last_batch_id=_require(where, raw, "last_batch_id", (int,), optional=True))
 
 
 @dataclass
@@ -410,6 +420,11 @@ class StatusDocument:
     """``{"message": first lines, "error_class": Spark condition or exception type}``."""
     exit: dict[str, Any] | None = None
     """Set just before the driver exits: ``{"code", "reason", "last_committed_batch"}``."""
+    storage_errors: dict[str, Any] | None = None
+    """``{"count", "last", "at"}`` when the driver could not read its control files (it keeps running)."""
+    query_checkpoints: dict[str, str] = field(default_factory=dict)
+    """Query id -> its resolved checkpoint root as Spark uses it (a user script's own
+    ``checkpointLocation`` or ``<checkpoint>/<queryName>`` may differ from the spec's location)."""
     schema: int = SCHEMA_VERSION
 
     @property
@@ -420,6 +435,10 @@ class StatusDocument:
         ids = [q.last_batch_id for q in self.queries if q.last_batch_id is not None]
         return max(ids) if ids else None
 
+    def checkpoints(self) -> list[str]:
+        """The resolved checkpoint roots of this run's queries (as recorded by the driver)."""
+        return sorted(set(self.query_checkpoints.values()))
+
     def to_json(self) -> bytes:
         return _dumps(asdict(self))
 
@@ -428,18 +447,47 @@ class StatusDocument:
         raw = _loads(path, data)
         if raw.get("schema") != SCHEMA_VERSION:
             raise ControlFileError(f"{path}: unsupported status schema {raw.get('schema')!r}")
-        try:
-            queries = [QueryStatus(**q) for q in raw.pop("queries", [])]
-            return cls(queries=queries, **{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
-        except TypeError as exc:
-            raise ControlFileError(f"{path}: malformed status document ({exc})") from exc
+        queries = _require(path, raw, "queries", (list,), optional=True) or []
+        totals = _require(path, raw, "totals", (dict,), optional=True)
+        if totals is not None:
+            for key in ("batches", "input_rows", "quarantined_rows"):
+                _require(f"{path} totals", totals, key, (int,))
+        state = _require(path, raw, "state", (str,))
+        if state not in _STATES:
+            raise ControlFileError(f"{path}: unknown state {state!r} (expected one of {', '.join(sorted(_STATES))})")
+        optional_text = {name: _require(path, raw, name, (str,), optional=True)
+                         for name in ("app_id", "spark_ui", "master", "checkpoint_location")}
+        return cls(
+            stream=_require(path, raw, "stream", (str,)), version=_require(path, raw, "version", (str,)),
+            run_id=_require(path, raw, "run_id", (str,)), state=state, pid=_require(path, raw, "pid", (int,)),
+            host=_require(path, raw, "host", (str,)), started_at=_require(path, raw, "started_at", _NUMBER),
+            heartbeat_at=_require(path, raw, "heartbeat_at", _NUMBER), **optional_text,
+            ready=bool(_require(path, raw, "ready", (bool,), optional=True)),
+            queries=[QueryStatus.from_dict(path, q, i) for i, q in enumerate(queries)],
+            **({"totals": dict(totals)} if totals is not None else {}),
+            last_exception=_require(path, raw, "last_exception", (dict,), optional=True),
+            exit=_require(path, raw, "exit", (dict,), optional=True),
+            storage_errors=_require(path, raw, "storage_errors", (dict,), optional=True),
+            query_checkpoints={str(k): str(v) for k, v in
+                               (_require(path, raw, "query_checkpoints", (dict,), optional=True) or {}).items()},
+        )
 
 
 def read_status(storage: ControlStorage, paths: ControlPaths) -> StatusDocument | None:
-    """The current status document, ``None`` if none was written yet; :class:`ControlFileError` if unreadable."""
+    """The current status document, ``None`` if none was written yet; :class:`ControlFileError` if
+    unreadable, :class:`StorageError` if it cannot be read."""
     data = storage.read_bytes(paths.status)
     return None if data is None else StatusDocument.from_json(paths.status, data)
 
 
 def write_status(storage: ControlStorage, paths: ControlPaths, doc: StatusDocument) -> None:
     storage.write_atomic(paths.status, doc.to_json())
+
+
+__all__ = [
+    "ControlFileError", "ControlPaths", "DriverRecord", "Lease", "LeaseHeldError", "LeaseLostError",
+    "ProcessIdentity", "QueryStatus", "StatusDocument", "StorageError", "acquire_lease", "marker_present",
+    "new_run_id", "process_alive", "process_group_members", "process_start_time", "read_driver_record",
+    "read_lease", "read_marker", "read_status", "release_lease", "renew_lease", "request_stop", "write_marker",
+    "write_status",
+]

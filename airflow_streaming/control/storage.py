@@ -1,30 +1,91 @@
 """The storage interface behind the control location and checkpoint reads.
 
 Everything the orchestrator and the driver exchange goes through :class:`ControlStorage`:
-whole-file reads, atomic whole-file replaces, exclusive creates and deletes. There are no
-appends, so a backend only needs "write a new file, then rename it over the old one" - which
-both a local filesystem and HDFS/WebHDFS offer. Only the local filesystem is implemented here;
-an HDFS backend plugs in by implementing the same six methods.
+whole-file reads, atomic whole-file replaces, exclusive creates, deletes and compare-and-swap.
+There are no appends, so a backend only needs "write a new file, then rename it over the old one"
+and "create only if absent" - which a local filesystem, HDFS and WebHDFS all offer.
+
+The error rule every backend keeps: **only a confirmed absence is "absent"**. A file that does not
+exist reads as ``None``, ``exists`` is ``False``, a missing directory lists as ``[]``; any other
+failure (EIO, ESTALE, EACCES, a NameNode that does not answer...) raises :class:`StorageError`
+naming the path. A caller never mistakes an unreadable run marker for a stop request, or an
+unreadable lease for a free stream.
+
+Backends: :class:`~airflow_streaming.control.local.LocalStorage` (local or mounted POSIX paths) and
+:class:`~airflow_streaming.control.webhdfs.WebHdfsStorage` (``hdfs://`` and ``webhdfs://`` through
+WebHDFS); :func:`storage_for` picks one from a location's scheme.
 """
 
 from __future__ import annotations
 
 import abc
+import errno
+import json
+import logging
 import os
-import tempfile
+import socket
+import time
+from collections.abc import Callable
+from typing import TypeVar
 from urllib.parse import urlparse
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: A compare-and-swap mutex (``<path>.cas``) older than this is left over from a crashed holder.
+CAS_MUTEX_STALE_SECONDS = 30.0
+CAS_WAIT_SECONDS = 10.0
 
 
 class StorageError(OSError):
-    """A control or checkpoint file could not be read or written; the message names the path."""
+    """A control or checkpoint file could not be read or written; the message names the path.
+
+    ``errno`` is the underlying error number (0 when there is none); ``str()`` is the message alone.
+    """
+
+    def __init__(self, code: int | None, message: str):
+        super().__init__(code or 0, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def describe_os_error(path: str, exc: OSError, doing: str) -> StorageError:
+    """A :class:`StorageError` for ``exc`` raised while ``doing`` ``path``, with what to check."""
+    reason = exc.strerror or str(exc)
+    hint = ""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        hint = f"; check the permissions of {path} and its parents for user {_user()}"
+    elif exc.errno == errno.ENOSPC:
+        hint = "; the file system is full: free space and try again"
+    elif exc.errno in (errno.EIO, errno.ESTALE):
+        hint = "; the storage is failing or was remounted: check its mount and health"
+    elif exc.errno == errno.ENOTDIR:
+        hint = "; a parent of this path is a file, not a directory: check the configured location"
+    elif exc.errno == errno.EROFS:
+        hint = "; the file system is mounted read-only"
+    return StorageError(exc.errno, f"cannot {doing} {path}: {reason}{hint}")
+
+
+def _user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):
+        return str(os.getuid()) if hasattr(os, "getuid") else "?"
 
 
 class ControlStorage(abc.ABC):
-    """Whole-file storage with atomic replace and exclusive create. Paths are absolute strings."""
+    """Whole-file storage with atomic replace, exclusive create and compare-and-swap.
+
+    Paths are absolute, backend-local strings (see :func:`storage_for`).
+    """
 
     @abc.abstractmethod
     def read_bytes(self, path: str) -> bytes | None:
-        """Return the file's content, or ``None`` when it does not exist."""
+        """The file's content; ``None`` only when it does not exist; :class:`StorageError` otherwise."""
 
     @abc.abstractmethod
     def write_atomic(self, path: str, data: bytes) -> None:
@@ -36,105 +97,147 @@ class ControlStorage(abc.ABC):
 
     @abc.abstractmethod
     def delete(self, path: str) -> bool:
-        """Delete ``path``; return whether it existed."""
+        """Delete the file ``path``; return whether it existed."""
 
     @abc.abstractmethod
     def exists(self, path: str) -> bool:
-        """Whether ``path`` exists (file or directory)."""
+        """Whether ``path`` exists (file or directory); :class:`StorageError` when that cannot be told."""
 
     @abc.abstractmethod
     def list_dir(self, path: str) -> list[str]:
-        """Names (not paths) of the entries of directory ``path``; empty when it does not exist."""
+        """Sorted names (not paths) of the entries of directory ``path``; ``[]`` when it does not exist."""
 
     def makedirs(self, path: str) -> None:  # noqa: B027 - optional for object stores
         """Create a directory and its parents (a no-op for stores without directories)."""
 
+    def delete_tree(self, path: str) -> None:
+        """Delete a directory and everything under it (a no-op when absent)."""
+        for name in self.list_dir(path):
+            child = f"{path}/{name}"
+            if not self.delete(child):
+                self.delete_tree(child)
+        self.delete(path)
+
     def read_text(self, path: str) -> str | None:
-        """Return the file decoded as UTF-8, or ``None`` when it does not exist."""
+        """The file decoded as UTF-8, ``None`` when it does not exist."""
         data = self.read_bytes(path)
-        return None if data is None else data.decode("utf-8")
-
-
-class LocalStorage(ControlStorage):
-    """:class:`ControlStorage` on a local (or locally mounted) POSIX filesystem."""
-
-    def read_bytes(self, path: str) -> bytes | None:
-        try:
-            with open(path, "rb") as fh:
-                return fh.read()
-        except FileNotFoundError:
+        if data is None:
             return None
-        except OSError as exc:
-            raise StorageError(exc.errno, f"cannot read {path}: {exc.strerror}") from exc
-
-    def write_atomic(self, path: str, data: bytes) -> None:
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        # Hidden temp name: Spark's file sources and our readers ignore dot-files.
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise StorageError(errno.EILSEQ, f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
 
-    def create_exclusive(self, path: str, data: bytes) -> bool:
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        # Write the content first, then link it into place: link() fails if the target exists,
-        # so a reader never sees an empty file and two creators never both win.
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
+    def describe(self) -> str:
+        """Where this storage is, for messages (e.g. ``local file system``)."""
+        return type(self).__name__
+
+    # ------------------------------------------------------------------ compare-and-swap
+    def compare_and_swap(self, path: str, expected: bytes | None, new: bytes | None) -> bool:
+        """Replace ``path`` with ``new`` (delete it when ``new`` is ``None``) only if it holds ``expected``
+        (``None``: only if it does not exist); return whether it did.
+
+        Writers that change a shared file this way never lose each other's updates: the read-compare-
+        write runs under an exclusive ``<path>.cas`` mutex (exclusive create), so two renewals, a renewal
+        and a takeover, or two takeovers of the same lease or lock cannot interleave. A mutex left by a
+        crashed holder is removed after ``CAS_MUTEX_STALE_SECONDS``.
+        """
+        with self.mutex(path + ".cas"):
+            current = self.read_bytes(path)
+            if current != expected:
                 return False
+            if new is None:
+                if expected is not None:
+                    self.delete(path)
+            else:
+                self.write_atomic(path, new)
             return True
-        finally:
+
+    def mutex(self, path: str, wait: float = CAS_WAIT_SECONDS) -> _Mutex:
+        """An exclusive-create mutex at ``path`` (context manager)."""
+        return _Mutex(self, path, wait)
+
+
+class _Mutex:
+    def __init__(self, storage: ControlStorage, path: str, wait: float):
+        self.storage, self.path, self.wait = storage, path, wait
+
+    def __enter__(self) -> _Mutex:
+        deadline = time.monotonic() + self.wait
+        body = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "at": time.time()}).encode()
+        while not self.storage.create_exclusive(self.path, body):
+            raw = self.storage.read_bytes(self.path)
             try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+                held_since = float(json.loads(raw or b"{}").get("at", 0))
+            except (ValueError, AttributeError, TypeError):
+                held_since = 0.0
+            if raw is not None and time.time() - held_since > CAS_MUTEX_STALE_SECONDS:
+                log.warning("removing the stale mutex %s left by %s", self.path, raw[:200])
+                if self.storage.read_bytes(self.path) == raw:  # best effort: its holder is gone
+                    self.storage.delete(self.path)
+                continue
+            if time.monotonic() > deadline:
+                raise StorageError(errno.EBUSY, f"{self.path} stayed held for {self.wait:.0f}s: another process "
+                                                "is changing the same file; try again")
+            time.sleep(0.02)
+        return self
 
-    def delete(self, path: str) -> bool:
+    def __exit__(self, *exc: object) -> None:
         try:
-            os.unlink(path)
-            return True
-        except FileNotFoundError:
-            return False
+            self.storage.delete(self.path)
+        except StorageError:
+            log.warning("could not remove the mutex %s (it expires after %.0fs)", self.path, CAS_MUTEX_STALE_SECONDS)
 
-    def exists(self, path: str) -> bool:
-        return os.path.exists(path)
 
-    def list_dir(self, path: str) -> list[str]:
+def retrying(fn: Callable[[], T], what: str, attempts: int = 3, first_delay: float = 0.2,
+             max_delay: float = 2.0) -> T:
+    """Call ``fn``; on :class:`StorageError` retry with bounded exponential backoff, logging each
+    failure, and raise the last error after ``attempts`` tries. A transient error costs a retry,
+    never a wrong answer."""
+    delay = first_delay
+    for attempt in range(1, attempts + 1):
         try:
-            return sorted(os.listdir(path))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-
-    def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+            return fn()
+        except StorageError as exc:
+            if attempt == attempts:
+                raise
+            log.warning("%s failed (attempt %d/%d, retrying in %.1fs): %s", what, attempt, attempts, delay, exc)
+            time.sleep(delay)
+            delay = min(max_delay, delay * 2)
+    raise AssertionError("unreachable")
 
 
 def local_path(location: str) -> str:
-    """Turn ``/abs/path`` or ``file:///abs/path`` into a local path; reject other schemes."""
+    """Turn ``/abs/path`` or ``file:///abs/path`` into a local path; :class:`StorageError` for other schemes."""
     parsed = urlparse(location)
     if parsed.scheme in ("", "file"):
         return parsed.path if parsed.scheme == "file" else location
-    raise StorageError(0, f"no storage backend for {location!r} yet (only local paths and file:// URIs)")
+    raise StorageError(errno.EINVAL, f"{location!r} is not a local path (file:// or /absolute)")
 
 
-def storage_for(location: str) -> tuple[ControlStorage, str]:
-    """The storage backend and backend-local path for a location string."""
-    return LocalStorage(), local_path(location)
+def storage_for(location: str, conn_id: str | None = None) -> tuple[ControlStorage, str]:
+    """The storage backend for a location and the location's path inside it.
+
+    ``/abs`` and ``file:///abs``: the local file system. ``hdfs://nn:port/abs`` and
+    ``webhdfs://nn:port/abs``: WebHDFS (the Airflow connection ``conn_id``, default
+    ``webhdfs_default``, or the NameNode named in the URI; see ``airflow_streaming.control.webhdfs``).
+    """
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        from airflow_streaming.control.local import LocalStorage
+
+        return LocalStorage(), local_path(location)
+    if parsed.scheme in ("hdfs", "webhdfs"):
+        from airflow_streaming.control.webhdfs import webhdfs_storage
+
+        return webhdfs_storage(location, conn_id), parsed.path or "/"
+    raise StorageError(errno.EINVAL, f"no storage backend for {location!r}: use an absolute path, file://, "
+                                     "hdfs:// or webhdfs://")
+
+
+def __getattr__(name: str) -> object:
+    if name == "LocalStorage":  # kept importable from here
+        from airflow_streaming.control.local import LocalStorage
+
+        return LocalStorage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,14 +1,21 @@
 """One lifecycle action per stream at a time: ``<control dir>/lifecycle.lock``.
 
-Held by upgrades, restarts, rollbacks, parallel transitions and supervision passes, so none of them
-can act on a stream another one is changing (e.g. restart a new version that is being rolled back).
+Held for the whole length of every change to a stream - deploy, stop, restart, upgrade, rollback,
+parallel transition and each supervision pass - so none of them can act on a stream another one is
+changing (e.g. stop a stream mid-upgrade, or restart a new version that is being rolled back).
 
-Takeover rule (documented in ``docs/upgrades.md``): a lock is stale, and may be taken over, when
+Ownership: the holder renews the lock from a background thread (every ``ttl / 4``) while the action
+runs, including while it waits for a stop, the compatibility gate or a snapshot. Renewal is a
+compare-and-swap on the exact bytes the holder last wrote, so a holder whose lock was taken over
+finds out at its next renewal, and :meth:`LifecycleLock.ensure` - called before every side effect -
+stops the action before it touches anything else.
+
+Takeover rule (``docs/upgrades.md``): a lock is stale, and may be taken over, when
 - its holder ran on this host and that process (pid + start time) is gone, or
-- its holder has not renewed it for ``ttl`` seconds (holders renew while they wait).
+- its holder has not renewed it for ``ttl`` seconds, or
+- it is unreadable garbage (no holder can renew bytes it did not write).
 A takeover is logged at WARNING, returned to the caller (who records it in the action's record) and
-serialized with :func:`~airflow_streaming.control.contract.take_over_stale`, so two takers cannot
-both win.
+is itself a compare-and-swap on the bytes judged stale, so two takers cannot both win.
 """
 
 from __future__ import annotations
@@ -17,17 +24,20 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_streaming.control import contract
-from airflow_streaming.control.storage import ControlStorage
+from airflow_streaming.control.process import ProcessIdentity, process_start_time
+from airflow_streaming.control.storage import ControlStorage, StorageError
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = "lifecycle.lock"
-DEFAULT_TTL_S = 600.0
+DEFAULT_TTL_S = 120.0
+ACQUIRE_WAIT_S = 60.0
 
 
 class LifecycleLockHeld(RuntimeError):
@@ -35,22 +45,46 @@ class LifecycleLockHeld(RuntimeError):
 
     def __init__(self, path: str, holder: dict[str, Any]):
         self.holder = holder
-        age = time.time() - float(holder.get("renewed_at", 0) or 0)
+        age = time.time() - _number(holder.get("renewed_at"))
         super().__init__(f"{path} is held by {holder.get('action')} (owner {holder.get('owner')}, pid "
                          f"{holder.get('pid')} on {holder.get('host')}, renewed {age:.0f}s ago); "
-                         "one lifecycle action per stream at a time")
+                         "one lifecycle action per stream at a time: wait for it to finish, or run that "
+                         "action again if its task died")
 
 
 class LifecycleLockLost(RuntimeError):
-    """The lock no longer names this holder (it was judged stale and taken over)."""
+    """The lock no longer names this holder (it was judged stale and taken over): stop acting."""
 
 
-def is_stale(holder: dict[str, Any], now: float | None = None) -> bool:
-    now = time.time() if now is None else now
-    if holder.get("host") == socket.gethostname() and not contract.process_alive(
-            holder.get("pid"), holder.get("pid_start_time")):
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def parse_holder(raw: bytes) -> dict[str, Any] | None:
+    """The holder a lock file names, ``None`` when it is not a lock at all (garbage)."""
+    try:
+        holder = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(holder, dict) or not isinstance(holder.get("pid"), int) or not isinstance(holder.get("host"), str):
+        return None
+    return holder
+
+
+def is_stale(holder: dict[str, Any] | None, now: float | None = None) -> bool:
+    """Whether a holder may be taken over (see the module docstring); garbage (``None``) is stale."""
+    if holder is None:
         return True
-    return now - float(holder.get("renewed_at", 0) or 0) > float(holder.get("ttl", DEFAULT_TTL_S))
+    now = time.time() if now is None else now
+    if holder.get("host") == socket.gethostname():
+        start = holder.get("pid_start_time")
+        identity = ProcessIdentity(holder["pid"], start if isinstance(start, (int, float)) else None, holder["host"])
+        if not identity.alive():
+            return True
+    return now - _number(holder.get("renewed_at")) > _number(holder.get("ttl"))
 
 
 @dataclass
@@ -61,59 +95,105 @@ class LifecycleLock:
     path: str
     holder: dict[str, Any]
     took_over: dict[str, Any] | None = None
+    _written: bytes = b""
+    _lost: str | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _keeper: threading.Thread | None = None
+    _mutex: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def acquire(cls, storage: ControlStorage, control_dir: str, action: str, owner: str | None = None,
-                ttl: float = DEFAULT_TTL_S) -> LifecycleLock:
-        """Take the lock or raise :class:`LifecycleLockHeld`."""
+                ttl: float = DEFAULT_TTL_S, keep_alive: bool = True) -> LifecycleLock:
+        """Take the lock or raise :class:`LifecycleLockHeld`; with ``keep_alive`` a background thread
+        renews it until :meth:`release`."""
         path = f"{control_dir}/{LOCK_NAME}"
         storage.makedirs(control_dir)
         took_over = None
-        deadline = time.monotonic() + 2 * contract.TAKEOVER_LOCK_STALE_SECONDS
+        deadline = time.monotonic() + ACQUIRE_WAIT_S
         while time.monotonic() < deadline:
             now = time.time()
             pid = os.getpid()
-            holder = {"action": action, "owner": owner, "pid": pid, "pid_start_time": contract.process_start_time(pid),
-                      "host": socket.gethostname(), "acquired_at": now, "renewed_at": now, "ttl": ttl}
-            if storage.create_exclusive(path, json.dumps(holder).encode()):
-                return cls(storage, path, holder, took_over)
+            holder = {"action": action, "owner": owner, "pid": pid, "pid_start_time": process_start_time(pid),
+                      "host": socket.gethostname(), "acquired_at": now, "renewed_at": now, "ttl": ttl,
+                      "id": uuid.uuid4().hex[:12]}
+            body = json.dumps(holder).encode()
+            if storage.create_exclusive(path, body):
+                lock = cls(storage, path, holder, took_over, body)
+                if keep_alive:
+                    lock._start_keeper()
+                return lock
             raw = storage.read_bytes(path)
             if raw is None:
                 continue
-            try:
-                current = json.loads(raw)
-            except ValueError:
-                current = {"unreadable": raw[:200].decode(errors="replace")}
+            current = parse_holder(raw)
             if not is_stale(current):
-                raise LifecycleLockHeld(path, current)
-            log.warning("taking over the stale lifecycle lock %s held by %s", path, current)
-            took_over = current
-            contract.take_over_stale(storage, path, raw)
-        raise RuntimeError(f"could not acquire {path}: its takeover lock stayed held")
+                raise LifecycleLockHeld(path, current)  # type: ignore[arg-type]
+            took_over = current if current is not None else {"unreadable": raw[:200].decode(errors="replace")}
+            log.warning("taking over the stale lifecycle lock %s held by %s", path, took_over)
+            storage.compare_and_swap(path, raw, None)
+        raise StorageError(None, f"could not acquire {path} within {ACQUIRE_WAIT_S:.0f}s: it kept changing")
 
-    def _current(self) -> tuple[dict[str, Any] | None, bool]:
-        """The lock file's holder and whether it is this one."""
-        raw = self.storage.read_bytes(self.path)
-        try:
-            current = json.loads(raw) if raw is not None else None
-        except ValueError:
-            current = None
-        mine = bool(current) and current.get("pid") == self.holder["pid"] and \
-            current.get("acquired_at") == self.holder["acquired_at"]
-        return current, mine
-
+    # ------------------------------------------------------------------ ownership
     def renew(self) -> None:
-        """Refresh ``renewed_at``; :class:`LifecycleLockLost` if someone else holds the lock now."""
-        current, mine = self._current()
-        if not mine:
-            raise LifecycleLockLost(f"{self.path} now names {current}, not this holder {self.holder}")
-        self.holder = {**self.holder, "renewed_at": time.time()}
-        self.storage.write_atomic(self.path, json.dumps(self.holder).encode())
+        """Refresh ``renewed_at`` by compare-and-swap; :class:`LifecycleLockLost` if someone else holds it."""
+        with self._mutex:
+            if self._lost:
+                raise LifecycleLockLost(self._lost)
+            holder = {**self.holder, "renewed_at": time.time()}
+            body = json.dumps(holder).encode()
+            if not self.storage.compare_and_swap(self.path, self._written, body):
+                try:
+                    current = self.storage.read_bytes(self.path)
+                except StorageError:
+                    current = b"(unreadable)"
+                self._lost = (f"{self.path} was taken over: it now holds {(current or b'nothing')[:300]!r}, not this "
+                              f"{self.holder.get('action')} (pid {self.holder['pid']}, id {self.holder.get('id')})")
+                raise LifecycleLockLost(self._lost)
+            self.holder, self._written = holder, body
+
+    def ensure(self) -> None:
+        """Raise :class:`LifecycleLockLost` unless this holder still holds the lock (checked on storage)."""
+        if self._lost:
+            raise LifecycleLockLost(self._lost)
+        current = self.storage.read_bytes(self.path)
+        if current != self._written:
+            with self._mutex:
+                if current != self._written:  # not a renewal of ours in between
+                    self._lost = (f"{self.path} no longer names this {self.holder.get('action')} (pid "
+                                  f"{self.holder['pid']}): it holds {(current or b'nothing')[:300]!r}")
+            if self._lost:
+                raise LifecycleLockLost(self._lost)
+
+    @property
+    def lost(self) -> str | None:
+        return self._lost
+
+    def _start_keeper(self) -> None:
+        period = max(0.5, min(30.0, float(self.holder["ttl"]) / 4))
+
+        def keep() -> None:
+            while not self._stop.wait(period):
+                try:
+                    self.renew()
+                except LifecycleLockLost as exc:
+                    log.error("lifecycle lock lost: %s", exc)
+                    return
+                except StorageError as exc:  # retried at the next period; the ttl leaves room for several
+                    log.warning("could not renew %s (will retry): %s", self.path, exc)
+
+        self._keeper = threading.Thread(target=keep, name=f"lock-keeper-{self.holder.get('id')}", daemon=True)
+        self._keeper.start()
 
     def release(self) -> None:
-        """Delete the lock if this holder still owns it."""
-        if self._current()[1]:
-            self.storage.delete(self.path)
+        """Stop renewing and delete the lock if it still holds what this holder wrote. Never raises."""
+        self._stop.set()
+        if self._keeper is not None and self._keeper is not threading.current_thread():
+            self._keeper.join(timeout=5)
+        try:
+            with self._mutex:
+                self.storage.compare_and_swap(self.path, self._written, None)
+        except StorageError as exc:
+            log.warning("could not release %s (it expires after %ss): %s", self.path, self.holder.get("ttl"), exc)
 
     def __enter__(self) -> LifecycleLock:
         return self

@@ -81,13 +81,9 @@ def operate(state: DesiredState, stream: str, action: str, version: str | None =
     if action == "status":
         return describe(hook)
     if action == "stop":
-        return hook.stop().to_dict()
+        return stop_stream(hook.spec, options)
     if action == "deploy":
-        spec = target.spec_for(version or current_version or target.version)
-        new = StreamingJobHook(spec)
-        record = new.submit()
-        doc = new.wait_until_ready(record)
-        return {"stream": spec.name, "version": spec.version, "run_id": record.run_id, "state": doc.state}
+        return deploy_stream(target.spec_for(version or current_version or target.version), options)
     if action in ("restart", "rollback", "upgrade"):
         accepted = (Action.UPGRADE, Action.PARALLEL) if action == "upgrade" else (Action(action),)
         for candidate in _hooks(target):
@@ -108,6 +104,41 @@ def operate(state: DesiredState, stream: str, action: str, version: str | None =
     if target.transition_for(wanted) == "parallel":
         return _run(LifecycleRunner(spec, Action.PARALLEL, options, current=hook.spec, notify=notify))
     return _run(LifecycleRunner(spec, Action.UPGRADE, options, current=hook.spec, notify=notify))
+
+
+def deploy_stream(spec: StreamSpec, options: LifecycleOptions | None = None) -> dict[str, Any]:
+    """Deploy ``spec`` through the lifecycle (lock, record, history) and wait for its first progress.
+
+    Returns the run's identity; raises the deploy's own error (already running, application or Java
+    missing, the driver's startup error) when it fails. A deploy whose task died is resumed."""
+    runner = LifecycleRunner(spec, Action.DEPLOY, options)
+    runner.new_hook.preflight()
+    record = runner.run()
+    if record.step.value != "SUCCEEDED":
+        raise runner.failure or LifecycleOutcomeError(result_of(record))
+    hook = runner.new_hook
+    driver = hook.driver_record()
+    doc = hook.status()
+    doc = doc if doc is not None and driver is not None and doc.run_id == driver.run_id else None
+    return {"stream": spec.name, "version": spec.version, "run_id": record.new_run_id, "action_id": record.id,
+            "state": doc.state if doc else None, "submit_pid": driver.submit_pid if driver else None,
+            "target": driver.target if driver else None, "driver_pid": doc.pid if doc else None,
+            "app_id": doc.app_id if doc else None, "spark_ui": doc.spark_ui if doc else None,
+            "control_dir": spec.control_dir, "log_path": driver.log_path if driver else None}
+
+
+def stop_stream(spec: StreamSpec, options: LifecycleOptions | None = None) -> dict[str, Any]:
+    """Stop the stream through the lifecycle at a micro-batch boundary; returns the stop report.
+
+    Refused (``StreamingError``) while another action holds the stream or is unfinished - except an
+    unfinished deploy or recovery, which the stop supersedes."""
+    runner = LifecycleRunner(spec, Action.STOP, options)
+    record = runner.run()
+    if record.step.value != "SUCCEEDED":
+        raise runner.failure or LifecycleOutcomeError(result_of(record))
+    report = runner.stop_report or {"stream": spec.name, "was_running": False, "graceful": False, "killed": False,
+                                    "exit_code": None, "seconds": 0.0}
+    return {**report, "action_id": record.id}
 
 
 def result_of(record: LifecycleRecord) -> dict[str, Any]:

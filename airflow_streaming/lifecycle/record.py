@@ -18,10 +18,20 @@ from typing import Any
 
 
 class Action(str, Enum):
+    DEPLOY = "deploy"
+    """Start a stream that is not running (its first deploy, or after a stop) and wait until it runs."""
+    STOP = "stop"
+    """Stop at a micro-batch boundary (kill after the stop timeout)."""
     UPGRADE = "upgrade"
     RESTART = "restart"
     ROLLBACK = "rollback"
     PARALLEL = "parallel"
+    RECOVER = "recover"
+    """The supervisor's restart of a failed or vanished driver from its checkpoint."""
+
+
+#: Actions that replace a running version on its checkpoint (gate, stop, snapshot, start, probation).
+IN_PLACE_CHANGES = frozenset({Action.UPGRADE, Action.RESTART, Action.ROLLBACK})
 
 
 class Step(str, Enum):
@@ -67,16 +77,16 @@ TERMINAL = frozenset({Step.SUCCEEDED, Step.REFUSED, Step.ROLLED_BACK, Step.FAILE
 TRANSITIONS: dict[Step, frozenset[Step]] = {
     Step.PLANNED: frozenset({Step.CHECKED, Step.REFUSED, Step.FAILED, Step.STARTING}),
     Step.CHECKED: frozenset({Step.PREPARING, Step.STOPPING, Step.STARTING, Step.FAILED}),
-    Step.PREPARING: frozenset({Step.STOPPING, Step.ROLLED_BACK}),
-    Step.STOPPING: frozenset({Step.STOPPED, Step.ROLLING_BACK}),
-    Step.STOPPED: frozenset({Step.SNAPSHOTTED, Step.STARTING, Step.ROLLING_BACK}),
-    Step.SNAPSHOTTED: frozenset({Step.STARTING}),
-    Step.STARTING: frozenset({Step.PROBATION, Step.CATCHING_UP, Step.ROLLING_BACK, Step.FAILED}),
+    Step.PREPARING: frozenset({Step.STOPPING, Step.ROLLED_BACK, Step.FAILED}),
+    Step.STOPPING: frozenset({Step.STOPPED, Step.ROLLING_BACK, Step.FAILED}),
+    Step.STOPPED: frozenset({Step.SNAPSHOTTED, Step.STARTING, Step.ROLLING_BACK, Step.SUCCEEDED}),
+    Step.SNAPSHOTTED: frozenset({Step.STARTING, Step.ROLLING_BACK}),
+    Step.STARTING: frozenset({Step.PROBATION, Step.CATCHING_UP, Step.ROLLING_BACK, Step.FAILED, Step.SUCCEEDED}),
     Step.PROBATION: frozenset({Step.SUCCEEDED, Step.ROLLING_BACK, Step.FAILED}),
     Step.CATCHING_UP: frozenset({Step.RETIRING, Step.ROLLING_BACK}),
-    Step.RETIRING: frozenset({Step.SUCCEEDED}),
-    Step.ROLLING_BACK: frozenset({Step.RESTORED, Step.ROLLED_BACK, Step.FAILED}),
-    Step.RESTORED: frozenset({Step.RESTARTING_OLD}),
+    Step.RETIRING: frozenset({Step.SUCCEEDED, Step.FAILED}),
+    Step.ROLLING_BACK: frozenset({Step.RESTORED, Step.ROLLED_BACK, Step.FAILED, Step.ROLLBACK_FAILED}),
+    Step.RESTORED: frozenset({Step.RESTARTING_OLD, Step.ROLLBACK_FAILED}),
     Step.RESTARTING_OLD: frozenset({Step.ROLLED_BACK, Step.ROLLBACK_FAILED}),
 }
 
@@ -184,6 +194,16 @@ class LifecycleRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LifecycleRecord:
+        """Parse a record; ``ValueError`` / ``KeyError`` / ``TypeError`` naming the field if it is garbage."""
+        if not isinstance(d, dict):
+            raise TypeError(f"expected a JSON object, got {type(d).__name__}")
+        for name, kind in (("stream", str), ("to_spec", dict), ("steps", list)):
+            if not isinstance(d.get(name), kind):
+                raise TypeError(f"field {name!r} must be {kind.__name__}, got {type(d.get(name)).__name__}")
+        if d.get("from_spec") is not None and not isinstance(d["from_spec"], dict):
+            raise TypeError(f"field 'from_spec' must be an object or null, got {type(d['from_spec']).__name__}")
+        if not all(isinstance(s, dict) for s in d["steps"]):
+            raise TypeError("field 'steps' must be a list of objects")
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in d.items() if k in known}
         values["action"] = Action(values["action"])
@@ -207,6 +227,8 @@ class LifecycleRecord:
 
     def running_version(self) -> str | None:
         """The version the stream runs after this (terminal) action."""
+        if self.action == Action.STOP:
+            return None if self.step == Step.SUCCEEDED else self.from_version
         if self.step == Step.SUCCEEDED:
             return self.to_version
         if self.step in (Step.REFUSED, Step.ROLLED_BACK):

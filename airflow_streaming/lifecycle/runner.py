@@ -1,5 +1,13 @@
 """Run a lifecycle action on a stream, one recorded step at a time (the I/O half of :mod:`.record`).
 
+This is the one path by which a running stream changes: deploy, stop, restart, upgrade, rollback,
+parallel transition and the supervisor's recovery all run here, under the stream's lifecycle lock
+(renewed in the background for the whole action), with a record and a history entry.
+
+Deploy:    PLANNED -> STARTING -> PROBATION (first progress) -> SUCCEEDED        (failure: FAILED)
+Stop:      PLANNED -> STOPPING -> STOPPED -> SUCCEEDED
+Recover:   PLANNED -> STARTING -> SUCCEEDED (submitted; the supervisor's next pass judges its health)
+
 Upgrade / restart / rollback-to-previous (in place, on the stream's checkpoint):
 
     PLANNED -> CHECKED -> STOPPING -> STOPPED -> SNAPSHOTTED -> STARTING -> PROBATION -> SUCCEEDED
@@ -13,17 +21,21 @@ Parallel transition (an intentionally incompatible change; new name, checkpoint 
 The record is saved in ``<control dir>/lifecycle.json`` *before* each step's side effect, and every
 step is safe to repeat, so running the same action again after the task died continues (or rolls
 back) from the recorded step. Run ids are chosen and saved before a submission; a resumed STARTING
-step first looks for processes of that run id, so a submission is never repeated. Terminal records
-are appended to ``history.json``.
+step first looks for drivers of that run id, so a submission is never repeated.
+
+Failures: an error before the old driver is touched ends the action (REFUSED / FAILED) with the
+stream untouched; an error once the old driver stopped (a snapshot on a full disk, a start that
+fails) rolls back - the old version restarts from its untouched checkpoint - and the error says
+what happened and what is left to do. A lost lock stops the action before its next side effect.
+Terminal records are appended to ``history.json``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
-import shutil
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,11 +44,15 @@ from typing import Any
 from airflow_streaming.checkpoint.batches import BatchPosition
 from airflow_streaming.compat.run import blocking_problems, run_check
 from airflow_streaming.control import contract
-from airflow_streaming.exceptions import StreamingError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook, wait_exit
+from airflow_streaming.control.contract import ControlFileError
+from airflow_streaming.control.storage import StorageError
+from airflow_streaming.exceptions import StreamAlreadyRunningError, StreamingError
+from airflow_streaming.hooks.streaming_job import StreamingJobHook, storage_path
 from airflow_streaming.lifecycle import snapshot as snapshots
-from airflow_streaming.lifecycle.lock import LifecycleLock
+from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockLost
 from airflow_streaming.lifecycle.record import (
+    IN_PLACE_CHANGES,
+    TERMINAL,
     Action,
     LifecycleRecord,
     Probation,
@@ -53,6 +69,11 @@ log = logging.getLogger(__name__)
 
 RECORD_NAME = "lifecycle.json"
 HISTORY_NAME = "history.json"
+#: Steps at which the stream is still untouched: an error ends the action, nothing to roll back.
+_UNTOUCHED = frozenset({Step.PLANNED, Step.CHECKED, Step.PREPARING})
+#: Steps of a rollback: an error is retried, then ROLLBACK_FAILED (a person must look).
+_ROLLBACK_STEPS = frozenset({Step.ROLLING_BACK, Step.RESTORED, Step.RESTARTING_OLD})
+ROLLBACK_ATTEMPTS = 3
 
 
 class LifecycleError(StreamingError):
@@ -72,6 +93,11 @@ class LifecycleOptions:
     warm_start: bool = False
     """Prepare the new driver (JVM, session, planned query) before stopping the old one; see docs/upgrades.md."""
     check: Callable[[StreamSpec, bool, bool], dict[str, Any]] = run_check
+    startup_timeout: float | None = None
+    """Deploy: seconds to wait for the first progress (default: the spec's ``startup_timeout``)."""
+    stop_timeout: float | None = None
+    """Stop: seconds to wait for the graceful stop (default: the spec's ``stop_timeout``)."""
+    kill_on_timeout: bool = True
 
 
 def _spec(d: dict[str, Any] | None) -> StreamSpec | None:
@@ -81,15 +107,18 @@ def _spec(d: dict[str, Any] | None) -> StreamSpec | None:
 class LifecycleRunner:
     """Runs (or resumes) one action for the stream named by ``target``.
 
-    :param target: the spec the stream should run afterwards (for a parallel transition: the new stream).
-    :param action: upgrade, restart, rollback or parallel.
+    :param target: the spec the stream should run afterwards (for a parallel transition: the new stream;
+        for a stop: the stream).
+    :param action: deploy, stop, upgrade, restart, rollback, parallel or recover.
     :param current: the spec running now; default: the one recorded at the last submission
         (``deployed.json``). Required for a parallel transition (the old stream).
     :param notify: receives event dicts (UPGRADE_SUCCEEDED / UPGRADE_ROLLED_BACK / FAILED).
+    :param lock: a lifecycle lock the caller already holds (the supervisor's pass); default: taken here.
     """
 
     def __init__(self, target: StreamSpec, action: Action | str, options: LifecycleOptions | None = None,
-                 current: StreamSpec | None = None, notify: Callable[[dict[str, Any]], None] | None = None):
+                 current: StreamSpec | None = None, notify: Callable[[dict[str, Any]], None] | None = None,
+                 lock: LifecycleLock | None = None):
         self.target = target
         self.action = Action(action)
         self.options = options or LifecycleOptions()
@@ -114,19 +143,19 @@ class LifecycleRunner:
         self.storage = self.home.storage
         self.record_path = f"{self.home.paths.root}/{RECORD_NAME}"
         self.history_path = f"{self.home.paths.root}/{HISTORY_NAME}"
+        self._given_lock = lock
+        self._locks: list[LifecycleLock] = []
+        self.stop_report: dict[str, Any] | None = None
+        self.failure: Exception | None = None
+        """The error that ended the action, if one did (a deploy re-raises it: e.g. the driver's own error)."""
 
     # ------------------------------------------------------------------ persistence
     def load_record(self) -> LifecycleRecord | None:
         raw = self.storage.read_bytes(self.record_path)
-        if raw is None:
-            return None
-        try:
-            return LifecycleRecord.from_dict(json.loads(raw))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise LifecycleError(f"{self.record_path} is unreadable ({exc}); inspect it before any further action "
-                                 "(move it aside to start over)") from exc
+        return None if raw is None else parse_record(self.record_path, raw)
 
     def save(self, record: LifecycleRecord) -> None:
+        self._ensure_lock()
         self.storage.write_atomic(self.record_path, json.dumps(record.to_dict(), indent=1).encode())
 
     def history(self) -> list[dict[str, Any]]:
@@ -138,39 +167,109 @@ class LifecycleRunner:
         log.info("%s %s of %s: %s%s", record.action.value, record.id, record.stream, step.value,
                  f" ({detail})" if detail else "")
 
+    def _ensure_lock(self) -> None:
+        """Stop before any side effect once the lock was lost (it was taken over)."""
+        for lock in self._locks:
+            lock.ensure()
+
+    @property
+    def lock(self) -> LifecycleLock:
+        return self._locks[0]
+
     # ------------------------------------------------------------------ driving
     def run(self) -> LifecycleRecord:
         """Run the action to a terminal step (or raise, leaving the record to resume from)."""
-        locks = [LifecycleLock.acquire(self.storage, self.home.paths.root, self.action.value, self.options.owner)]
+        own = self._given_lock is None
         try:
+            if own:
+                self._locks = [LifecycleLock.acquire(self.storage, self.home.paths.root, self.action.value,
+                                                     self.options.owner)]
+            else:
+                self._given_lock.ensure()  # type: ignore[union-attr]
+                self._locks = [self._given_lock]  # type: ignore[list-item]
             if self.action == Action.PARALLEL:
-                locks.append(LifecycleLock.acquire(self.new_hook.storage, self.new_hook.paths.root,
-                                                   self.action.value, self.options.owner))
-            self._locks = locks
-            record = self._resume_or_create(locks[0])
+                self._locks.append(LifecycleLock.acquire(self.new_hook.storage, self.new_hook.paths.root,
+                                                         self.action.value, self.options.owner))
+            record = self._resume_or_create(self._locks[0])
+            rollback_errors = 0
             while not record.done:
-                for lock in locks:
-                    lock.renew()
+                self._ensure_lock()
                 handler = getattr(self, f"_{record.step.value.lower()}")
-                handler(record)
+                try:
+                    handler(record)
+                except LifecycleLockLost:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - every failure ends in a safe, recorded step
+                    rollback_errors += record.step in _ROLLBACK_STEPS
+                    self._on_step_error(record, exc, rollback_errors)
             self._finish(record)
             return record
+        except LifecycleLockLost as exc:
+            raise LifecycleError(f"{self.action.value} of {self.target.name} stopped before its next side effect: "
+                                 f"its lifecycle lock was taken over ({exc}). Check what the other holder did "
+                                 "(lifecycle.json, history.json) before acting again.") from exc
         finally:
-            for lock in reversed(locks):
+            for lock in reversed(self._locks if own else self._locks[1:]):
                 lock.release()
 
+    def _on_step_error(self, record: LifecycleRecord, exc: Exception, rollback_errors: int) -> None:
+        """Move to the safe step for an error at ``record.step`` (see the module docstring)."""
+        step = record.step
+        self.failure = exc
+        what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (StreamingError, OSError)) else str(exc)
+        log.error("%s %s of %s failed at %s: %s", record.action.value, record.id, record.stream, step.value, what,
+                  exc_info=not isinstance(exc, (StreamingError, OSError, SpecError)))
+        if isinstance(exc, (StorageError, ControlFileError)) and not self._can_write_record():
+            raise exc  # the record cannot be saved: leave it where it is, to resume from
+        if step in _ROLLBACK_STEPS:
+            if rollback_errors < ROLLBACK_ATTEMPTS:
+                log.warning("retrying %s (%d/%d)", step.value, rollback_errors, ROLLBACK_ATTEMPTS)
+                time.sleep(min(10.0, 2.0 * rollback_errors))
+                return
+            record.error = (f"{record.error or 'the action failed'}; and the rollback failed at {step.value}: {what}. "
+                            f"The stream is NOT running. The snapshot ({(record.snapshot or {}).get('snapshot_dir')}) "
+                            "is kept; fix the cause, then restart the old version")
+            self._advance(record, Step.ROLLBACK_FAILED, what)
+            return
+        record.error = f"{record.action.value} failed at {step.value}: {what}"
+        if step in _UNTOUCHED or record.action in (Action.DEPLOY, Action.STOP, Action.RECOVER):
+            if record.action in (Action.DEPLOY, Action.RECOVER) and record.new_run_id:
+                self._stop_run(self.new_hook, record.new_run_id)
+            self._advance(record, Step.FAILED, what)
+            return
+        if step == Step.RETIRING:
+            self._advance(record, Step.FAILED, f"{what}; the new stream {self.target.name} runs, the old one may too")
+            return
+        self._advance(record, Step.ROLLING_BACK, what)
+
+    def _can_write_record(self) -> bool:
+        try:
+            self.storage.read_bytes(self.record_path)
+            return True
+        except StorageError:
+            return False
+
     def _renew(self) -> None:
-        for lock in getattr(self, "_locks", []):
-            lock.renew()
+        """Kept for the waits: the locks renew themselves; this checks they are still held."""
+        self._ensure_lock()
 
     def _resume_or_create(self, lock: LifecycleLock) -> LifecycleRecord:
+        # Everything this action must update has to be readable before anything is touched.
+        self.history()
         record = self.load_record()
         if record is not None and not record.done:
-            if record.action != self.action or record.to_spec != self.target.to_dict():
+            if record.action in (Action.DEPLOY, Action.RECOVER, Action.STOP) and self.action == Action.STOP and \
+                    record.action != Action.STOP:
+                record.error = f"abandoned: superseded by a stop ({self.options.owner or 'pid ' + str(os.getpid())})"
+                self._advance(record, Step.FAILED, record.error)
+                self._append_history(record)
+                record = None
+            elif record.action != self.action or not _same_spec(record.to_spec, self.target):
                 raise LifecycleError(
                     f"stream {record.stream!r} has an unfinished {record.action.value} {record.id} to version "
                     f"{record.to_version} at step {record.step.value}: run that action again to finish it (it "
                     "continues or rolls back from that step) before starting another one")
+        if record is not None and not record.done:
             note = f"resumed by {self.options.owner or 'pid ' + str(os.getpid())} at step {record.step.value}"
             if lock.took_over:
                 note += f"; took over the stale lock of {lock.took_over.get('owner')} (pid {lock.took_over.get('pid')})"
@@ -183,7 +282,7 @@ class LifecycleRunner:
         record = LifecycleRecord(
             stream=self.home.spec.name, action=self.action, from_spec=from_spec, to_spec=self.target.to_dict(),
             allow_warnings=self.options.allow_warnings, probation=self.options.probation, owner=self.options.owner,
-            warm_start=self.options.warm_start and self.action != Action.PARALLEL)
+            warm_start=self.options.warm_start and self.action in IN_PLACE_CHANGES)
         record.old_run_id = (deployed or {}).get("run_id")
         record.sink_path = self._sink_path()
         if lock.took_over:
@@ -195,7 +294,7 @@ class LifecycleRunner:
         """The file sink's directory, from the running query's last progress (``FileSink[path]``)."""
         try:
             doc = self.home.status()
-        except contract.ControlFileError:
+        except (ControlFileError, StorageError):
             return None
         for query in doc.queries if doc is not None else []:
             for progress in reversed(query.recent_progress):
@@ -204,26 +303,74 @@ class LifecycleRunner:
                     return path
         return None
 
+    # ------------------------------------------------------------------ checkpoint evidence
+    def _ran_evidence(self) -> str | None:
+        """Why we know the stream has run on its checkpoint (committed batches recorded somewhere), or
+        ``None`` for a stream that has never run."""
+        try:
+            doc = self.home.status()
+        except (ControlFileError, StorageError) as exc:
+            return f"its status document cannot be read ({exc})"
+        if doc is not None and doc.last_batch_id() is not None:
+            return f"status.json of run {doc.run_id} records committed batch {doc.last_batch_id()}"
+        for entry in reversed(self.history()):
+            for key in ("last_batch_before", "first_batch_after"):
+                if isinstance(entry.get(key), int):
+                    return f"history.json records batch {entry[key]} ({entry.get('action')} {entry.get('id')})"
+        if doc is not None and doc.queries:
+            return f"the query of run {doc.run_id} started on it (status.json)"
+        return None
+
+    def _checkpoint_position(self, record: LifecycleRecord, purpose: str) -> tuple[BatchPosition | None, str | None]:
+        """``(position, refusal)``: the checkpoint's position, or why the action must not go on.
+
+        A checkpoint that is missing, empty or unreadable while the stream has run (see
+        :meth:`_ran_evidence`) refuses: the gate and the snapshot are never skipped silently."""
+        location = self.home.checkpoint_locations()[0]
+        try:
+            exists = self.home.checkpoint_exists(location)
+            position = self.home.batch_position(location) if exists else None
+        except StorageError as exc:
+            return None, (f"the checkpoint {location} cannot be read ({exc}): {purpose} cannot run. Check that its "
+                          "storage is mounted and readable, then run the action again")
+        if position is not None and position.last_committed is not None:
+            return position, None
+        evidence = self._ran_evidence()
+        if evidence is None:
+            return position, None
+        found = "does not exist" if position is None else "has no committed batch"
+        return None, (f"the checkpoint {location} {found}, but the stream has run on it ({evidence}): {purpose} "
+                      f"cannot run. Is the checkpoint storage mounted, and is checkpoint_location right? Check "
+                      f"{storage_path(location)}; restore it from a snapshot under "
+                      f"{self.home.paths.root}/snapshots if it was lost. Nothing was changed")
+
     # ------------------------------------------------------------------ steps
     def _planned(self, record: LifecycleRecord) -> None:
-        if record.action == Action.PARALLEL:
+        if record.action in (Action.PARALLEL, Action.DEPLOY, Action.RECOVER):
             running = self.new_hook.running_driver()
             if running:
-                self._advance(record, Step.FAILED, f"the new stream {self.target.name} already runs: {running}")
-                record.error = record.steps[-1]["detail"]
-                return
+                raise StreamAlreadyRunningError(f"stream {self.target.name!r} is already running: {running}. "
+                                                "Stop it before deploying again.")
             record.new_run_id = contract.new_run_id()
-            self._advance(record, Step.STARTING, f"new stream {self.target.name} run {record.new_run_id}")
+            self._advance(record, Step.STARTING, f"stream {self.target.name} run {record.new_run_id}")
             return
-        position = self.new_hook.batch_position()
-        if record.from_spec == record.to_spec:
+        if record.action == Action.STOP:
+            self._advance(record, Step.STOPPING)
+            return
+        position, refusal = self._checkpoint_position(record, "the compatibility gate")
+        if refusal:
+            record.error = refusal
+            self._advance(record, Step.REFUSED, refusal)
+            return
+        if position is None or position.last_committed is None:
+            self._advance(record, Step.CHECKED, "the stream never ran (no committed batch recorded, none in the "
+                          "checkpoint): no compatibility gate needed")
+            return
+        if _same_spec(record.from_spec, self.target):
             self._advance(record, Step.CHECKED, "same spec: no compatibility change to check")
             return
-        if position.last_committed is None:
-            self._advance(record, Step.CHECKED, "the checkpoint has no committed batch: nothing to check")
-            return
         try:
-            report = self.options.check(self.target, record.allow_warnings, self.options.dry_run)
+            report = self.options.check(self._gate_spec(), record.allow_warnings, self.options.dry_run)
         except StreamingError as exc:  # the check could not run: nothing was touched, nothing may go ahead
             record.error = str(exc)
             self._advance(record, Step.REFUSED, record.error.splitlines()[0])
@@ -236,6 +383,13 @@ class LifecycleRunner:
             self._advance(record, Step.REFUSED, record.error)
             return
         self._advance(record, Step.CHECKED, f"compatibility {record.verdict}")
+
+    def _gate_spec(self) -> StreamSpec:
+        """The candidate as the gate must see it: against the checkpoint the query really uses."""
+        location = self.home.checkpoint_locations()[0]
+        if location == self.target.checkpoint_location:
+            return self.target
+        return dataclasses.replace(self.target, checkpoint_location=location)
 
     def _checked(self, record: LifecycleRecord) -> None:
         if record.warm_start:
@@ -252,7 +406,9 @@ class LifecycleRunner:
         try:
             standby = hook.standby_record()
             if not (standby is not None and standby.run_id == run_id) and not hook.processes_of_run(run_id):
-                hook.submit(run_id=run_id, standby=True)
+                hook.submit(run_id=run_id, standby=True, lock=self.lock)
+        except LifecycleLockLost:
+            raise
         except Exception as exc:  # noqa: BLE001 - the running version was not touched
             failure = str(exc)
         deadline = time.time() + hook.spec.startup_timeout
@@ -274,11 +430,20 @@ class LifecycleRunner:
 
     def _stopping(self, record: LifecycleRecord) -> None:
         hook = self.home
-        report = hook.stop()
-        if hook.running_driver():
-            raise LifecycleError(f"stream {record.stream!r} still runs after the stop: {hook.running_driver()}; "
+        report = hook.stop(timeout=self.options.stop_timeout, kill_on_timeout=self.options.kill_on_timeout,
+                           lock=self.lock)
+        self.stop_report = report.to_dict()
+        running = hook.running_driver()
+        if running:
+            raise LifecycleError(f"stream {record.stream!r} still runs after the stop: {running}; "
                                  "run the action again to retry the stop")
         position = report.position or hook.batch_position()
+        how = "graceful" if report.graceful else "not running" if not report.was_running else "killed"
+        if record.action == Action.STOP:
+            record.stop_batch = position.last_committed
+            self._advance(record, Step.STOPPED, f"stopped at batch {position.last_committed} ({how}"
+                          f"{', checkpoint clean' if position.clean else ', batch ' + str(position.last_planned) + ' will be replayed'})")
+            return
         if not position.clean:
             record.error = (f"the checkpoint is not clean after the stop (batch {position.last_planned} planned, "
                             f"{position.last_committed} committed); restarting {record.from_version}, which "
@@ -286,16 +451,26 @@ class LifecycleRunner:
             self._advance(record, Step.ROLLING_BACK, record.error)
             return
         record.stop_batch = position.last_committed
-        self._advance(record, Step.STOPPED, f"stopped at batch {position.last_committed} "
-                      f"({'graceful' if report.graceful else 'not running' if not report.was_running else 'killed'})")
+        self._advance(record, Step.STOPPED, f"stopped at batch {position.last_committed} ({how})")
 
     def _stopped(self, record: LifecycleRecord) -> None:
-        if record.stop_batch is None:
-            record.new_run_id = record.new_run_id or contract.new_run_id()
-            self._advance(record, Step.STARTING, "empty checkpoint: nothing to snapshot")
+        if record.action == Action.STOP:
+            self._advance(record, Step.SUCCEEDED, f"not running; last committed batch {record.stop_batch}")
             return
-        manifest = snapshots.take_snapshot(self.target.checkpoint_location, self._snapshot_dir(record),
-                                           record.sink_path)
+        if record.stop_batch is None:
+            _, refusal = self._checkpoint_position(record, "the snapshot")
+            if refusal:
+                raise LifecycleError(refusal)
+            record.new_run_id = record.new_run_id or contract.new_run_id()
+            self._advance(record, Step.STARTING, "the stream never ran (empty checkpoint): nothing to snapshot")
+            return
+        location = self.home.checkpoint_locations()[0]
+        snapshot_dir = self._snapshot_dir(record)
+        try:
+            manifest = snapshots.take_snapshot(location, snapshot_dir, record.sink_path)
+        except OSError as exc:
+            snapshots.discard_incomplete(snapshot_dir)
+            raise LifecycleError(f"the snapshot of {location} into {snapshot_dir} failed: {exc}") from exc
         record.snapshot = manifest.to_dict()
         # The snapshot is self-describing: the spec that ran on it restarts it (also in the record).
         self.storage.write_atomic(f"{manifest.snapshot_dir}/spec.json",
@@ -315,24 +490,37 @@ class LifecycleRunner:
             if record.warm_start:
                 if not self.new_hook.processes_of_run(record.new_run_id or ""):
                     raise RuntimeError(f"the standby driver of run {record.new_run_id} is gone")
-                self.new_hook.promote(record.new_run_id or "")
+                self.new_hook.promote(record.new_run_id or "", self.lock)
             else:
                 self._submit_once(self.new_hook, record.new_run_id)
+        except LifecycleLockLost:
+            raise
         except Exception as exc:  # noqa: BLE001 - any start failure rolls back
+            if record.action in (Action.DEPLOY, Action.RECOVER):
+                raise
             record.error = f"{self.target.version} did not start: {exc}"
             self._advance(record, Step.ROLLING_BACK, record.error.splitlines()[0])
+            return
+        if record.action == Action.RECOVER:
+            self._advance(record, Step.SUCCEEDED, f"run {record.new_run_id} submitted")
             return
         next_step = Step.CATCHING_UP if record.action == Action.PARALLEL else Step.PROBATION
         self._advance(record, next_step, f"run {record.new_run_id} submitted")
 
     def _submit_once(self, hook: StreamingJobHook, run_id: str | None) -> None:
-        """Submit ``run_id`` unless a process or record of that run already exists (a resumed step)."""
+        """Submit ``run_id`` unless a driver or record of that run already exists (a resumed step)."""
         assert run_id is not None
         record = hook.driver_record()
         if (record is not None and record.run_id == run_id) or hook.processes_of_run(run_id):
             log.info("run %s of %s was already submitted: not submitting again", run_id, hook.spec.name)
             return
-        hook.submit(run_id=run_id)
+        hook.submit(run_id=run_id, lock=self.lock if hook is self.home else self._lock_of(hook))
+
+    def _lock_of(self, hook: StreamingJobHook) -> LifecycleLock:
+        for lock in self._locks:
+            if lock.path.startswith(hook.paths.root + "/"):
+                return lock
+        return self.lock
 
     def _run_view(self, hook: StreamingJobHook, run_id: str | None) -> tuple[str | None, dict[str, Any] | None, Any]:
         """(state, status dict, health verdict) of ``run_id``; state FAILED when it is gone without status."""
@@ -340,9 +528,9 @@ class LifecycleRunner:
         try:
             raw = hook.storage.read_bytes(hook.paths.status)
             doc = json.loads(raw) if raw is not None else None
-        except ValueError:
+        except (ValueError, StorageError):
             doc = None
-        if doc is not None and doc.get("run_id") != run_id:
+        if not isinstance(doc, dict) or doc.get("run_id") != run_id:
             doc = None
         state = doc.get("state") if doc is not None else None
         if not hook.processes_of_run(run_id or "") and not hook.running_driver():
@@ -350,6 +538,9 @@ class LifecycleRunner:
         return state, doc, verdict
 
     def _probation(self, record: LifecycleRecord) -> None:
+        if record.action == Action.DEPLOY:
+            self._wait_ready(record)
+            return
         started = record.step_started_at or time.time()
         while True:
             self._renew()
@@ -371,6 +562,20 @@ class LifecycleRunner:
                     self._advance(record, Step.ROLLING_BACK, record.error)
                 return
             time.sleep(self.options.poll_s)
+
+    def _wait_ready(self, record: LifecycleRecord) -> None:
+        """Deploy: the new run reports its first progress (or idles); a driver that dies first fails the
+        deploy with its own error, and nothing of it is left running or marked."""
+        hook = self.new_hook
+        driver = hook.driver_record()
+        if driver is None or driver.run_id != record.new_run_id:
+            raise LifecycleError(f"no driver record of run {record.new_run_id} in {hook.paths.driver}")
+        elapsed = time.time() - (record.step_started_at or time.time())
+        timeout = (self.options.startup_timeout or hook.spec.startup_timeout) - elapsed
+        doc = hook.wait_until_ready(driver, max(1.0, timeout), lock=self.lock)  # DriverStartError: FAILED
+        record.first_new_batch = doc.last_batch_id()
+        self._advance(record, Step.SUCCEEDED, f"run {driver.run_id} is running: app {doc.app_id}, Spark UI "
+                                              f"{doc.spark_ui}")
 
     def _catching_up(self, record: LifecycleRecord) -> None:
         started = record.step_started_at or time.time()
@@ -394,7 +599,7 @@ class LifecycleRunner:
             time.sleep(self.options.poll_s)
 
     def _retiring(self, record: LifecycleRecord) -> None:
-        report = self.home.stop()
+        report = self.home.stop(lock=self.lock)
         if self.home.running_driver():
             raise LifecycleError(f"the old stream {record.stream!r} still runs after the stop; run the action again")
         record.stop_batch = report.position.last_committed if report.position else None
@@ -402,23 +607,20 @@ class LifecycleRunner:
                       f"{self.target.name} carries on")
 
     def _stop_run(self, hook: StreamingJobHook, run_id: str | None) -> None:
-        """Stop the driver of ``run_id`` (gracefully, then by force) and make sure none of its processes live."""
+        """Stop the driver of ``run_id`` (gracefully, then by force) and make sure none of it is left."""
+        if not run_id:
+            return
+        lock = self._lock_of(hook)
         record = hook.driver_record()
         if record is not None and record.run_id == run_id:
-            hook.stop(timeout=min(hook.spec.stop_timeout, 60.0))
-        for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 30.0)):  # e.g. a standby never promoted
-            for pid in hook.processes_of_run(run_id or ""):
-                try:
-                    os.killpg(os.getpgid(pid), sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            deadline = time.monotonic() + grace
-            while hook.processes_of_run(run_id or "") and time.monotonic() < deadline:
-                time.sleep(0.2)
-        if record is not None and record.run_id == run_id:
-            wait_exit(record, 5.0)
-        if hook.processes_of_run(run_id or ""):
-            raise LifecycleError(f"processes of run {run_id} of {hook.spec.name} survive SIGKILL; run the action again")
+            hook.stop(timeout=min(hook.spec.stop_timeout, 60.0), lock=lock)
+        standby = hook.standby_record()
+        for candidate in (record, standby):  # e.g. a standby never promoted
+            if candidate is not None and candidate.run_id == run_id and hook.processes_of_run(run_id):
+                hook.target.kill(candidate, 15.0)
+        if hook.processes_of_run(run_id):
+            raise LifecycleError(f"drivers of run {run_id} of {hook.spec.name} survive a kill: "
+                                 f"{hook.processes_of_run(run_id)}; run the action again")
 
     def _rolling_back(self, record: LifecycleRecord) -> None:
         if record.new_run_id:
@@ -426,13 +628,18 @@ class LifecycleRunner:
         if record.action == Action.PARALLEL:
             self._advance(record, Step.ROLLED_BACK, f"stopped {self.target.name}; the old stream was never touched")
             return
-        if self.home.running_driver():
-            raise LifecycleError(f"a driver of {record.stream!r} still runs ({self.home.running_driver()}); "
-                                 "not restoring the checkpoint under it. Run the action again.")
+        running = self.home.running_driver()
+        if running and record.new_run_id and record.new_run_id in running:
+            raise LifecycleError(f"the new run {record.new_run_id} of {record.stream!r} still runs ({running}); "
+                                 "not restoring the checkpoint under it")
+        if running:
+            # The old version was never stopped (the stop itself failed): it still runs on its checkpoint.
+            self._advance(record, Step.ROLLED_BACK, f"{record.from_version} never stopped: {running}")
+            return
         if record.from_spec is None:
             self._advance(record, Step.FAILED, record.error)
             return
-        detail = "nothing to restore (the new version never ran)"
+        detail = "the checkpoint is untouched (no snapshot was restored: the new version never ran on it)"
         if record.snapshot is not None:
             report = snapshots.restore_snapshot(snapshots.SnapshotManifest.from_dict(record.snapshot),
                                                 f".rolled-back-{record.id}")
@@ -448,6 +655,8 @@ class LifecycleRunner:
         old = StreamingJobHook(_spec(record.from_spec))  # type: ignore[arg-type]
         try:
             self._submit_once(old, record.rollback_run_id)
+        except LifecycleLockLost:
+            raise
         except Exception as exc:  # noqa: BLE001
             record.error = f"{record.error}; and {record.from_version} did not restart: {exc}"
             self._advance(record, Step.ROLLBACK_FAILED, str(exc).splitlines()[0])
@@ -467,18 +676,24 @@ class LifecycleRunner:
             time.sleep(self.options.poll_s)
 
     # ------------------------------------------------------------------ end
-    def _finish(self, record: LifecycleRecord) -> None:
+    def _append_history(self, record: LifecycleRecord) -> None:
         entry = record.history_entry()
         self.storage.write_atomic(self.history_path, json.dumps(append_history(self.history(), entry),
                                                                 indent=1).encode())
+
+    def _finish(self, record: LifecycleRecord) -> None:
+        self._append_history(record)
+        entry = record.history_entry()
         if record.action == Action.PARALLEL and record.step == Step.SUCCEEDED:
             other = append_history(read_history(self.new_hook), {**entry, "stream": self.target.name})
             self.new_hook.storage.write_atomic(f"{self.new_hook.paths.root}/{HISTORY_NAME}",
                                                json.dumps(other, indent=1).encode())
-        if record.step == Step.SUCCEEDED:
+        if record.step == Step.SUCCEEDED and record.action in IN_PLACE_CHANGES:
             self._prune_snapshots(record)
         kind = {Step.SUCCEEDED: "UPGRADE_SUCCEEDED", Step.ROLLED_BACK: "UPGRADE_ROLLED_BACK",
                 Step.ROLLBACK_FAILED: "FAILED", Step.FAILED: "FAILED"}.get(record.step)
+        if record.action in (Action.DEPLOY, Action.STOP, Action.RECOVER) and record.step == Step.SUCCEEDED:
+            kind = None  # routine; the callers report these
         if kind and self.notify is not None:
             running = record.running_version()
             event = {"kind": kind, "stream": record.stream, "version": running or record.to_version,
@@ -492,9 +707,21 @@ class LifecycleRunner:
 
     def _prune_snapshots(self, record: LifecycleRecord) -> None:
         root = f"{self.home.paths.root}/snapshots"
-        names = sorted(self.storage.list_dir(root))
-        for name in names[: max(0, len(names) - self.options.snapshots_kept)]:
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        try:
+            names = sorted(self.storage.list_dir(root))
+            for name in names[: max(0, len(names) - self.options.snapshots_kept)]:
+                self.storage.delete_tree(f"{root}/{name}")
+        except StorageError as exc:  # old snapshots only cost space
+            log.warning("could not prune old snapshots under %s: %s", root, exc)
+
+
+def _same_spec(spec_dict: dict[str, Any] | None, spec: StreamSpec) -> bool:
+    if spec_dict is None:
+        return False
+    try:
+        return StreamSpec.from_dict(spec_dict) == spec
+    except (SpecError, TypeError):
+        return False
 
 
 def _first_batch(doc: dict[str, Any] | None) -> int | None:
@@ -505,16 +732,24 @@ def _first_batch(doc: dict[str, Any] | None) -> int | None:
     return None
 
 
+def parse_record(path: str, raw: bytes) -> LifecycleRecord:
+    """Parse ``lifecycle.json``; :class:`ControlFileError` naming the file and how to recover."""
+    try:
+        return LifecycleRecord.from_dict(json.loads(raw))
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise ControlFileError(
+            f"{path} is unreadable ({type(exc).__name__}: {exc}); it records the stream's last lifecycle action, "
+            f"so nothing will overwrite it: inspect it, and if that action is over (check the stream and "
+            f"history.json), move it aside (mv {path} {path}.bad) to start over") from exc
+
+
 def unfinished(hook: StreamingJobHook) -> LifecycleRecord | None:
     """The stream's lifecycle action that has not reached a terminal step (its task died), if any."""
-    raw = hook.storage.read_bytes(f"{hook.paths.root}/{RECORD_NAME}")
+    path = f"{hook.paths.root}/{RECORD_NAME}"
+    raw = hook.storage.read_bytes(path)
     if raw is None:
         return None
-    try:
-        record = LifecycleRecord.from_dict(json.loads(raw))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise LifecycleError(f"{hook.paths.root}/{RECORD_NAME} is unreadable ({exc}); inspect it before any further "
-                             "action (move it aside to start over)") from exc
+    record = parse_record(path, raw)
     return None if record.done else record
 
 
@@ -553,32 +788,47 @@ def restart_spec(hook: StreamingJobHook, action: Action) -> StreamSpec:
 
 
 def read_history(hook: StreamingJobHook) -> list[dict[str, Any]]:
-    """The stream's deployment history, oldest first (``[]`` if none)."""
-    raw = hook.storage.read_bytes(f"{hook.paths.root}/{HISTORY_NAME}")
-    try:
-        return json.loads(raw) if raw is not None else []
-    except ValueError:
-        log.error("unreadable %s/%s", hook.paths.root, HISTORY_NAME)
+    """The stream's deployment history, oldest first (``[]`` if none).
+
+    :class:`ControlFileError` naming the file if it is unreadable: it holds the rollback targets, so an
+    action that would append to it refuses rather than overwrite it."""
+    path = f"{hook.paths.root}/{HISTORY_NAME}"
+    raw = hook.storage.read_bytes(path)
+    if raw is None:
         return []
+    try:
+        history = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        history = exc
+    if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
+        raise ControlFileError(
+            f"{path} is unreadable ({history if isinstance(history, Exception) else 'not a list of entries'}); it is "
+            f"the stream's deployment history (the rollback targets): repair it, or move it aside (mv {path} "
+            f"{path}.bad) to start a new history")
+    return history
 
 
 def describe(hook: StreamingJobHook) -> dict[str, Any]:
-    """A stream's status for people: deployed version, driver, health, checkpoint, last action."""
-    deployed = hook.deployed() or {}
-    raw = hook.storage.read_bytes(f"{hook.paths.root}/{RECORD_NAME}")
-    last = json.loads(raw) if raw is not None else None
-    position: BatchPosition | None
-    try:
-        position = hook.batch_position()
-    except OSError:
-        position = None
+    """A stream's status for people: deployed version, driver, health, checkpoint, last action.
+
+    Never raises on an unreadable file: each part says what could not be read."""
+    def part(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except (ControlFileError, StorageError, StreamingError) as exc:
+            return {"error": str(exc)}
+
+    deployed = part(hook.deployed) or {}
+    last = part(hook.lifecycle_record)
+    position = part(lambda: hook.batch_position().to_dict())
     return {
         "stream": hook.spec.name,
-        "deployed_version": (deployed.get("spec") or {}).get("version"),
+        "deployed_version": ((deployed.get("spec") or {}) if "error" not in deployed else {}).get("version"),
         "run_id": deployed.get("run_id"),
-        "running": hook.running_driver(),
+        "running": part(hook.running_driver),
         "health": hook.health().summary(),
-        "checkpoint": position.to_dict() if position else None,
-        "last_action": None if last is None else {k: last.get(k) for k in ("id", "action", "step", "error")},
-        "history": read_history(hook)[-5:],
+        "checkpoint": position,
+        "last_action": None if last is None else last if "error" in last else
+        {k: last.get(k) for k in ("id", "action", "step", "error")},
+        "history": part(lambda: read_history(hook)[-5:]),
     }

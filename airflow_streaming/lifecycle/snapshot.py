@@ -120,6 +120,15 @@ def take_snapshot(checkpoint: str, snapshot_dir: str, sink_path: str | None = No
     return manifest
 
 
+def discard_incomplete(snapshot_dir: str) -> None:
+    """Remove what a failed snapshot left in ``snapshot_dir`` (only when it has no manifest). Never raises."""
+    try:
+        if os.path.isdir(snapshot_dir) and not os.path.exists(os.path.join(snapshot_dir, MANIFEST_NAME)):
+            shutil.rmtree(snapshot_dir, ignore_errors=True)
+    except OSError:
+        pass
+
+
 def restore_snapshot(manifest: SnapshotManifest, aside_suffix: str) -> dict[str, Any]:
     """Make the live checkpoint (and sink log) exactly the snapshot; the live ones are moved aside.
 

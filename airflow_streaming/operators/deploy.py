@@ -7,7 +7,6 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.spec import StreamSpec, as_spec
 
@@ -40,30 +39,33 @@ class SparkStreamDeployOperator(BaseOperator):
         self.spec = spec
         self.wait_for_progress = wait_for_progress
         self.startup_timeout = startup_timeout
-        self._hook: StreamingJobHook | None = None
-        self._record: DriverRecord | None = None
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_streaming.lifecycle.operations import deploy_stream
+        from airflow_streaming.lifecycle.runner import LifecycleOptions
+
         spec = as_spec(self.spec)
-        self._hook = hook = StreamingJobHook(spec)
-        self._record = record = hook.submit()
-        self.log.info("stream %s %s submitted: run %s, spark-submit pid %s, log %s",
-                      spec.name, spec.version, record.run_id, record.submit_pid, record.log_path)
-        identity: dict[str, Any] = {
-            "stream": spec.name, "version": spec.version, "run_id": record.run_id,
-            "submit_pid": record.submit_pid, "control_dir": spec.control_dir, "log_path": record.log_path,
-        }
-        if self.wait_for_progress:
-            doc = hook.wait_until_ready(record, self.startup_timeout)
-            identity.update(driver_pid=doc.pid, app_id=doc.app_id, spark_ui=doc.spark_ui)
-            self.log.info("stream %s is running: app %s, driver pid %s, Spark UI %s", spec.name, doc.app_id,
-                          doc.pid, doc.spark_ui)
+        ti = context["ti"]
+        options = LifecycleOptions(owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}",
+                                   startup_timeout=self.startup_timeout if self.wait_for_progress else 1e9)
+        self._spec = spec
+        identity = deploy_stream(spec, options) if self.wait_for_progress else self._submit_only(spec, options)
+        self.log.info("stream %s %s is running: run %s, app %s, Spark UI %s, log %s", spec.name, spec.version,
+                      identity.get("run_id"), identity.get("app_id"), identity.get("spark_ui"), identity.get("log_path"))
         return identity
 
+    def _submit_only(self, spec: StreamSpec, options: Any) -> dict[str, Any]:
+        hook = StreamingJobHook(spec)
+        record = hook.submit(owner=options.owner)
+        return {"stream": spec.name, "version": spec.version, "run_id": record.run_id, "submit_pid": record.submit_pid,
+                "target": record.target, "control_dir": spec.control_dir, "log_path": record.log_path}
+
     def on_kill(self) -> None:
-        # Killed while waiting for the start: ask the half-started driver to stop (never raises).
-        if self._hook is not None and self._record is not None:
+        # Killed while waiting for the start: ask the half-started driver to stop (never raises). The deploy's
+        # record stays unfinished; a retry resumes it, a stop supersedes it.
+        spec = getattr(self, "_spec", None)
+        if spec is not None:
             try:
-                self._hook.request_stop()
+                StreamingJobHook(spec).request_stop()
             except Exception:  # noqa: BLE001
-                self.log.exception("could not request the stop of stream run %s", self._record.run_id)
+                self.log.exception("could not request the stop of stream %s", spec.name)

@@ -8,7 +8,6 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_streaming.exceptions import StreamFailedError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.spec import StreamSpec, as_spec
 
 
@@ -44,11 +43,17 @@ class SparkStreamStopOperator(BaseOperator):
         self.fail_if_not_graceful = fail_if_not_graceful
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_streaming.lifecycle.operations import stop_stream
+        from airflow_streaming.lifecycle.runner import LifecycleOptions
+
         spec = as_spec(self.spec)
-        report = StreamingJobHook(spec).stop(self.stop_timeout, self.kill_on_timeout)
-        result = report.to_dict()
+        ti = context["ti"]
+        options = LifecycleOptions(owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}",
+                                   stop_timeout=self.stop_timeout, kill_on_timeout=self.kill_on_timeout)
+        result = stop_stream(spec, options)
         self.log.info("stream %s stop: graceful=%s killed=%s last committed batch=%s clean=%s", spec.name,
-                      report.graceful, report.killed, result.get("last_committed_batch"), result.get("clean"))
-        if report.was_running and not report.graceful and self.fail_if_not_graceful:
+                      result.get("graceful"), result.get("killed"), result.get("last_committed_batch"),
+                      result.get("clean"))
+        if result.get("was_running") and not result.get("graceful") and self.fail_if_not_graceful:
             raise StreamFailedError(f"stream {spec.name!r} did not stop gracefully: {result}")
         return result

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_streaming.control import contract
-from airflow_streaming.hooks.streaming_job import StreamingJobHook, kill_driver
+from airflow_streaming.control.storage import StorageError
+from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.lifecycle.record import TERMINAL
 from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockHeld
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.supervision.classification import classify
@@ -59,14 +61,21 @@ def _paths(hook: StreamingJobHook) -> tuple[str]:
 
 
 def load_ledger(hook: StreamingJobHook) -> RestartLedger:
-    raw = hook.storage.read_bytes(_paths(hook)[0])
+    """The stream's restart ledger; :class:`ControlFileError` if unreadable (never silently reset: it
+    holds the attempts in the window and the gave-up state)."""
+    path = _paths(hook)[0]
+    raw = hook.storage.read_bytes(path)
     if raw is None:
         return RestartLedger()
     try:
-        return RestartLedger.from_dict(json.loads(raw))
-    except (ValueError, TypeError) as exc:
-        log.error("unreadable %s (%s): starting a new ledger", _paths(hook)[0], exc)
-        return RestartLedger()
+        doc = json.loads(raw)
+        if not isinstance(doc, dict):
+            raise TypeError(f"expected a JSON object, got {type(doc).__name__}")
+        return RestartLedger.from_dict(doc)
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as exc:
+        raise contract.ControlFileError(
+            f"{path} is unreadable ({exc}); it is the supervisor's restart ledger (attempts, gave-up state): "
+            f"repair it, or move it aside (mv {path} {path}.bad) to start a new ledger") from exc
 
 
 def save_ledger(hook: StreamingJobHook, ledger: RestartLedger) -> None:
@@ -88,40 +97,43 @@ def _event(kind: str, hook: StreamingJobHook, doc: Any, now: float, **extra: Any
 
 
 def supervise(hook: StreamingJobHook, policy: RestartPolicy, notify: Callable[[dict[str, Any]], None],
-              now: float | None = None, max_wait_s: float = 0.0) -> PassResult:
+              now: float | None = None, max_wait_s: float = 0.0, owner: str | None = None) -> PassResult:
     """One pass for one stream. ``notify`` receives event dicts (see ``airflow_streaming.notifications``)."""
     try:
-        lock = LifecycleLock.acquire(hook.storage, hook.paths.root, "supervise", owner=f"supervisor pid {os.getpid()}")
+        lock = LifecycleLock.acquire(hook.storage, hook.paths.root, "supervise",
+                                     owner=owner or f"supervisor pid {os.getpid()}")
     except LifecycleLockHeld as exc:
         return PassResult(hook.spec.name, "-", "SKIPPED", f"another lifecycle action is under way: {exc}")
     with lock:
-        return _supervise_locked(hook, policy, notify, now, max_wait_s)
+        return _supervise_locked(hook, policy, notify, now, max_wait_s, lock)
 
 
 def _supervise_locked(hook: StreamingJobHook, policy: RestartPolicy, notify: Callable[[dict[str, Any]], None],
-                      now: float | None, max_wait_s: float) -> PassResult:
+                      now: float | None, max_wait_s: float, lock: LifecycleLock) -> PassResult:
     now = time.time() if now is None else now
     name = hook.spec.name
     record = hook.driver_record()
     if record is None:
         return PassResult(name, "-", "NOTHING", "never deployed")
     ledger = load_ledger(hook)
+    unfinished = hook.lifecycle_record()
+    if unfinished is not None and unfinished.get("step") not in {s.value for s in TERMINAL}:
+        why = (f"an unfinished {unfinished.get('action')} {unfinished.get('id')} is at step {unfinished.get('step')}: "
+               f"its task died; run that {unfinished.get('action')} again to finish it")
+        result = PassResult(name, "-", "SKIPPED", why)
+        _notify(result, notify, _event("UNHEALTHY", hook, None, now, health_reasons=[why]))
+        return result
     verdict = hook.health(now=now)
     state = verdict.state.value
     try:
         doc = hook.status()
         doc = doc if doc is not None and doc.run_id == record.run_id else None
-    except contract.ControlFileError:
+    except (contract.ControlFileError, StorageError):
         doc = None
     result = PassResult(name, state, "NOTHING", verdict.summary())
 
     def emit(kind: str, **extra: Any) -> None:
-        event = _event(kind, hook, doc, now, **extra)
-        result.events.append(event)
-        try:
-            notify(event)
-        except Exception:  # noqa: BLE001 - a notifier never stops supervision
-            log.exception("notification %s for %s failed", kind, name)
+        _notify(result, notify, _event(kind, hook, doc, now, **extra))
 
     if state in ("HEALTHY", "IDLE"):
         was_recovering = bool(ledger.failures) and ledger.healthy_since is None
@@ -166,16 +178,34 @@ def _supervise_locked(hook: StreamingJobHook, policy: RestartPolicy, notify: Cal
         return result
     if decision.action != Action.RESTART:
         return result
-    # Make sure nothing of the failed driver is left (a STALLED restart kills it), then redeploy.
+    # Make sure nothing of the failed driver is left (a STALLED restart kills it), then recover it
+    # through the lifecycle (same lock, a record and a history entry like every other change).
     if hook.running_driver():
-        kill_driver(hook.storage, hook.paths, record)
+        hook.kill(record)
     emit("RESTARTING", attempt=decision.attempt, max_attempts=decision.max_attempts, next_attempt_in_s=0)
     # Restart what is deployed (an upgrade may have moved the stream past the spec this pass was given).
     deployed = (hook.deployed() or {}).get("spec")
-    restart_hook = StreamingJobHook(StreamSpec.from_dict(deployed), hook.storage) if deployed else hook
-    new_record = restart_hook.submit()
+    spec = StreamSpec.from_dict(deployed) if deployed else hook.spec
+    from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
+    from airflow_streaming.lifecycle.record import Action as LifecycleAction
+
+    runner = LifecycleRunner(spec, LifecycleAction.RECOVER, LifecycleOptions(owner=lock.holder.get("owner")),
+                             lock=lock)
+    recovery = runner.run()
     record_restart(ledger, record.run_id, failed_at, error.get("error_class"))
     save_ledger(hook, ledger)
+    if recovery.step.value != "SUCCEEDED":
+        result.action = "RESTART_FAILED"
+        result.reason = recovery.error or "the recovery did not submit a driver"
+        return result
     result.action = "RESTARTED"
-    result.new_run_id = new_record.run_id
+    result.new_run_id = recovery.new_run_id
     return result
+
+
+def _notify(result: PassResult, notify: Callable[[dict[str, Any]], None], event: dict[str, Any]) -> None:
+    result.events.append(event)
+    try:
+        notify(event)
+    except Exception:  # noqa: BLE001 - a notifier never stops supervision
+        log.exception("notification %s for %s failed", event.get("kind"), result.stream)

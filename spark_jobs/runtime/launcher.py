@@ -17,6 +17,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import runpy
 import signal
 import socket
@@ -25,6 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import (
@@ -35,9 +37,10 @@ from airflow_streaming.control.contract import (
     ControlPaths,
     StatusDocument,
 )
-from airflow_streaming.control.storage import storage_for
+from airflow_streaming.control.storage import StorageError, storage_for
 
 log = logging.getLogger("airflow_streaming.runtime")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     app.add_argument("--script", help="absolute path of an unmodified user PySpark script")
     parser.add_argument("--trigger-seconds", type=float, default=5.0)
     parser.add_argument("--heartbeat-seconds", type=float, default=5.0)
-    parser.add_argument("--lease-ttl", type=float, default=60.0)
+    parser.add_argument("--lease-ttl", type=float, default=120.0)
+    parser.add_argument("--marker-poll-seconds", type=float, default=None,
+                        help="how often the run marker is checked (default 0.05 on local files, 1 on remote storage)")
     parser.add_argument("--standby", action="store_true",
                         help="prepare (session, planned query, warm-up) and wait until the run marker names this run")
     parser.add_argument("--standby-timeout", type=float, default=3600.0,
@@ -112,6 +117,12 @@ class Driver:
         self.prepared_writer: Any = None
         self.graceful_done = False
         """Every query was stopped at a micro-batch boundary (not aborted, not killed)."""
+        self.unresumable: str | None = None
+        """Why a user script's query could never be resumed from its checkpoint (the run is refused)."""
+        local = type(self.storage).__name__ == "LocalStorage"
+        self.marker_poll = ns.marker_poll_seconds if ns.marker_poll_seconds is not None else (0.05 if local else 1.0)
+        self._next_marker_check = 0.0
+        self._marker_errors = 0
 
     # ------------------------------------------------------------------ signals and marker
     def _on_sigterm(self, signum: int, frame: Any) -> None:
@@ -124,10 +135,58 @@ class Driver:
         self.abort.set()
 
     def _stop_wanted(self) -> bool:
-        if not self.stop_requested.is_set() and not contract.marker_present(self.storage, self.paths):
+        """Whether a graceful stop was requested: SIGTERM, or the run marker *confirmed* absent.
+
+        A marker that cannot be read (EIO, ESTALE, EACCES, a NameNode that does not answer) is not a
+        stop request: the check is retried with bounded backoff, logged, and counted in the status
+        document (``storage_errors``), and the stream keeps running."""
+        if self.stop_requested.is_set():
+            return True
+        now = time.monotonic()
+        if now < self._next_marker_check:
+            return False
+        try:
+            present = contract.marker_present(self.storage, self.paths)
+        except StorageError as exc:
+            self._marker_errors += 1
+            delay = min(5.0, self.marker_poll * 2 ** min(self._marker_errors, 8))
+            self._next_marker_check = now + delay
+            if self._marker_errors == 1 or self._marker_errors % 20 == 0:
+                log.error("cannot check the run marker (error %d, not a stop request; next check in %.1fs): %s",
+                          self._marker_errors, delay, exc)
+            if self.reporter is not None:
+                self.reporter.note_storage_error(f"run marker: {exc}")
+            return False
+        if self._marker_errors:
+            log.info("run marker readable again after %d error(s)", self._marker_errors)
+            self._marker_errors = 0
+        self._next_marker_check = now + self.marker_poll
+        if not present:
             log.info("run marker %s removed: stopping gracefully", self.paths.marker)
             self.stop_requested.set()
         return self.stop_requested.is_set()
+
+    def _check_resumable(self, query: Any, checkpoint: str | None) -> None:
+        """Refuse a user script's query whose checkpoint a restart could never find again: with neither
+        ``checkpointLocation`` nor ``queryName``, Spark checkpoints to ``<checkpoint>/<random uuid>``
+        (or a temporary directory), so a restart would silently start from nothing."""
+        if not self.ns.script or not checkpoint or query.name:
+            return
+        path = urlparse(checkpoint).path or checkpoint
+        parent, leaf = os.path.split(path.rstrip("/"))
+        ours = (urlparse(self.ns.checkpoint).path or self.ns.checkpoint).rstrip("/")
+        if not ((parent == ours and _UUID.fullmatch(leaf)) or os.path.basename(parent).startswith("temporary-")
+                or leaf.startswith("temporary-")):
+            return
+        self.unresumable = (
+            f"the script's streaming query has neither a checkpointLocation nor a queryName, so Spark checkpoints "
+            f"it to {checkpoint}, a new directory on every start: a restart or upgrade could not resume it "
+            f"(state and exactly-once would be lost). Fix the script: add "
+            f".option('checkpointLocation', '{self.ns.checkpoint}') or .queryName('<name>') to its writeStream "
+            f"(a named query checkpoints to {self.ns.checkpoint}/<name>). The query was stopped.")
+        log.error("%s", self.unresumable)
+        self.abort.set()
+        self.stop_requested.set()
 
     # ------------------------------------------------------------------ run
     def _report_standby(self, state: str, error: dict[str, Any] | None = None) -> None:
@@ -163,7 +222,11 @@ class Driver:
         log.info("standby run %s of %s %s ready; waiting for the run marker", ns.run_id, ns.stream, ns.version)
         deadline = time.monotonic() + ns.standby_timeout
         while True:
-            marker = contract.read_marker(self.storage, self.paths)
+            try:
+                marker = contract.read_marker(self.storage, self.paths)
+            except StorageError as exc:
+                log.warning("standby: cannot read the run marker (retrying): %s", exc)
+                marker = None
             if marker is not None and marker.get("run_id") == ns.run_id:
                 self._report_standby("PROMOTED")
                 return None
@@ -175,6 +238,7 @@ class Driver:
 
     def run(self) -> int:
         ns = self.ns
+        _forget_secret_properties()
         if ns.standby:
             code = self._stand_by()
             if code is not None:
@@ -186,6 +250,10 @@ class Driver:
         except contract.LeaseHeldError as exc:
             print(f"airflow-streaming: refusing to start stream {ns.stream!r}: {exc}", file=sys.stderr, flush=True)
             return EXIT_LEASE_HELD
+        except StorageError as exc:
+            print(f"airflow-streaming: cannot start stream {ns.stream!r}: its lease cannot be taken: {exc}",
+                  file=sys.stderr, flush=True)
+            return EXIT_STARTUP_FAILED
         now = time.time()
         doc = StatusDocument(
             stream=ns.stream, version=ns.version, run_id=ns.run_id, state=contract.STARTING, pid=os.getpid(),
@@ -195,6 +263,7 @@ class Driver:
 
         self.reporter = StatusReporter(self.storage, self.paths, doc, lease, ns.heartbeat_seconds)
         self.reporter.on_lease_lost = self._on_lease_lost
+        self.reporter.on_new_query = self._check_resumable
         if ns.progress_kafka_bootstrap:
             try:
                 from spark_jobs.runtime.kafka_exporter import KafkaProgressExporter
@@ -307,12 +376,17 @@ class Driver:
         try:
             runpy.run_path(self.ns.script, run_name="__main__")
         except SystemExit as exc:
+            if self.unresumable:
+                done.set()
+                return self._unresumable_exit()
             if exc.code not in (None, 0):
                 done.set()
                 return self._exit(EXIT_QUERY_FAILED if self.reporter.queries() else EXIT_STARTUP_FAILED,
                                   contract.FAILED, {"message": f"script exited with {exc.code}", "error_class": "SystemExit"})
         except BaseException as exc:  # noqa: BLE001
             done.set()
+            if self.unresumable:
+                return self._unresumable_exit()
             if self.stopped_by_us and self.graceful_done and not self._query_failure():
                 return self._exit(EXIT_GRACEFUL, contract.STOPPED, None, reason="graceful stop")
             if self.stopped_by_us:
@@ -323,11 +397,18 @@ class Driver:
             return self._exit(code, contract.FAILED, self._query_failure() or describe_exception(exc))
         done.set()
         watcher.join(timeout=60)
+        if self.unresumable:
+            return self._unresumable_exit()
         failure = self._query_failure()
         if failure is not None and not self.stopped_by_us:
             return self._exit(EXIT_QUERY_FAILED, contract.FAILED, failure)
         return self._exit(EXIT_GRACEFUL, contract.STOPPED, None,
                           reason="graceful stop" if self.stopped_by_us else "script finished")
+
+    def _unresumable_exit(self) -> int:
+        return self._exit(EXIT_STARTUP_FAILED, contract.FAILED,
+                          {"message": self.unresumable, "error_class": "CHECKPOINT_NOT_RESUMABLE"},
+                          reason="refused: the query's checkpoint could not be resumed")
 
     # ------------------------------------------------------------------ exit
     def _exit(self, code: int, state: str, error: dict[str, Any] | None, reason: str | None = None) -> int:
@@ -366,7 +447,21 @@ class Driver:
                 self.spark.stop()
             except Exception:  # noqa: BLE001
                 log.warning("SparkSession.stop() failed", exc_info=True)
-        contract.release_lease(self.storage, self.paths, lease)
+        held = self.reporter.lease if self.reporter is not None else lease  # the last renewal's bytes
+        try:
+            contract.release_lease(self.storage, self.paths, held)
+        except OSError as exc:  # it expires: stale once this process is gone
+            log.error("could not release the lease %s: %s", self.paths.lease, exc)
+
+
+def _forget_secret_properties() -> None:
+    """Delete the 0600 properties file that carried secret conf to spark-submit: the JVM has read it."""
+    path = os.environ.pop("AIRFLOW_STREAMING_SECRET_PROPERTIES", None)
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def main(argv: list[str]) -> int:

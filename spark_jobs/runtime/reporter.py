@@ -18,7 +18,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlPaths, Lease, QueryStatus, StatusDocument
-from airflow_streaming.control.storage import ControlStorage
+from airflow_streaming.control.storage import ControlStorage, StorageError
 
 log = logging.getLogger("airflow_streaming.runtime")
 
@@ -52,7 +52,7 @@ class _Listener(StreamingQueryListener):
         self._reporter = reporter
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
-        pass
+        self._reporter.on_started(str(event.id))
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
         self._reporter.on_progress(json.loads(event.progress.json))
@@ -93,7 +93,12 @@ class StatusReporter:
         self._thread: threading.Thread | None = None
         self._spark: SparkSession | None = None
         self.on_lease_lost: Any = lambda: None
-        """Called (from the reporter thread) when another driver took the lease over."""
+        """Called (from the reporter thread) when another driver took the lease over, or when the lease
+        could not be renewed for half its ttl (another host may judge it stale soon)."""
+        self.on_new_query: Any = lambda query, checkpoint: None
+        """Called once per query when it is first seen, with its resolved checkpoint root."""
+        self.lease_renew_seconds = max(1.0, min(float(heartbeat_seconds), lease.ttl / 6))
+        self._lease_ok_at = time.monotonic()
         self.progress_sinks: list[Any] = []
         """Callables given every progress dict after the status write (e.g. a Kafka exporter); errors are logged."""
 
@@ -131,8 +136,12 @@ class StatusReporter:
             self.doc.heartbeat_at = time.time()
             try:
                 contract.write_status(self.storage, self.paths, self.doc)
-            except OSError:
-                log.exception("could not write %s", self.paths.status)
+            except OSError as exc:  # a full or failing disk never stops the stream
+                self.note_storage_error(f"status: {exc}")
+                count = (self.doc.storage_errors or {}).get("count", 1)
+                if count == 1 or count % 20 == 0:
+                    log.error("could not write %s (error %s; the stream keeps running): %s", self.paths.status,
+                              count, exc)
 
     def _query_entry(self, query_id: str) -> QueryStatus | None:
         return next((q for q in self.doc.queries if q.id == query_id), None)
@@ -158,6 +167,21 @@ class StatusReporter:
             except Exception:  # noqa: BLE001 - a sink must never take the listener down
                 log.exception("progress sink %r failed", sink)
 
+    def on_started(self, query_id: str) -> None:
+        """A query started: record it (and its checkpoint) before its first batch runs."""
+        try:
+            if self._spark is not None and self._snapshot():
+                self.write()
+        except Exception:  # noqa: BLE001 - a listener must never take the driver down
+            log.exception("recording the started query %s failed", query_id)
+
+    def note_storage_error(self, message: str) -> None:
+        """Count a control-storage error in the status document (the stream keeps running)."""
+        with self._lock:
+            errors = self.doc.storage_errors or {"count": 0}
+            self.doc.storage_errors = {"count": int(errors.get("count", 0)) + 1, "last": message[:500],
+                                       "at": time.time()}
+
     def on_idle(self, query_id: str) -> None:
         with self._lock:
             if not self.doc.ready:
@@ -176,37 +200,72 @@ class StatusReporter:
         spark = self._spark
         active = list(spark.streams.active) if spark is not None else []
         with self._lock:
+            new = []
             for query in active:
                 if str(query.id) not in self._queries:
                     self._queries[str(query.id)] = query
+                    new.append(query)
                     changed = True
             for query_id, query in self._queries.items():
                 entry = self._query_entry(query_id)
                 if entry is None:
                     entry = QueryStatus(id=query_id, run_id=str(query.runId), name=query.name, active=True)
                     self.doc.queries.append(entry)
+                if query_id not in self.doc.query_checkpoints:
+                    checkpoint = self.checkpoint_of(query)
+                    if checkpoint:
+                        self.doc.query_checkpoints[query_id] = checkpoint
                 try:
                     entry.active = query.isActive
                     entry.status = dict(query.status)
                 except Exception:  # noqa: BLE001 - a stopping session may refuse calls
                     continue
+        for query in new:
+            try:
+                self.on_new_query(query, self.doc.query_checkpoints.get(str(query.id)))
+            except Exception:  # noqa: BLE001
+                log.exception("new-query check failed")
         return changed
+
+    def _renew_lease(self, now: float) -> None:
+        """Renew the lease (compare-and-swap). Lost: stop at once. Not renewable for half its ttl (the
+        storage fails): stop too, before another host may judge the lease stale and start a second driver."""
+        try:
+            self.lease = contract.renew_lease(self.storage, self.paths, self.lease)
+            self._lease_ok_at = now
+            return
+        except contract.LeaseLostError as exc:
+            # Another driver owns the stream now: never keep two drivers on one checkpoint.
+            log.error("lease lost, stopping at once: %s", exc)
+            self.doc.last_exception = {"message": str(exc), "error_class": "LEASE_LOST"}
+            self.on_lease_lost()
+            return
+        except StorageError as exc:
+            self.note_storage_error(f"lease: {exc}")
+            unrenewed = now - self._lease_ok_at
+            log.error("cannot renew the lease for %.0fs (retrying): %s", unrenewed, exc)
+            if unrenewed > self.lease.ttl / 2:
+                message = (f"the lease {self.paths.lease} could not be renewed for {unrenewed:.0f}s (half its ttl "
+                           f"{self.lease.ttl:.0f}s): stopping so that no second driver can start beside this one. "
+                           f"Last error: {exc}")
+                log.error("%s", message)
+                self.doc.last_exception = {"message": message, "error_class": "LEASE_EXPIRED"}
+                self.on_lease_lost()
 
     def _run(self) -> None:
         next_heartbeat = 0.0
+        next_renewal = 0.0
         while not self._stop.is_set():
             try:
                 changed = self._snapshot()
                 now = time.monotonic()
                 if changed or now >= next_heartbeat:
                     with self._lock:
-                        try:
-                            self.lease = contract.renew_lease(self.storage, self.paths, self.lease)
-                        except contract.LeaseLostError as exc:
-                            # Another driver owns the stream now: never keep two drivers on one checkpoint.
-                            log.error("lease lost, stopping at once: %s", exc)
-                            self.doc.last_exception = {"message": str(exc), "error_class": "LEASE_LOST"}
-                            self.on_lease_lost()
+                        if now >= next_renewal:
+                            self._renew_lease(now)
+                            # After a failure, retry at the next heartbeat rather than a full period later.
+                            next_renewal = now + (self.lease_renew_seconds if self._lease_ok_at == now
+                                                  else self.heartbeat_seconds)
                         self.write()
                     next_heartbeat = now + self.heartbeat_seconds
             except Exception:  # noqa: BLE001 - the reporter must never take the driver down
@@ -219,3 +278,5 @@ class StatusReporter:
             return str(query._jsq.streamingQuery().resolvedCheckpointRoot())
         except Exception:  # noqa: BLE001
             return None
+
+

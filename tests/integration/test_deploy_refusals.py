@@ -37,6 +37,6 @@ def test_driver_crash_at_start_fails_the_deploy_with_the_drivers_error(streams, 
     doc = hook.status()
     assert doc.state == contract.FAILED and doc.exit["code"] == contract.EXIT_STARTUP_FAILED
     assert doc.last_exception["error_class"] == "RuntimeError"
-    assert not record.alive()
+    assert not hook.alive(record)
     # The failed driver released its lease: a fixed deploy is not blocked by it.
     assert hook.running_driver() is None

@@ -45,7 +45,7 @@ def test_stateful_job_restart_keeps_state_and_is_exactly_once(streams):
     # This time stop through SIGTERM to the driver (what a cluster manager sends): still graceful.
     driver_pid = hook.status().pid
     os.kill(driver_pid, signal.SIGTERM)
-    wait_for(lambda: not record2.alive(), 60, "driver exit after SIGTERM")
+    wait_for(lambda: not hook.alive(record2), 60, "driver exit after SIGTERM")
     doc = hook.status()
     assert doc.state == "STOPPED" and doc.exit["code"] == 0 and doc.exit["reason"] == "graceful stop"
     assert hook.batch_position().clean

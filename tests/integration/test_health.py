@@ -74,7 +74,7 @@ def test_falling_behind_is_reported_then_a_sigkilled_driver_is_failed_within_two
         polls.append(hook.health())
     assert polls[-1].state.value == "FAILED", [p.summary() for p in polls]
     assert polls[-1].reasons[0].code == "DRIVER_GONE"
-    assert not record.alive()
+    assert not hook.alive(record)
 
 
 DAG_FILE = """
@@ -111,4 +111,4 @@ def test_idle_stream_stays_idle_for_minutes_under_the_deferrable_sensor(streams,
     assert "stayed healthy for the 180s window" in output
     final = hook.health()
     assert final.state.value == "IDLE", final.summary()
-    assert record.alive()
+    assert hook.alive(record)

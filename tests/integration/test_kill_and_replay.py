@@ -38,7 +38,6 @@ def test_stop_timeout_kills_then_restart_replays_the_batch_exactly_once(streams,
     source, sink, ckpt = streams.path("in"), streams.path("out"), streams.path("ckpt")
     fed = generate_events(source, count=100, files=2, run="stuck")
     hook = streams.hook(streams.spec("stuck", str(script), [source, sink, ckpt, str(flag)], stop_timeout=5))
-    hook.checkpoint_path = ckpt  # the script keeps its own checkpoint
 
     record = hook.submit()
     wait_for(lambda: (d := hook.status()) is not None and d.run_id == record.run_id and d.queries
@@ -49,7 +48,7 @@ def test_stop_timeout_kills_then_restart_replays_the_batch_exactly_once(streams,
     assert report.killed and not report.graceful
     assert report.position.last_planned == 0 and report.position.last_committed is None
     assert not report.position.clean and report.position.next_batch_id == 0
-    assert not record.alive()
+    assert not hook.alive(record)
     assert hook.running_driver() is None, "a killed driver's lease is stale: the stream can be redeployed"
 
     flag.unlink()

@@ -75,7 +75,7 @@ def test_gate_refuses_incompatible_then_compatible_upgrade_carries_state_exactly
     refused = LifecycleRunner(v3, Action.UPGRADE, OPTIONS).run()
     assert refused.step == Step.REFUSED and refused.verdict == "INCOMPATIBLE"
     assert "key" in refused.error.lower() and [s["step"] for s in refused.steps] == ["PLANNED", "REFUSED"]
-    assert hook.driver_record().run_id == r1.run_id and r1.alive()
+    assert hook.driver_record().run_id == r1.run_id and hook.alive(r1)
     batches = hook.status().totals["batches"]
     wait_for(lambda: hook.status().totals["batches"] > batches + 1, 60, "v1 keeps committing batches")
 

@@ -188,7 +188,8 @@ class TestLocalStorage:
         assert storage.list_dir(str(tmp_path)) == ["a", "b", "c"]
         assert storage.exists(str(tmp_path / "c" / "d")) is True  # directories count
         assert storage.read_text(str(tmp_path / "b")) == "h\u00e9llo"
-        assert storage.list_dir(str(tmp_path / "a")) == []  # a file is not a directory
+        with pytest.raises(StorageError, match="Not a directory"):  # a file is not a directory: an error, not "empty"
+            storage.list_dir(str(tmp_path / "a"))
         assert storage.delete(str(tmp_path / "a")) is True
         assert storage.exists(str(tmp_path / "a")) is False
         assert storage.delete(str(tmp_path / "a")) is False
@@ -504,7 +505,7 @@ class TestLease:
             drivers that start at the same time and both read the same stale lease."""
 
             def create_exclusive(self, path: str, data: bytes) -> bool:
-                if path.endswith(".takeover") and not first_taker:
+                if path.endswith(".cas") and not first_taker:
                     first_taker.append(acquire_lease(LocalStorage(), paths, "taker-A", 30.0))
                 return super().create_exclusive(path, data)
 
@@ -519,7 +520,7 @@ class TestLease:
             f"both takers got the lease: {first_taker[0].run_id} (lease file now says "
             f"{read_lease(storage, paths).run_id}) and {second.run_id}"
         )
-        assert not storage.exists(paths.lease + ".takeover")
+        assert not storage.exists(paths.lease + ".cas")
 
 
 _CHILD = r"""
@@ -569,8 +570,7 @@ def _record(**overrides) -> DriverRecord:
         stream="orders",
         version="v1",
         application="/jobs/orders.py",
-        submit_pid=os.getpid(),
-        submit_pid_start_time=process_start_time(os.getpid()),
+        handle={"pid": os.getpid(), "start_time": process_start_time(os.getpid())},
         host=HOST,
         command="spark-submit --conf spark.secret=*** /jobs/orders.py",
         log_path="/ctl/orders/logs/20240101T000000Z-abcdef12.log",
@@ -602,11 +602,22 @@ class TestDriverRecord:
         with pytest.raises(ControlFileError, match=re.escape(paths.driver)):
             read_driver_record(storage, paths)
 
-    def test_alive(self):
-        assert _record().alive() is True
-        assert _record(submit_pid=_dead_pid()).alive() is False
-        assert _record(submit_pid_start_time=time.time() - 10_000).alive() is False
-        assert _record(submit_pid=_dead_pid(), host=OTHER_HOST).alive() is True
+    def test_local_identity_needs_pid_start_time_and_run_id(self):
+        me = {"pid": os.getpid(), "start_time": process_start_time(os.getpid())}
+        # This test process does not carry --run-id <run id>: it is not the recorded driver.
+        ok, why = _record(handle=me).local_identity().check()
+        assert not ok and "does not carry" in why
+        assert not _record(handle={**me, "pid": _dead_pid()}).local_identity().alive()
+        assert not _record(handle={**me, "start_time": time.time() - 10_000}).local_identity().alive()
+        assert not _record(handle={**me, "start_time": None}).local_identity().alive()  # cannot be told apart
+        assert _record(handle={}).local_identity() is None
+
+    def test_a_record_written_by_0_1_is_read_as_a_local_target(self, storage, paths):
+        old = {k: v for k, v in asdict(_record()).items() if k not in ("target", "handle")}
+        old.update(submit_pid=123, submit_pid_start_time=45.5)
+        storage.write_atomic(paths.driver, json.dumps(old).encode())
+        record = read_driver_record(storage, paths)
+        assert (record.target, record.submit_pid, record.submit_pid_start_time) == ("local", 123, 45.5)
 
 
 # =========================================================================== status document
@@ -695,10 +706,13 @@ class TestStatusDocument:
             "wrong-schema",
             "no-schema",
             "missing-field",
-            "unknown-query-field",
             "missing-query-field",
             "queries-not-list",
             "query-not-object",
+            "wrong-typed-pid",
+            "wrong-typed-totals",
+            "unknown-state",
+            "progress-not-objects",
         ],
     )
     def test_unreadable_status_raises_naming_file(self, storage, paths, case):
@@ -711,7 +725,10 @@ class TestStatusDocument:
             "wrong-schema": self._mutated(lambda r: r.update(schema=SCHEMA_VERSION + 1)),
             "no-schema": self._mutated(lambda r: r.pop("schema")),
             "missing-field": self._mutated(lambda r: r.pop("pid")),
-            "unknown-query-field": self._mutated(lambda r: r["queries"][0].update(surprise=1)),
+            "wrong-typed-pid": self._mutated(lambda r: r.update(pid="1234")),
+            "wrong-typed-totals": self._mutated(lambda r: r["totals"].update(batches="many")),
+            "unknown-state": self._mutated(lambda r: r.update(state="DANCING")),
+            "progress-not-objects": self._mutated(lambda r: r["queries"][0].update(recent_progress=[1, 2])),
             "missing-query-field": self._mutated(lambda r: r["queries"][0].pop("id")),
             "queries-not-list": self._mutated(lambda r: r.update(queries=5)),
             "query-not-object": self._mutated(lambda r: r.update(queries=[1])),
@@ -721,6 +738,11 @@ class TestStatusDocument:
             read_status(storage, paths)
         with pytest.raises(ControlFileError, match="/some/where/status.json"):
             StatusDocument.from_json("/some/where/status.json", data)
+
+    def test_unknown_query_field_is_ignored(self):
+        # Forward compatibility inside queries too: a newer driver may record more per query.
+        data = self._mutated(lambda r: r["queries"][0].update(surprise=1))
+        assert StatusDocument.from_json("p", data) == _status()
 
     def test_unknown_top_level_field_is_ignored(self):
         # Forward compatibility: a newer driver may add top-level fields (filtered explicitly by from_json).

@@ -25,7 +25,7 @@ def hook(tmp_path):
     (b"\x00\xff\xfe garbage", "not valid JSON"),
     (b"[1, 2, 3]", "expected a JSON object"),
     (b'{"schema": 99}', "unsupported status schema 99"),
-    (json.dumps({"schema": 1, "stream": "s1"}).encode(), "malformed status document"),
+    (json.dumps({"schema": 1, "stream": "s1"}).encode(), "field 'state' is missing"),
 ])
 def test_unreadable_status_document_is_unknown_with_the_reason(hook, content, expected):
     with open(hook.paths.status, "wb") as fh:

@@ -150,7 +150,9 @@ def test_the_recorded_fixtures_are_real_status_documents():
     for name in RECORDED:
         raw = (FIXTURES / name).read_bytes()
         doc = StatusDocument.from_json(name, raw)  # the driver's own schema accepts it
-        assert asdict(doc) == json.loads(raw), name
+        recorded = json.loads(raw)
+        # Fields added since the recording take their defaults; everything recorded reads back as is.
+        assert {k: v for k, v in asdict(doc).items() if k in recorded} == recorded, name
         assert doc.host and doc.pid > 0 and doc.app_id.startswith("local-"), name  # a real driver wrote it
 
 

@@ -143,14 +143,24 @@ def test_lock_on_another_host_renewed_recently_is_held(storage, control, dead_pr
 
 
 def test_renew_updates_renewed_at(storage, control):
-    with LifecycleLock.acquire(storage, control, "upgrade") as lock:
-        stale_view = {**lock.holder, "renewed_at": lock.holder["renewed_at"] - 500}
-        with open(lock.path, "w") as fh:
-            json.dump(stale_view, fh)
+    with LifecycleLock.acquire(storage, control, "upgrade", keep_alive=False) as lock:
+        first = on_disk(control)
+        time.sleep(0.01)
         before = time.time()
         lock.renew()
-        assert on_disk(control)["renewed_at"] >= before
-        assert on_disk(control) == lock.holder and lock.holder["acquired_at"] == stale_view["acquired_at"]
+        assert on_disk(control)["renewed_at"] >= before > first["renewed_at"]
+        assert on_disk(control) == lock.holder and lock.holder["acquired_at"] == first["acquired_at"]
+
+
+def test_renew_is_a_compare_and_swap_a_rewritten_lock_is_lost(storage, control):
+    # Someone rewrote the file with the same holder fields (a read-then-write renewal would not notice).
+    with LifecycleLock.acquire(storage, control, "upgrade", keep_alive=False) as lock:
+        with open(lock.path, "w") as fh:
+            json.dump({**lock.holder, "renewed_at": lock.holder["renewed_at"] - 500}, fh)
+        with pytest.raises(LifecycleLockLost, match="taken over"):
+            lock.renew()
+        with pytest.raises(LifecycleLockLost):
+            lock.ensure()
 
 
 def test_after_a_takeover_renew_raises_and_release_keeps_the_new_holders_file(storage, control, live_process):

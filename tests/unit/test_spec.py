@@ -207,7 +207,7 @@ def test_unknown_field_with_suggestion() -> None:
     err = spec_error(data)
     assert err.field == "chekpoint_location"
     assert "unknown field 'chekpoint_location' (allowed: name, application," in str(err)
-    assert "heartbeat_interval, master_ui_url, health)" in str(err)
+    assert "heartbeat_interval, master_ui_url, health, deploy_mode, cluster, storage_conn_id)" in str(err)
     assert "did you mean 'checkpoint_location'?" in str(err)
 
 
@@ -483,6 +483,7 @@ def test_to_dict_round_trip_and_json_safe() -> None:
         "name", "application", "checkpoint_location", "control_location", "version",
         "application_args", "spark_conf", "conn_id", "master", "trigger_interval",
         "stop_timeout", "startup_timeout", "heartbeat_interval", "master_ui_url", "health",
+        "deploy_mode", "cluster", "storage_conn_id",
     }
     assert json.loads(json.dumps(data)) == data
     assert StreamSpec.from_dict(data) == spec

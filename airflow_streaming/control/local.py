@@ -1,0 +1,136 @@
+""":class:`ControlStorage` on a local (or locally mounted) POSIX file system."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+
+from airflow_streaming import faults
+from airflow_streaming.control.storage import ControlStorage, StorageError, describe_os_error
+
+#: errnos that mean "this path does not exist" - and nothing else does.
+_ABSENT = (errno.ENOENT,)
+
+
+class LocalStorage(ControlStorage):
+    """Local files: atomic replace by rename, exclusive create by ``link()``.
+
+    Every error other than "no such file" raises :class:`StorageError` naming the path (see the
+    error rule in :mod:`airflow_streaming.control.storage`).
+    """
+
+    def describe(self) -> str:
+        return "the local file system"
+
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            faults.hit("storage.read", path)
+            with open(path, "rb") as fh:
+                return fh.read()
+        except OSError as exc:
+            if exc.errno in _ABSENT:
+                return None
+            raise describe_os_error(path, exc, "read") from exc
+
+    def _temp(self, path: str, data: bytes) -> str:
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        # Hidden temp name: Spark's file sources and our readers ignore dot-files.
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+        return tmp
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        tmp = None
+        try:
+            faults.hit("storage.write", path)
+            tmp = self._temp(path, data)
+            os.replace(tmp, path)
+        except OSError as exc:
+            if tmp is not None:
+                _unlink_quietly(tmp)
+            raise describe_os_error(path, exc, "write") from exc
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        # Write the content first, then link it into place: link() fails if the target exists,
+        # so a reader never sees an empty file and two creators never both win.
+        tmp = None
+        try:
+            faults.hit("storage.create", path)
+            tmp = self._temp(path, data)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            return True
+        except OSError as exc:
+            raise describe_os_error(path, exc, "create") from exc
+        finally:
+            if tmp is not None:
+                _unlink_quietly(tmp)
+
+    def delete(self, path: str) -> bool:
+        try:
+            faults.hit("storage.delete", path)
+            os.unlink(path)
+            return True
+        except OSError as exc:
+            if exc.errno in _ABSENT:
+                return False
+            if exc.errno in (errno.EISDIR, errno.EPERM) and os.path.isdir(path):
+                return False  # a directory is not a file: see delete_tree
+            raise describe_os_error(path, exc, "delete") from exc
+
+    def delete_tree(self, path: str) -> None:
+        try:
+            faults.hit("storage.delete", path)
+            shutil.rmtree(path)
+        except OSError as exc:
+            if exc.errno in _ABSENT:
+                return
+            raise describe_os_error(path, exc, "delete") from exc
+
+    def exists(self, path: str) -> bool:
+        try:
+            faults.hit("storage.exists", path)
+            os.stat(path)
+            return True
+        except OSError as exc:
+            if exc.errno in _ABSENT:
+                return False
+            raise describe_os_error(path, exc, "check") from exc
+
+    def list_dir(self, path: str) -> list[str]:
+        try:
+            faults.hit("storage.list", path)
+            return sorted(os.listdir(path))
+        except OSError as exc:
+            if exc.errno in _ABSENT:
+                return []
+            raise describe_os_error(path, exc, "list") from exc
+
+    def makedirs(self, path: str) -> None:
+        try:
+            faults.hit("storage.write", path)
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise describe_os_error(path, exc, "create the directory") from exc
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+__all__ = ["LocalStorage", "StorageError"]

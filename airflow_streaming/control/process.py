@@ -1,0 +1,166 @@
+"""Who a local process is: pid + start time + a token in its command line (plain Python, /proc).
+
+A pid alone names a process only until it exits: after a reboot or a pid wrap the same number
+belongs to something else. Everything we may signal or trust as "our driver" or "the lock holder" is
+identified by three things recorded when it started:
+
+- the pid,
+- its start time in seconds since boot (``/proc/<pid>/stat`` field 22; boot-relative, so a wall
+  clock adjustment does not make a live driver look recycled),
+- a token its command line must contain (a driver's ``--run-id <id>``), or a hash of the whole
+  command line.
+
+A mismatch in any of them means "that process is gone", never "signal it".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from dataclasses import dataclass
+
+START_TIME_TOLERANCE_S = 0.05
+
+
+def process_start_time(pid: int | None) -> float | None:
+    """Start time of a local process in seconds since boot; ``None`` if it does not exist or is a zombie."""
+    if not pid or pid < 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] in ("Z", "X"):
+            return None
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_cmdline(pid: int) -> list[str] | None:
+    """The command line of a local process, ``None`` if it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def process_group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def cmdline_hash(cmdline: list[str]) -> str:
+    return hashlib.sha256("\0".join(cmdline).encode()).hexdigest()[:16]
+
+
+RUN_ID_FLAG = "--run-id"
+
+
+def has_token(cmdline: list[str], token: str) -> bool:
+    """The command line carries ``--run-id <token>`` (a managed driver's spark-submit, JVM or Python)."""
+    return any(arg == token and i > 0 and cmdline[i - 1] == RUN_ID_FLAG for i, arg in enumerate(cmdline))
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """What identifies one local process for as long as it lives (see the module docstring)."""
+
+    pid: int
+    start_time: float | None
+    host: str
+    token: str | None = None
+    """A run id its command line carries as ``--run-id <token>``; ``None``: compare ``cmdline_sha``."""
+    cmdline_sha: str | None = None
+
+    @classmethod
+    def of(cls, pid: int, token: str | None = None) -> ProcessIdentity:
+        """The identity of live process ``pid`` now (its command line must contain ``token`` if given)."""
+        cmdline = process_cmdline(pid) or []
+        return cls(pid, process_start_time(pid), socket.gethostname(), token,
+                   None if token else cmdline_hash(cmdline))
+
+    @classmethod
+    def current(cls, token: str | None = None) -> ProcessIdentity:
+        return cls.of(os.getpid(), token)
+
+    @property
+    def local(self) -> bool:
+        return self.host == socket.gethostname()
+
+    def check(self) -> tuple[bool, str]:
+        """``(True, "")`` if this very process is alive on this host; else ``(False, why not)``.
+
+        Only call for a local identity (``local``): another host's pid says nothing here.
+        """
+        if self.start_time is None:
+            return False, f"pid {self.pid} has no recorded start time: it cannot be told from a recycled pid"
+        actual = process_start_time(self.pid)
+        if actual is None:
+            return False, f"pid {self.pid} is not running"
+        if abs(actual - self.start_time) >= START_TIME_TOLERANCE_S:
+            return False, (f"pid {self.pid} now belongs to another process (started {actual:.2f}s after boot, "
+                           f"recorded {self.start_time:.2f}s): the recorded process is gone")
+        cmdline = process_cmdline(self.pid)
+        if cmdline is None:
+            return False, f"pid {self.pid} is not running"
+        if self.token is not None and not has_token(cmdline, self.token):
+            return False, (f"pid {self.pid} runs {' '.join(cmdline)[:120]!r}, which does not carry {self.token!r}: "
+                           "not the recorded process")
+        if self.token is None and self.cmdline_sha is not None and cmdline_hash(cmdline) != self.cmdline_sha:
+            return False, f"pid {self.pid} runs another command line than recorded: not the recorded process"
+        return True, ""
+
+    def alive(self) -> bool:
+        return self.check()[0]
+
+
+def processes_with_token(token: str) -> list[int]:
+    """Live (non-zombie) local processes whose command line carries ``--run-id <token>``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        cmdline = process_cmdline(pid)
+        if cmdline and has_token(cmdline, token) and process_start_time(pid) is not None:
+            found.append(pid)
+    return found
+
+
+def process_group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) local processes of process group ``pgid``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            members.append(int(entry))
+    return members
+
+
+def process_alive(pid: int | None, start_time: float | None = None, host: str | None = None) -> bool:
+    """Whether a local process is alive and (when ``start_time`` is given) is the same process.
+
+    A process on another host cannot be checked here and counts as alive (a liveness question, where
+    "alive" is the safe answer; never use this to decide whether to signal a process).
+    """
+    if host is not None and host != socket.gethostname():
+        return True
+    if not pid:
+        return False
+    actual = process_start_time(pid)
+    if actual is None:
+        return False
+    return start_time is None or abs(actual - start_time) < START_TIME_TOLERANCE_S

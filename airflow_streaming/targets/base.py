@@ -1,0 +1,148 @@
+"""Where a stream's driver runs: one small interface, one implementation per deploy target.
+
+Everything above this layer (the hook, the lifecycle runner, the supervisor, health) asks a
+:class:`DriverTarget` - never which target it is:
+
+- :meth:`~DriverTarget.submit` starts the driver of one run and returns its :class:`DriverRecord`;
+- :meth:`~DriverTarget.find` tells whether a submission of a run id exists (a resumed step must not
+  submit twice);
+- :meth:`~DriverTarget.state` says ALIVE / GONE / UNKNOWN, with why;
+- :meth:`~DriverTarget.kill` hard-kills a driver - only one it can prove is the recorded one;
+- :meth:`~DriverTarget.urls` and :meth:`~DriverTarget.log_tail` point people at the driver.
+
+A graceful stop never goes through the target: it is the run marker on the control storage, which
+works from any host. The target is for what the marker cannot do (a driver that does not answer).
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_streaming.control.contract import ControlPaths, DriverRecord
+from airflow_streaming.control.storage import ControlStorage
+
+
+class Liveness(str, enum.Enum):
+    ALIVE = "ALIVE"
+    GONE = "GONE"
+    UNKNOWN = "UNKNOWN"
+    """Cannot be told from here (another host, the cluster manager does not answer): never "gone"."""
+
+
+@dataclass(frozen=True)
+class DriverState:
+    """A target's view of one driver."""
+
+    liveness: Liveness
+    detail: str
+    """Why, in words (the pid and its command, the cluster's state of the application...)."""
+    cluster_state: str | None = None
+    """The cluster manager's own state word (RUNNING, FINISHED, KILLED, FAILED...), if it has one."""
+
+    @property
+    def alive(self) -> bool:
+        return self.liveness == Liveness.ALIVE
+
+    @property
+    def gone(self) -> bool:
+        return self.liveness == Liveness.GONE
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything a target needs to start one run of a stream's driver.
+
+    ``conf`` holds the Spark conf without secrets; ``secret_conf`` the sensitive entries, which a
+    target must never put on a command line (``ps`` shows it): a 0600 properties file, the
+    environment or a request body instead.
+    """
+
+    run_id: str
+    name: str
+    master: str
+    deploy_mode: str
+    launcher: str
+    """The driver entry point (``spark_jobs/launch.py``) as the driver's host sees it."""
+    runtime_args: list[str]
+    conf: dict[str, str]
+    secret_conf: dict[str, str] = field(default_factory=dict)
+    py_files: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment of the driver (besides the submitting process's own)."""
+    log_path: str = ""
+    standby: bool = False
+    submit_args: list[str] = field(default_factory=list)
+    """Extra spark-submit options from the Spark connection (``--queue``, ``--principal``...)."""
+
+
+class DriverTarget(abc.ABC):
+    """A place where drivers run (see the module docstring). One instance serves one stream."""
+
+    kind: str = "abstract"
+
+    def __init__(self, storage: ControlStorage, paths: ControlPaths, settings: dict[str, Any] | None = None):
+        self.storage = storage
+        self.paths = paths
+        self.settings = dict(settings or {})
+
+    def plan(self, spec: Any, run_id: str, launcher: str, runtime_args: list[str], conf: dict[str, str],
+             secret_conf: dict[str, str], log_path: str, standby: bool = False) -> LaunchPlan:
+        """The :class:`LaunchPlan` of one run (targets add what they need: py-files, images, queues)."""
+        return LaunchPlan(run_id=run_id, name=f"{spec.name}:{spec.version}", master=spec.master or "local[2]",
+                          deploy_mode=spec.deploy_mode or "client", launcher=launcher, runtime_args=runtime_args,
+                          conf=conf, secret_conf=secret_conf, log_path=log_path, standby=standby,
+                          submit_args=list(self.settings.get("submit_args") or []))
+
+    def describe_command(self, plan: LaunchPlan) -> str:
+        """The submission as one line for records and logs (never a secret)."""
+        from airflow_streaming.targets.submit_command import masked_command, spark_submit_argv
+
+        return masked_command(spark_submit_argv(plan, self.settings.get("spark_binary", "spark-submit"),
+                                                "<0600 properties file>" if plan.secret_conf else None))
+
+    @abc.abstractmethod
+    def submit(self, plan: LaunchPlan) -> dict[str, Any]:
+        """Start the driver of ``plan.run_id``; return the target's handle (JSON-safe ids of the driver).
+
+        Raises :class:`~airflow_streaming.exceptions.StreamingError` subclasses naming what is missing
+        when nothing could be submitted."""
+
+    @abc.abstractmethod
+    def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
+        """Descriptions of drivers (processes, applications, pods) of ``run_id`` that exist now."""
+
+    @abc.abstractmethod
+    def state(self, record: DriverRecord) -> DriverState:
+        """ALIVE, GONE or UNKNOWN for the recorded driver, with the reason."""
+
+    @abc.abstractmethod
+    def kill(self, record: DriverRecord, grace: float) -> str:
+        """Hard-kill the recorded driver (SIGTERM then SIGKILL, or the cluster's kill) and wait up to
+        ``grace`` seconds per step; return what was done. Never raises; never signals a process or
+        kills an application it cannot prove is the recorded one."""
+
+    def urls(self, record: DriverRecord) -> dict[str, str]:
+        """Links for people: the driver's log or cluster UI pages."""
+        return {}
+
+    def log_tail(self, record: DriverRecord, lines: int) -> str:
+        """The last lines of the driver's output, as far as the submitting side can see them."""
+        data = self.storage.read_text(record.log_path) if record.log_path else None
+        return "\n".join((data or "").splitlines()[-lines:])
+
+    def wait_gone(self, record: DriverRecord, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until :meth:`state` says GONE; return whether it did."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while not self.state(record).gone:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        return True
+
+    def reap(self) -> None:  # noqa: B027 - only the local target has children
+        """Collect exited child processes (local target)."""

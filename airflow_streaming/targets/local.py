@@ -1,0 +1,183 @@
+"""Drivers that run on the submitting host: ``local[N]`` and standalone/YARN **client** mode.
+
+spark-submit is started detached, in its own session (process group), with its output in the
+control directory's log. The driver is identified by the spark-submit pid, its start time and the
+run id on its command line (``--run-id``); its JVM and Python driver carry the same run id. A kill
+signals only processes that still carry that run id (and their descendants): a recycled pid, or a
+process group that is not ours, is "gone", never signalled.
+
+Use client mode on a fixed host (an edge node, a pinned Celery queue): the driver lives and dies
+with that host. For drivers that outlive any Airflow worker use a cluster target.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from typing import Any
+
+import psutil
+
+from airflow_streaming.control.contract import DriverRecord
+from airflow_streaming.control.process import process_start_time, processes_with_token
+from airflow_streaming.exceptions import ApplicationNotFoundError
+from airflow_streaming.targets.base import DriverState, DriverTarget, LaunchPlan, Liveness
+from airflow_streaming.targets.submit_command import spark_submit_argv, write_properties_file
+
+log = logging.getLogger(__name__)
+
+#: Popen objects of drivers started by this process, so that their exit is reaped (no zombies).
+_CHILDREN: dict[int, subprocess.Popen] = {}
+
+
+def reap_children() -> None:
+    for pid, proc in list(_CHILDREN.items()):
+        if proc.poll() is not None:
+            _CHILDREN.pop(pid, None)
+
+
+def run_processes(run_id: str) -> list[psutil.Process]:
+    """Live local processes that carry ``run_id`` on their command line, plus their descendants."""
+    found: dict[int, psutil.Process] = {}
+    for pid in processes_with_token(run_id):
+        try:
+            proc = psutil.Process(pid)
+            found[pid] = proc
+            for child in proc.children(recursive=True):
+                found.setdefault(child.pid, child)
+        except psutil.Error:
+            continue
+    return [p for p in found.values() if _running(p)]
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class LocalTarget(DriverTarget):
+    """A detached spark-submit on this host (see the module docstring)."""
+
+    kind = "local"
+
+    def submit(self, plan: LaunchPlan) -> dict[str, Any]:
+        env = {**os.environ, **plan.env}
+        binary = self.settings.get("spark_binary", "spark-submit")
+        if shutil.which(binary, path=env.get("PATH")) is None:
+            raise ApplicationNotFoundError(
+                f"{binary} is not on PATH: install PySpark in the Airflow worker's environment "
+                "(pip install pyspark==4.2.0 pyspark-client==4.2.0) or put Spark's bin directory on PATH; "
+                "nothing was submitted")
+        properties = write_properties_file(plan.secret_conf, plan.run_id) if plan.secret_conf else None
+        if properties:
+            env["AIRFLOW_STREAMING_SECRET_PROPERTIES"] = properties  # the runtime deletes it once started
+        argv = spark_submit_argv(plan, binary, properties)
+        os.makedirs(os.path.dirname(plan.log_path), exist_ok=True)
+        with open(plan.log_path, "ab") as log_file:
+            proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, start_new_session=True, close_fds=True)
+        _CHILDREN[proc.pid] = proc
+        return {"pid": proc.pid, "start_time": process_start_time(proc.pid),
+                **({"properties_file": properties} if properties else {})}
+
+    def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
+        reap_children()
+        return [f"pid {p.pid} ({' '.join(_cmdline(p))[:80]})" for p in run_processes(run_id)]
+
+    def state(self, record: DriverRecord) -> DriverState:
+        reap_children()
+        if record.host != socket.gethostname():
+            return DriverState(Liveness.UNKNOWN, f"the driver of run {record.run_id} runs on {record.host}, "
+                                                 f"in client mode: its processes cannot be seen from "
+                                                 f"{socket.gethostname()}")
+        identity = record.local_identity()
+        if identity is not None:
+            ok, why = identity.check()
+            if ok:
+                return DriverState(Liveness.ALIVE, f"spark-submit pid {identity.pid} of run {record.run_id} is alive")
+        else:
+            why = "no spark-submit pid recorded"
+        # The JVM or the Python driver may outlive spark-submit (and still hold the lease).
+        members = run_processes(record.run_id)
+        if members:
+            return DriverState(Liveness.ALIVE, f"processes of run {record.run_id} are alive: "
+                                               f"{', '.join(str(p.pid) for p in members)}")
+        return DriverState(Liveness.GONE, f"no process of run {record.run_id} is alive ({why})")
+
+    def kill(self, record: DriverRecord, grace: float) -> str:
+        if record.host != socket.gethostname():
+            message = (f"cannot kill the driver of run {record.run_id} from {socket.gethostname()}: it runs on "
+                       f"{record.host} in client mode (stop it through its run marker, or kill it there)")
+            log.error("%s", message)
+            return message
+        done = []
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            victims = run_processes(record.run_id)
+            if not victims:
+                break
+            log.warning("sending %s to the processes of run %s: %s", sig.name, record.run_id,
+                        ", ".join(str(p.pid) for p in victims))
+            for proc in victims:
+                try:
+                    proc.send_signal(sig)  # psutil re-checks the process's start time first
+                except psutil.Error:
+                    pass
+            done.append(f"{sig.name} to {len(victims)} process(es)")
+            deadline = time.monotonic() + grace
+            while run_processes(record.run_id) and time.monotonic() < deadline:
+                reap_children()
+                time.sleep(0.2)
+        self._wait_child(record, 5.0)
+        self._forget_secrets(record)
+        if not done:
+            identity = record.local_identity()
+            why = identity.check()[1] if identity is not None else "no pid recorded"
+            return f"nothing to kill: no process of run {record.run_id} is alive ({why}); nothing was signalled"
+        left = run_processes(record.run_id)
+        return "; ".join(done) + (f"; still alive: {[p.pid for p in left]}" if left else "; all gone")
+
+    def wait_gone(self, record: DriverRecord, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.state(record).gone:
+                self._wait_child(record, max(0.5, deadline - time.monotonic()))
+                return True
+            time.sleep(0.2)
+        return self.state(record).gone
+
+    def _wait_child(self, record: DriverRecord, timeout: float) -> None:
+        """A multi-threaded JVM shows as a zombie while its last threads exit; reap our own child fully."""
+        proc = _CHILDREN.pop(record.submit_pid or -1, None)
+        if proc is not None:
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _CHILDREN[record.submit_pid] = proc  # type: ignore[index]
+
+    def _forget_secrets(self, record: DriverRecord) -> None:
+        path = record.handle.get("properties_file")
+        if path:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def reap(self) -> None:
+        reap_children()
+
+    def urls(self, record: DriverRecord) -> dict[str, str]:
+        return {"driver_log": record.log_path}
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
