@@ -497,19 +497,50 @@ class StreamSpec:
                 path = os.fspath(text_or_path)
                 raise SpecError(ROOT_FIELD, f"cannot read {path!r}: {exc}") from exc
         elif isinstance(text_or_path, str):
+            if _looks_like_a_path(text_or_path):
+                raise SpecError(ROOT_FIELD, f"spec file {text_or_path!r} does not exist (a path to a YAML spec was "
+                                "given, or YAML text without a mapping)")
             text = text_or_path
         else:
             raise SpecError(
                 ROOT_FIELD, f"expected YAML text or a path, got {_type_name(text_or_path)}"
             )
         try:
-            data = yaml.safe_load(text)
+            data = strict_yaml_load(text)
         except yaml.YAMLError as exc:
             raise SpecError(ROOT_FIELD, f"invalid YAML: {exc}") from exc
         if not isinstance(data, Mapping):
             got = "an empty document" if data is None else _type_name(data)
             raise SpecError(ROOT_FIELD, f"top level must be a mapping, got {got}")
         return cls.from_dict(data)
+
+
+def strict_yaml_load(text: str) -> Any:
+    """``yaml.safe_load`` that refuses duplicate mapping keys (a silently dropped setting is a bug
+    waiting to happen): raises ``yaml.YAMLError`` naming the key and its line."""
+    import yaml
+
+    class _StrictLoader(yaml.SafeLoader):
+        pass
+
+    def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return loader.construct_mapping(node, deep=deep)
+
+    _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def _looks_like_a_path(text: str) -> bool:
+    stripped = text.strip()
+    return "\n" not in stripped and ":" not in stripped and (
+        stripped.startswith(("/", "./", "~")) or stripped.endswith((".yaml", ".yml", ".json")))
 
 
 def as_spec(value: StreamSpec | Mapping[str, Any] | str | os.PathLike[str]) -> StreamSpec:

@@ -10,14 +10,19 @@ beyond the listing itself.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from airflow_streaming.control.storage import ControlStorage
 
 
+_BATCH_FILE = re.compile(r"[0-9]+")
+
+
 def _batch_ids(names: list[str]) -> list[int]:
-    # Data files are plain integers; skip .crc, .tmp and compacted/hidden names.
-    return sorted(int(n) for n in names if n.isdigit())
+    # Data files are plain ASCII integers; skip .crc, .tmp, compacted, hidden and any odd names
+    # (str.isdigit() would accept '²' or '١', which int() then rejects).
+    return sorted(int(n) for n in names if _BATCH_FILE.fullmatch(n))
 
 
 @dataclass(frozen=True)

@@ -257,8 +257,13 @@ def _join(*parts: str) -> str:
     return posixpath.join(*parts)
 
 
+def _is_number(name: str) -> bool:
+    """Plain ASCII digits (``str.isdigit`` also accepts '²' or '١', which ``int()`` rejects)."""
+    return name.isascii() and name.isdigit()
+
+
 def _batch_ids(names: list[str]) -> list[int]:
-    return sorted(int(n) for n in names if n.isdigit())
+    return sorted(int(n) for n in names if _is_number(n))
 
 
 def _read_required(storage: _ReadOnlyStorage, path: str, what: str) -> bytes:
@@ -387,7 +392,7 @@ def _offset_kind(offset: Any) -> str:
     if isinstance(offset, dict) and set(offset) == {"logOffset"}:
         return "file"
     if isinstance(offset, dict) and offset and all(
-        isinstance(v, dict) and all(str(k).lstrip("-").isdigit() for k in v) for v in offset.values()
+        isinstance(v, dict) and all(_is_number(str(k).lstrip("-")) for k in v) for v in offset.values()
     ):
         return "kafka"
     return "unknown"
@@ -405,7 +410,7 @@ def _read_sources(store: _ReadOnlyStorage, root: str, offsets: OffsetsEntry | No
             planned = [(str(i), off) for i, off in enumerate(offsets.offsets)]
     names = [name for name, _ in planned]
     # Source dirs that the latest plan does not mention (e.g. a removed source) come last.
-    names += sorted((n for n in dirs if n not in names), key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n))
+    names += sorted((n for n in dirs if n not in names), key=lambda n: (not _is_number(n), int(n) if _is_number(n) else 0, n))
     offset_by_name = dict(planned)
 
     result = []
@@ -479,7 +484,7 @@ def _latest_schema_file(store: _ReadOnlyStorage, directory: str) -> str | None:
         if name.startswith(".") or name.endswith(".crc"):
             continue
         head = name.split("_", 1)[0]
-        if head.isdigit() and (best is None or (int(head), name) > best):
+        if _is_number(head) and (best is None or (int(head), name) > best):
             best = (int(head), name)
     return _join(directory, best[1]) if best else None
 
@@ -587,7 +592,7 @@ def _read_operators(store: _ReadOnlyStorage, root: str, notes: list[str]) -> lis
                 part0 = store.list_dir(_join(op_dir, str(partitions[0])))
                 if "_metadata" in part0:
                     names.append("default")
-                names += sorted(n for n in part0 if "." not in n and not n.startswith(("_", ".")) and n not in _NOT_A_STORE and not n.isdigit())
+                names += sorted(n for n in part0 if "." not in n and not n.startswith(("_", ".")) and n not in _NOT_A_STORE and not _is_number(n))
             if not names:
                 names = ["default"]
             for name in names:

@@ -116,6 +116,8 @@ class LocalStorage(ControlStorage):
         except OSError as exc:
             if exc.errno in _ABSENT:
                 return []
+            if exc.errno == errno.ENOTDIR and os.path.isfile(path):
+                return []  # a file has no entries (a parent that is a file is an error, below)
             raise describe_os_error(path, exc, "list") from exc
 
     def makedirs(self, path: str) -> None:

@@ -105,7 +105,8 @@ class ControlStorage(abc.ABC):
 
     @abc.abstractmethod
     def list_dir(self, path: str) -> list[str]:
-        """Sorted names (not paths) of the entries of directory ``path``; ``[]`` when it does not exist."""
+        """Sorted names (not paths) of the entries of directory ``path``; ``[]`` when it does not exist or
+        is a file (a file has no entries)."""
 
     def makedirs(self, path: str) -> None:  # noqa: B027 - optional for object stores
         """Create a directory and its parents (a no-op for stores without directories)."""
@@ -189,6 +190,11 @@ class _Mutex:
             log.warning("could not remove the mutex %s (it expires after %.0fs)", self.path, CAS_MUTEX_STALE_SECONDS)
 
 
+#: Errors a retry cannot fix (a wrong path, missing permissions, bytes that are not text).
+PERMANENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EILSEQ, errno.EINVAL,
+                              errno.ENOSYS, errno.EROFS})
+
+
 def retrying(fn: Callable[[], T], what: str, attempts: int = 3, first_delay: float = 0.2,
              max_delay: float = 2.0) -> T:
     """Call ``fn``; on :class:`StorageError` retry with bounded exponential backoff, logging each
@@ -199,7 +205,7 @@ def retrying(fn: Callable[[], T], what: str, attempts: int = 3, first_delay: flo
         try:
             return fn()
         except StorageError as exc:
-            if attempt == attempts:
+            if attempt == attempts or exc.errno in PERMANENT_ERRNOS:
                 raise
             log.warning("%s failed (attempt %d/%d, retrying in %.1fs): %s", what, attempt, attempts, delay, exc)
             time.sleep(delay)

@@ -163,7 +163,7 @@ def evaluate(
         reason = Reason("HEARTBEAT_MISSING", f"no heartbeat for {heartbeat_age:.0f}s (limit {hb_timeout:.0f}s)",
                         {"heartbeat_age_s": _round(heartbeat_age), "limit_s": hb_timeout})
         return verdict(HealthState.STALLED if driver_alive else HealthState.UNKNOWN, reason)
-    warnings = tuple(_warnings(progress, metrics, t, now, trigger_interval))
+    warnings = tuple(_warnings(progress, metrics, t, now, trigger_interval)) + _storage_warning(doc, now, t, trigger_interval)
     # Per query: a trigger active with no batch of that query completed for too long. Checked before
     # "starting", so a first batch that hangs is STALLED, not "starting" forever.
     stall_after = t.stall_after(trigger_interval)
@@ -235,6 +235,20 @@ def _metrics(doc: dict[str, Any], progress: list[dict[str, Any]], now: float) ->
         "last_batch_id": last.get("batchId"),
         "quarantined_rows": (doc.get("totals") or {}).get("quarantined_rows"),
     }
+
+
+def _storage_warning(doc: dict[str, Any], now: float, t: HealthThresholds, trigger_interval: float) -> tuple[Reason, ...]:
+    """The driver could not read or write its control files recently (it keeps running; a graceful stop
+    request may not reach it until the storage answers again)."""
+    errors = doc.get("storage_errors")
+    if not isinstance(errors, dict):
+        return ()
+    at = _num(errors.get("at"))
+    if at is None or now - at > t.window(trigger_interval):
+        return ()
+    return (Reason("CONTROL_STORAGE_ERRORS", f"the driver could not use its control files {errors.get('count')} "
+                                             f"time(s), last {now - at:.0f}s ago: {str(errors.get('last'))[:200]}",
+                   {"count": errors.get("count"), "seconds_ago": _round(now - at)}),)
 
 
 def _warnings(progress: list[dict[str, Any]], metrics: dict[str, Any], t: HealthThresholds, now: float,

@@ -234,8 +234,16 @@ class StreamingJobHook:
             doc = self.status()
         except (ControlFileError, StorageError):
             doc = None
-        recorded = doc.checkpoints() if doc is not None else []
-        return recorded or [self.spec.checkpoint_location]
+        recorded = [self._normalized_location(c) for c in (doc.checkpoints() if doc is not None else [])]
+        return sorted(set(recorded)) or [self.spec.checkpoint_location]
+
+    def _normalized_location(self, location: str) -> str:
+        """A checkpoint root as Spark records it (``file:/x``, ``hdfs://nn:8020/x``) in the spec's form."""
+        ours = self.spec.checkpoint_location
+        if storage_path(location).rstrip("/") == storage_path(ours).rstrip("/"):
+            return ours
+        parsed = urlparse(location)
+        return parsed.path if parsed.scheme == "file" else location
 
     def batch_position(self, checkpoint: str | None = None) -> BatchPosition:
         """Last planned/committed batch of the (first) checkpoint the stream uses."""
@@ -368,7 +376,7 @@ class StreamingJobHook:
         if record is not None:
             state = self.target_of(record).state(record)
             alive = None if state.liveness == Liveness.UNKNOWN else state.alive
-            if state.cluster_state is not None:
+            if state.cluster_state is not None or state.gone:
                 liveness_note = state.detail
         if doc is not None and record is not None and doc.run_id != record.run_id:
             doc = doc_dict = None  # a status of a previous run says nothing about the current submission
@@ -425,7 +433,7 @@ class StreamingJobHook:
 
     def refuse_if_unfinished(self, action: str) -> None:
         """Raise :class:`StreamingError` when ``lifecycle.json`` records an action that has not ended."""
-        from airflow_streaming.lifecycle.record import TERMINAL, Step
+        from airflow_streaming.lifecycle.record import TERMINAL, Step, unfinished_message
 
         record = self.lifecycle_record()
         if record is None:
@@ -433,10 +441,8 @@ class StreamingJobHook:
         step = record.get("step")
         if step in {s.value for s in TERMINAL} or step not in {s.value for s in Step}:
             return
-        raise StreamingError(
-            f"stream {self.spec.name!r} has an unfinished {record.get('action')} {record.get('id')} at step {step} "
-            f"(to version {(record.get('to_spec') or {}).get('version')}): refusing to {action} in the middle of it. "
-            f"Run that {record.get('action')} again to finish it (it continues or rolls back from that step).")
+        raise StreamingError(unfinished_message(self.spec.name, str(record.get("action")), str(record.get("id")),
+                                                (record.get("to_spec") or {}).get("version"), str(step), action))
 
     # ------------------------------------------------------------------ submitting
     def application_argument(self) -> list[str]:

@@ -185,6 +185,8 @@ def load_desired_state(source: str | os.PathLike[str] | Mapping[str, Any]) -> De
         raise DesiredStateError(ROOT_FIELD, "expected the path of a YAML file, not YAML text")
     import yaml  # local import, as in spec.py
 
+    from airflow_streaming.spec import strict_yaml_load
+
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
@@ -193,7 +195,7 @@ def load_desired_state(source: str | os.PathLike[str] | Mapping[str, Any]) -> De
     except (OSError, UnicodeDecodeError) as exc:
         raise DesiredStateError(ROOT_FIELD, f"cannot read desired-state file {path!r}: {exc}") from exc
     try:
-        data = yaml.safe_load(text)
+        data = strict_yaml_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

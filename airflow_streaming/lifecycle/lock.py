@@ -155,10 +155,10 @@ class LifecycleLock:
         """Raise :class:`LifecycleLockLost` unless this holder still holds the lock (checked on storage)."""
         if self._lost:
             raise LifecycleLockLost(self._lost)
-        current = self.storage.read_bytes(self.path)
-        if current != self._written:
-            with self._mutex:
-                if current != self._written:  # not a renewal of ours in between
+        if self.storage.read_bytes(self.path) != self._written:
+            with self._mutex:  # the keeper may have renewed in between: look again while it cannot
+                current = self.storage.read_bytes(self.path)
+                if current != self._written:
                     self._lost = (f"{self.path} no longer names this {self.holder.get('action')} (pid "
                                   f"{self.holder['pid']}): it holds {(current or b'nothing')[:300]!r}")
             if self._lost:

@@ -75,7 +75,7 @@ TERMINAL = frozenset({Step.SUCCEEDED, Step.REFUSED, Step.ROLLED_BACK, Step.FAILE
 
 #: Which step may follow which. The runner refuses anything else (a corrupted or hand-edited record).
 TRANSITIONS: dict[Step, frozenset[Step]] = {
-    Step.PLANNED: frozenset({Step.CHECKED, Step.REFUSED, Step.FAILED, Step.STARTING}),
+    Step.PLANNED: frozenset({Step.CHECKED, Step.REFUSED, Step.FAILED, Step.STARTING, Step.STOPPING}),
     Step.CHECKED: frozenset({Step.PREPARING, Step.STOPPING, Step.STARTING, Step.FAILED}),
     Step.PREPARING: frozenset({Step.STOPPING, Step.ROLLED_BACK, Step.FAILED}),
     Step.STOPPING: frozenset({Step.STOPPED, Step.ROLLING_BACK, Step.FAILED}),
@@ -273,6 +273,14 @@ def error_summary(error: dict[str, Any] | None) -> str:
     if roots and roots[-1] not in text:
         text += f" ... {roots[-1]}"
     return text[:600]
+
+
+def unfinished_message(stream: str, action: str, action_id: str, to_version: str | None, step: str,
+                       attempted: str) -> str:
+    """Why ``attempted`` is refused while another action is unfinished, and what to do."""
+    return (f"stream {stream!r} has an unfinished {action} {action_id} (to version {to_version}) at step {step}: "
+            f"refusing to {attempted} in the middle of it. Run that {action} again to finish it (it continues or "
+            "rolls back from that step)")
 
 
 HISTORY_LIMIT = 500

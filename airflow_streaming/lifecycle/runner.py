@@ -11,7 +11,7 @@ Recover:   PLANNED -> STARTING -> SUCCEEDED (submitted; the supervisor's next pa
 Upgrade / restart / rollback-to-previous (in place, on the stream's checkpoint):
 
     PLANNED -> CHECKED -> STOPPING -> STOPPED -> SNAPSHOTTED -> STARTING -> PROBATION -> SUCCEEDED
-       |                     |  (checkpoint not clean)                 \\-> ROLLING_BACK -> RESTORED
+       |                     |  (a step failed)                        \\-> ROLLING_BACK -> RESTORED
        \\-> REFUSED           \\-> ROLLING_BACK                               -> RESTARTING_OLD -> ROLLED_BACK
 
 Parallel transition (an intentionally incompatible change; new name, checkpoint and output):
@@ -41,11 +41,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_streaming import faults
 from airflow_streaming.checkpoint.batches import BatchPosition
 from airflow_streaming.compat.run import blocking_problems, run_check
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError
-from airflow_streaming.control.storage import StorageError
+from airflow_streaming.control.storage import StorageError, describe_os_error
 from airflow_streaming.exceptions import StreamAlreadyRunningError, StreamingError
 from airflow_streaming.hooks.streaming_job import StreamingJobHook, storage_path
 from airflow_streaming.lifecycle import snapshot as snapshots
@@ -62,6 +63,7 @@ from airflow_streaming.lifecycle.record import (
     error_summary,
     previous_spec,
     probation_outcome,
+    unfinished_message,
 )
 from airflow_streaming.spec import SpecError, StreamSpec
 
@@ -164,6 +166,7 @@ class LifecycleRunner:
     def _advance(self, record: LifecycleRecord, step: Step, detail: str | None = None) -> None:
         record.advance(step, detail)
         self.save(record)
+        faults.hit("runner.step", f"{record.action.value}:{step.value};")  # e.g. the task killed right here
         log.info("%s %s of %s: %s%s", record.action.value, record.id, record.stream, step.value,
                  f" ({detail})" if detail else "")
 
@@ -240,6 +243,10 @@ class LifecycleRunner:
         if step == Step.RETIRING:
             self._advance(record, Step.FAILED, f"{what}; the new stream {self.target.name} runs, the old one may too")
             return
+        record.error += (f". Rolling back: {record.from_version} restarts from its checkpoint"
+                         f"{' at batch ' + str(record.stop_batch) if record.stop_batch is not None else ''}"
+                         f"{' (restored from the snapshot)' if record.snapshot else ' (untouched)'}. What is left to "
+                         f"do: fix the cause, then run the {record.action.value} again")
         self._advance(record, Step.ROLLING_BACK, what)
 
     def _can_write_record(self) -> bool:
@@ -265,10 +272,8 @@ class LifecycleRunner:
                 self._append_history(record)
                 record = None
             elif record.action != self.action or not _same_spec(record.to_spec, self.target):
-                raise LifecycleError(
-                    f"stream {record.stream!r} has an unfinished {record.action.value} {record.id} to version "
-                    f"{record.to_version} at step {record.step.value}: run that action again to finish it (it "
-                    "continues or rolls back from that step) before starting another one")
+                raise LifecycleError(unfinished_message(record.stream, record.action.value, record.id,
+                                                        record.to_version, record.step.value, self.action.value))
         if record is not None and not record.done:
             note = f"resumed by {self.options.owner or 'pid ' + str(os.getpid())} at step {record.step.value}"
             if lock.took_over:
@@ -288,6 +293,7 @@ class LifecycleRunner:
         if lock.took_over:
             record.steps.append({"step": "LOCK_TAKEN_OVER", "at": time.time(), "detail": str(lock.took_over)})
         self.save(record)
+        faults.hit("runner.step", f"{record.action.value}:{record.step.value};")
         return record
 
     def _sink_path(self) -> str | None:
@@ -444,14 +450,10 @@ class LifecycleRunner:
             self._advance(record, Step.STOPPED, f"stopped at batch {position.last_committed} ({how}"
                           f"{', checkpoint clean' if position.clean else ', batch ' + str(position.last_planned) + ' will be replayed'})")
             return
-        if not position.clean:
-            record.error = (f"the checkpoint is not clean after the stop (batch {position.last_planned} planned, "
-                            f"{position.last_committed} committed); restarting {record.from_version}, which "
-                            f"replays batch {position.last_planned}")
-            self._advance(record, Step.ROLLING_BACK, record.error)
-            return
         record.stop_batch = position.last_committed
-        self._advance(record, Step.STOPPED, f"stopped at batch {position.last_committed} ({how})")
+        replay = "" if position.clean else (f"; batch {position.last_planned} was in flight (planned, not "
+                                            f"committed): {record.to_version} replays it with the same offsets")
+        self._advance(record, Step.STOPPED, f"stopped at batch {position.last_committed} ({how}){replay}")
 
     def _stopped(self, record: LifecycleRecord) -> None:
         if record.action == Action.STOP:
@@ -470,7 +472,9 @@ class LifecycleRunner:
             manifest = snapshots.take_snapshot(location, snapshot_dir, record.sink_path)
         except OSError as exc:
             snapshots.discard_incomplete(snapshot_dir)
-            raise LifecycleError(f"the snapshot of {location} into {snapshot_dir} failed: {exc}") from exc
+            cause = exc if isinstance(exc, StorageError) else describe_os_error(snapshot_dir, exc,
+                                                                                 "write the snapshot into")
+            raise LifecycleError(f"the snapshot failed: {exc.strerror or exc}: {cause}") from exc
         record.snapshot = manifest.to_dict()
         # The snapshot is self-describing: the spec that ran on it restarts it (also in the record).
         self.storage.write_atomic(f"{manifest.snapshot_dir}/spec.json",
@@ -763,10 +767,8 @@ def resume_target(hook: StreamingJobHook, *actions: Action) -> tuple[Action, Str
     if record is None:
         return None
     if record.action not in actions:
-        raise LifecycleError(
-            f"stream {record.stream!r} has an unfinished {record.action.value} {record.id} to version "
-            f"{record.to_version} at step {record.step.value}: run that action again to finish it (it continues or "
-            "rolls back from that step) before starting another one")
+        raise LifecycleError(unfinished_message(record.stream, record.action.value, record.id, record.to_version,
+                                                record.step.value, "/".join(a.value for a in actions)))
     current = _spec(record.from_spec) if record.action == Action.PARALLEL else None
     return record.action, StreamSpec.from_dict(record.to_spec), current
 

@@ -1,8 +1,9 @@
 """Snapshot a cleanly stopped checkpoint (and its file sink's log) so the old version can come back.
 
-Before an upgrade the running version is stopped gracefully: its last planned batch N has
-``commits/N``. :func:`take_snapshot` then saves everything needed to restart that version at batch
-N+1: the whole checkpoint tree except state files of versions after N+1 (state store version v is
+Before an upgrade the running version is stopped at a micro-batch boundary, so its last planned batch
+N normally has ``commits/N`` (a batch that the stop cancelled anyway - planned, not committed - is left
+out and replayed on restart). :func:`take_snapshot` then saves everything needed to restart that
+version at batch N+1: the whole checkpoint tree except state files of versions after N+1 (state store version v is
 the state after batch v-1) and ``offsets``/``commits`` entries after N, plus the entries <= N of a
 file sink's ``<output>/_spark_metadata`` log. If the new version fails, :func:`restore_snapshot`
 moves the live checkpoint and sink log aside and puts the snapshot back, so the old version resumes
@@ -92,10 +93,8 @@ def take_snapshot(checkpoint: str, snapshot_dir: str, sink_path: str | None = No
     if not os.path.isdir(checkpoint):
         raise SnapshotError(f"checkpoint directory {checkpoint} does not exist: nothing to snapshot")
     position = read_batch_position(LocalStorage(), checkpoint)
-    if not position.clean:
-        raise SnapshotError(
-            f"checkpoint {checkpoint} is not clean: last planned batch {position.last_planned}, last committed "
-            f"batch {position.last_committed}; stop the query gracefully before taking a snapshot")
+    # A batch planned but not committed (the stop cancelled it) is left out: whoever restarts from the
+    # snapshot plans it again, exactly as Spark replays an uncommitted batch.
     batch_id = position.last_committed
     existing = load_manifest(snapshot_dir)
     if existing is not None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.sdk import BaseNotifier, BaseOperator, Context
 
+from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.spec import StreamSpec, as_spec
 
@@ -43,34 +44,53 @@ class SparkStreamSupervisorOperator(BaseOperator):
         self.max_wait_s = max_wait_s
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        from airflow_streaming.notifications.events import NotificationGate
         from airflow_streaming.supervision.policy import RestartPolicy
-        from airflow_streaming.supervision.supervisor import supervise
 
         policy = RestartPolicy.from_mapping(self.restart_policy)
         try:
             log_url = getattr(context["ti"], "log_url", None)
         except Exception:  # noqa: BLE001 - no task instance (direct call)
             log_url = None
-        results = []
-        for raw in self.specs:
-            hook = StreamingJobHook(as_spec(raw))
-            gate = NotificationGate(hook.storage, f"{hook.paths.root}/notifications.json", self.repeat_window_s)
-
-            def deliver(event: dict[str, Any], gate: NotificationGate = gate) -> None:
-                if isinstance(log_url, str) and log_url:
-                    event = {**event, "links": {**(event.get("links") or {}), "airflow_log": log_url}}
-                admitted = gate.admit(event)
-                if admitted is None:
-                    return
-                for notifier in self.notifiers:
-                    try:
-                        notifier.notify({**context, "stream_event": admitted})
-                    except Exception:  # noqa: BLE001 - one broken channel must not hide the others
-                        self.log.exception("notifier %s failed", type(notifier).__name__)
-
-            result = supervise(hook, policy, deliver, max_wait_s=self.max_wait_s)
-            self.log.info("stream %s: %s -> %s (%s)", result.stream, result.health, result.action, result.reason)
-            results.append({k: v for k, v in dataclasses.asdict(result).items() if k != "events"}
-                           | {"events": [e["kind"] for e in result.events]})
+        results: list[dict[str, Any]] = []
+        errors: list[str] = []
+        for index, raw in enumerate(self.specs):
+            # One stream at a time, in isolation: an unreadable spec or control directory is reported and
+            # the others are still supervised.
+            try:
+                results.append(self._supervise_one(raw, policy, log_url, context))
+            except Exception as exc:  # noqa: BLE001 - isolation: report, go on with the next stream
+                name = raw.get("name") if isinstance(raw, Mapping) else getattr(raw, "name", None) or str(raw)
+                self.log.error("supervision of stream %s (specs[%d]) failed: %s", name, index, exc)
+                results.append({"stream": name, "health": "-", "action": "ERROR", "reason": str(exc), "events": []})
+                errors.append(f"specs[{index}] ({name}): {exc}")
+        if errors:
+            context["ti"].xcom_push(key="return_value", value=results)
+            raise StreamingError(f"{len(errors)} of {len(self.specs)} stream(s) could not be supervised (the others "
+                                 "were): " + "; ".join(errors))
         return results
+
+    def _supervise_one(self, raw: Any, policy: Any, log_url: Any, context: Context) -> dict[str, Any]:
+        from airflow_streaming.notifications.events import NotificationGate
+        from airflow_streaming.supervision.supervisor import supervise
+
+        hook = StreamingJobHook(as_spec(raw))
+        gate = NotificationGate(hook.storage, f"{hook.paths.root}/notifications.json", self.repeat_window_s)
+
+        def deliver(event: dict[str, Any]) -> None:
+            if isinstance(log_url, str) and log_url:
+                event = {**event, "links": {**(event.get("links") or {}), "airflow_log": log_url}}
+            admitted = gate.admit(event)
+            if admitted is None:
+                return
+            for notifier in self.notifiers:
+                try:
+                    notifier.notify({**context, "stream_event": admitted})
+                except Exception:  # noqa: BLE001 - one broken channel must not hide the others
+                    self.log.exception("notifier %s failed", type(notifier).__name__)
+
+        ti = context["ti"]
+        owner = f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}"
+        result = supervise(hook, policy, deliver, max_wait_s=self.max_wait_s, owner=owner)
+        self.log.info("stream %s: %s -> %s (%s)", result.stream, result.health, result.action, result.reason)
+        return ({k: v for k, v in dataclasses.asdict(result).items() if k != "events"}
+                | {"events": [e["kind"] for e in result.events]})

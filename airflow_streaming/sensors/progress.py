@@ -8,6 +8,8 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
 from airflow_streaming.control import contract
+from airflow_streaming.control.contract import ControlFileError
+from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import StreamFailedError
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.spec import StreamSpec, as_spec
@@ -43,12 +45,17 @@ class SparkStreamProgressSensor(BaseSensorOperator):
     def poke(self, context: Context) -> PokeReturnValue:
         spec = as_spec(self.spec)
         hook = StreamingJobHook(spec)
-        doc = hook.status()
-        record = hook.driver_record()
+        try:
+            doc = hook.status()
+            record = hook.driver_record()
+        except (ControlFileError, StorageError) as exc:
+            # Unreadable is not "failed": poke again (the sensor's timeout bounds the wait).
+            self.log.warning("stream %s: control files unreadable, will poke again: %s", spec.name, exc)
+            return PokeReturnValue(is_done=False)
         if doc is None or record is None or doc.run_id != record.run_id:
             self.log.info("stream %s: no status for the current run yet", spec.name)
             return PokeReturnValue(is_done=False)
-        if doc.is_terminal or not record.alive():
+        if doc.is_terminal or not hook.alive(record):
             err = doc.last_exception or {}
             raise StreamFailedError(
                 f"stream {spec.name!r} is {doc.state if doc.is_terminal else 'gone (driver exited)'}: "

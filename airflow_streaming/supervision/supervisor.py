@@ -112,7 +112,11 @@ def _supervise_locked(hook: StreamingJobHook, policy: RestartPolicy, notify: Cal
                       now: float | None, max_wait_s: float, lock: LifecycleLock) -> PassResult:
     now = time.time() if now is None else now
     name = hook.spec.name
-    record = hook.driver_record()
+    try:
+        record = hook.driver_record()
+    except (contract.ControlFileError, StorageError) as exc:
+        # Unknown is not failed: never act on it alone.
+        return PassResult(name, "UNKNOWN", "NOTHING", f"the driver record cannot be read: {exc}")
     if record is None:
         return PassResult(name, "-", "NOTHING", "never deployed")
     ledger = load_ledger(hook)

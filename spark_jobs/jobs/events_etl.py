@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from airflow_streaming import faults
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -67,11 +68,15 @@ def write_batch(ns: argparse.Namespace, flatten_fn: Any = flatten):
     """The foreachBatch function: idempotent on batch id."""
 
     def _write(batch: DataFrame, batch_id: int) -> None:
+        # Named fault points (inactive unless a test configures them): the batch is planned (its offsets
+        # are logged) but nothing is written yet / its output is written but not committed.
+        faults.hit("driver.batch", f"batch={batch_id}:before_write;")
         batch = batch.persist()
         try:
             good = flatten_fn(batch.filter(F.col("_reason").isNull())).withColumn("batch_id", F.lit(batch_id))
             (good.write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
              .partitionBy("date", "batch_id").parquet(ns.output))
+            faults.hit("driver.batch", f"batch={batch_id}:after_write;")
             bad = batch.filter(F.col("_reason").isNotNull()).select(
                 F.col("value").alias("raw_line"), F.col("_reason").alias("reason"),
                 F.col("_source_file").alias("source_file"), F.lit(batch_id).alias("batch_id"),

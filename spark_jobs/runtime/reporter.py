@@ -16,6 +16,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
+from airflow_streaming import faults
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlPaths, Lease, QueryStatus, StatusDocument
 from airflow_streaming.control.storage import ControlStorage, StorageError
@@ -147,6 +148,7 @@ class StatusReporter:
         return next((q for q in self.doc.queries if q.id == query_id), None)
 
     def on_progress(self, progress: dict[str, Any]) -> None:
+        faults.hit("driver.progress", f"batch={progress.get('batchId')}:committed;")  # after the batch's commit
         with self._lock:
             entry = self._query_entry(progress["id"])
             if entry is None:

@@ -15,57 +15,18 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
-import psutil
 import pytest
 import yaml
 
 from airflow_streaming.lifecycle.record import Step
 from spark_jobs.outputs import read_window_counts
 from signals import Feeder, expected_windows
+from soak import DriverMonitor
 from streams import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
-
-
-class DriverMonitor:
-    """Samples the run ids of live driver processes (spark-submit JVM, Python driver) of one stream."""
-
-    def __init__(self, stream: str):
-        self.stream = stream
-        self.max_alive = 0
-        self.seen: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def runs_alive(self) -> set[str]:
-        runs = set()
-        for proc in psutil.process_iter(["cmdline", "status"]):
-            try:
-                cmd = proc.info["cmdline"] or []
-                if proc.info["status"] == psutil.STATUS_ZOMBIE or "--run-id" not in cmd:
-                    continue
-            except psutil.Error:
-                continue
-            if "--stream" in cmd and cmd[cmd.index("--stream") + 1] == self.stream:
-                runs.add(cmd[cmd.index("--run-id") + 1])
-        return runs
-
-    def _loop(self) -> None:
-        while not self._stop.wait(0.2):
-            runs = self.runs_alive()
-            self.seen |= runs
-            self.max_alive = max(self.max_alive, len(runs))
-
-    def __enter__(self) -> DriverMonitor:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
 
 
 def desired_state(streams, wanted: str) -> str:
@@ -182,7 +143,8 @@ def test_killed_upgrade_and_rollback_tasks_resume_with_one_driver_at_all_times(s
     assert read_window_counts(streams.path("output", "signals")) == expected  # nothing more after the stop
     history = json.loads(Path(streams.path("control", "signals", "history.json")).read_text())
     assert [(h["action"], h["to_version"], h["outcome"]) for h in history] == [
-        ("upgrade", "v2", "SUCCEEDED"), ("rollback", "v1", "SUCCEEDED"), ("restart", "v1", "SUCCEEDED")]
+        ("deploy", "v1", "SUCCEEDED"), ("upgrade", "v2", "SUCCEEDED"), ("rollback", "v1", "SUCCEEDED"),
+        ("restart", "v1", "SUCCEEDED"), ("stop", "v1", "SUCCEEDED")]
 
 
 def test_operations_form_rejects_invalid_choices(streams, airflow_db):

@@ -207,3 +207,49 @@ def test_attempts_exhausted_give_up_and_a_healthy_period_resets_the_counter(stre
     assert final.action == "GAVE_UP" and "1 restarts within" in final.reason, final
     assert [e["kind"] for e in events] == ["RESTARTING", "RECOVERED", "RESTARTING", "GAVE_UP"]
     assert all(e["error_class"] for e in events if e["kind"] != "RECOVERED")
+
+
+ISOLATION_DAG = """
+from datetime import datetime
+from airflow.sdk import DAG
+from airflow_streaming.operators.supervise import SparkStreamSupervisorOperator
+
+with DAG("supervise_isolation", schedule=None, start_date=datetime(2026, 1, 1)):
+    SparkStreamSupervisorOperator(task_id="supervise", specs={specs!r})
+"""
+
+
+@pytest.mark.airflow
+def test_one_bad_stream_does_not_blind_the_supervisor(tmp_path, airflow_db):
+    """Three streams: a spec file that does not exist, one whose restart ledger is corrupt, one fine.
+    Under `airflow dags test`: the fine one is supervised, the two others are reported by name, the task
+    fails at the end, and the corrupt ledger is left as it was."""
+    import json
+    import subprocess
+    import sys
+
+    from control_fixtures import deployed_stream
+
+    bad_root, good_root = tmp_path / "bad", tmp_path / "good"
+    bad_spec, bad_hook = deployed_stream(bad_root)
+    good_spec, good_hook = deployed_stream(good_root)
+    for hook in (bad_hook, good_hook):
+        record = {"run_id": "20260101T000000Z-0000aaaa", "stream": "s1", "version": "v1",
+                  "application": "device_signals", "host": "elsewhere", "command": "c", "log_path": "l",
+                  "submitted_at": 1.0, "checkpoint_location": "/x", "target": "local", "handle": {}}
+        hook.storage.write_atomic(hook.paths.driver, json.dumps(record).encode())
+    ledger = f"{bad_hook.paths.root}/supervisor.json"
+    bad_hook.storage.write_atomic(ledger, b"{not json")
+    specs = [str(tmp_path / "missing-spec.yaml"), bad_spec.to_dict(), good_spec.to_dict()]
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "supervise_isolation.py").write_text(ISOLATION_DAG.format(specs=specs))
+    env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(dags)}
+    run = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "supervise_isolation"], env=env,
+                         capture_output=True, text=True, timeout=600)
+    output = run.stdout + run.stderr
+    assert run.returncode != 0, output[-3000:]
+    assert "2 of 3 stream(s) could not be supervised (the others were)" in output, output[-3000:]
+    assert "missing-spec.yaml' does not exist" in output and f"{ledger} is unreadable" in output
+    assert "stream s1: STOPPED -> NOTHING" in output  # the good stream was supervised
+    assert bad_hook.storage.read_bytes(ledger) == b"{not json"

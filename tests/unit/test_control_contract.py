@@ -188,8 +188,9 @@ class TestLocalStorage:
         assert storage.list_dir(str(tmp_path)) == ["a", "b", "c"]
         assert storage.exists(str(tmp_path / "c" / "d")) is True  # directories count
         assert storage.read_text(str(tmp_path / "b")) == "h\u00e9llo"
-        with pytest.raises(StorageError, match="Not a directory"):  # a file is not a directory: an error, not "empty"
-            storage.list_dir(str(tmp_path / "a"))
+        assert storage.list_dir(str(tmp_path / "a")) == []  # a file has no entries
+        with pytest.raises(StorageError, match="Not a directory"):  # but a path through a file is an error
+            storage.list_dir(str(tmp_path / "a" / "sub"))
         assert storage.delete(str(tmp_path / "a")) is True
         assert storage.exists(str(tmp_path / "a")) is False
         assert storage.delete(str(tmp_path / "a")) is False

@@ -856,3 +856,15 @@ def test_an_idle_trigger_polling_its_sources_is_never_stalled():
     assert run(doc).state is HealthState.IDLE
     doc["queries"][0]["status"]["isDataAvailable"] = True  # a batch with data in flight for 600 s
     assert run(doc).state is HealthState.STALLED
+
+
+def test_recent_control_storage_errors_are_a_warning_not_a_failure():
+    doc = make_doc(steady())
+    doc["storage_errors"] = {"count": 37, "last": "run marker: cannot check /c/s/RUNNING: Input/output error",
+                             "at": NOW - 2}
+    v = run(doc)
+    assert v.state is HealthState.HEALTHY  # the stream runs: never FAILED or STOPPED for a storage error
+    warning = next(w for w in v.warnings if w.code == "CONTROL_STORAGE_ERRORS")
+    assert warning.values["count"] == 37 and "Input/output error" in warning.message
+    doc["storage_errors"]["at"] = NOW - 3600  # long over: no warning
+    assert "CONTROL_STORAGE_ERRORS" not in codes(run(doc).warnings)

@@ -236,3 +236,16 @@ def test_supervise_skips_a_stream_whose_lifecycle_lock_another_process_holds(tmp
     assert (result.stream, result.action) == ("s1", "SKIPPED")
     assert "upgrade" in result.reason and "bob" in result.reason
     assert on_disk(hook.paths.root) == holder and events == []
+
+
+def test_ensure_never_mistakes_the_keepers_own_renewal_for_a_takeover(storage, control):
+    # The keeper renews every 0.5 s while the action checks the lock as often as it can: a check that
+    # reads the file between the keeper's write and its bookkeeping must not call the lock lost.
+    with LifecycleLock.acquire(storage, control, "upgrade", ttl=2.0) as lock:
+        deadline = time.monotonic() + 3.0
+        checks = 0
+        while time.monotonic() < deadline:
+            lock.ensure()
+            checks += 1
+        assert checks > 100 and lock.lost is None
+        assert on_disk(control)["renewed_at"] > lock.holder["acquired_at"]  # it was renewed meanwhile

@@ -117,14 +117,15 @@ def test_state_files_after_the_next_version_and_later_log_entries_are_left_out(t
     assert manifest.files == len(expected)
 
 
-def test_an_unclean_checkpoint_is_refused_naming_both_batches(tmp_path):
+def test_an_unclean_checkpoint_is_snapshotted_at_its_last_committed_batch(tmp_path):
+    # The stop cancelled batch 1 (planned, not committed): the snapshot holds batch 0; a restart from it
+    # plans batch 1 again, as Spark replays an uncommitted batch.
     checkpoint = _copy_fixture(tmp_path)
     (checkpoint / "commits" / "1").unlink()
-    with pytest.raises(SnapshotError) as err:
-        take_snapshot(str(checkpoint), str(tmp_path / "snap"))
-    assert str(checkpoint) in str(err.value)
-    assert "last planned batch 1" in str(err.value) and "last committed batch 0" in str(err.value)
-    assert not (tmp_path / "snap").exists()
+    manifest = take_snapshot(str(checkpoint), str(tmp_path / "snap"))
+    kept = _tree(tmp_path / "snap" / "checkpoint")
+    assert manifest.batch_id == 0
+    assert "offsets/0" in kept and "offsets/1" not in kept and "commits/1" not in kept
 
 
 def test_a_missing_checkpoint_is_refused_naming_the_path(tmp_path):

@@ -1,0 +1,58 @@
+"""Soak: kill -9 of the driver at named points under supervision, and the lifecycle task killed at named
+upgrade steps; every trial must recover, with at most one driver alive and the output exactly once.
+
+A few trials run in the suite. The long run (20+ driver kills, every upgrade step) is one command:
+``./scripts/soak.sh`` (see RELIABILITY.md); it sets ``AIRFLOW_STREAMING_SOAK_TRIALS`` and
+``AIRFLOW_STREAMING_SOAK_STEPS`` and writes the results to ``AIRFLOW_STREAMING_SOAK_RESULTS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from airflow_streaming import faults
+from soak import ROLLBACK_STEPS, UPGRADE_STEPS, driver_kill_trials, task_kill_trials
+
+pytestmark = pytest.mark.spark
+
+
+def _save(name: str, result: dict) -> None:
+    target = os.environ.get("AIRFLOW_STREAMING_SOAK_RESULTS")
+    if target:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        Path(target, f"{name}.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps(result, indent=1))
+
+
+@pytest.fixture
+def fault_file(tmp_path, monkeypatch):
+    path = tmp_path / "faults.json"
+    path.write_text("[]")
+    monkeypatch.setenv(faults.ENV, str(path))  # drivers and lifecycle tasks started from here inherit it
+    return path
+
+
+def test_driver_killed_at_named_points_is_recovered_by_the_supervisor_exactly_once(streams, fault_file):
+    trials = int(os.environ.get("AIRFLOW_STREAMING_SOAK_TRIALS", "3"))
+    result = driver_kill_trials(streams, trials, seed=int(os.environ.get("AIRFLOW_STREAMING_SOAK_SEED", "7")),
+                                fault_file=fault_file)
+    _save("driver_kills", result)
+    assert len(result["trials"]) == trials and all(t["outcome"] == "recovered" for t in result["trials"]), result
+    assert result["max_drivers_alive"] == 1, result
+    assert result["exactly_once"]["exactly_once"], result["exactly_once"]
+
+
+def test_upgrade_task_killed_at_named_steps_resumes_with_one_driver_exactly_once(streams, fault_file):
+    default = "SNAPSHOTTED,ROLLING_BACK"
+    wanted = os.environ.get("AIRFLOW_STREAMING_SOAK_STEPS", default)
+    steps = list(UPGRADE_STEPS + ROLLBACK_STEPS) if wanted == "all" else wanted.split(",")
+    result = task_kill_trials(streams, steps, fault_file)
+    _save("task_kills", result)
+    assert all(t["outcome"].startswith("resumed") for t in result["trials"]), json.dumps(result, indent=1)
+    assert result["max_drivers_alive"] == 1, result
+    assert result["driver_logs"] == result["runs_seen"], result  # each run submitted once
+    assert result["exactly_once"]["exactly_once"], result["exactly_once"]
