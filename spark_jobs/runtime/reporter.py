@@ -19,6 +19,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlPaths, Lease, QueryStatus, StatusDocument
 from airflow_streaming.control.storage import ControlStorage, StorageError
+from airflow_streaming.redaction import redact_text, remember_secrets, secret_values
 
 log = logging.getLogger("airflow_streaming.runtime")
 
@@ -26,8 +27,18 @@ _MAX_MESSAGE = 4000
 QUARANTINE_METRIC = "quarantined_rows"
 
 
+def redact_error(error: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``error`` (a ``last_exception`` dict) with its message redacted: the status document feeds
+    notifications, task logs and the lifecycle history, so no secret may reach it."""
+    if not error or not error.get("message"):
+        return error
+    return {**error, "message": redact_text(str(error["message"]))[:_MAX_MESSAGE]}
+
+
 def describe_exception(exc: BaseException | None, error_class: str | None = None) -> dict[str, Any] | None:
-    """``{"message", "error_class"}`` for the status document, keeping Spark's error condition."""
+    """``{"message", "error_class"}`` for the status document, keeping Spark's error condition; the
+    message is redacted (:func:`airflow_streaming.redaction.redact_text`: patterns and the session's
+    secret conf values)."""
     if exc is None:
         return None
     if error_class is None:
@@ -43,8 +54,17 @@ def describe_exception(exc: BaseException | None, error_class: str | None = None
     from airflow_streaming.supervision.classification import root_error_class
 
     message = str(exc).strip() or type(exc).__name__
-    return {"message": message[:_MAX_MESSAGE],
+    return {"message": redact_text(message)[:_MAX_MESSAGE],
             "error_class": root_error_class(error_class, message) or type(exc).__name__}
+
+
+def remember_session_secrets(spark: SparkSession) -> None:
+    """Remember the values of the session's sensitive conf (see :mod:`airflow_streaming.redaction`), so
+    that every later redaction in this driver masks them wherever they appear."""
+    try:
+        remember_secrets(secret_values(dict(spark.sparkContext.getConf().getAll())))
+    except Exception:  # noqa: BLE001 - the patterns still apply
+        log.warning("could not read the session's conf to mask its secrets", exc_info=True)
 
 
 class _Listener(StreamingQueryListener):
@@ -66,7 +86,8 @@ class _Listener(StreamingQueryListener):
             from airflow_streaming.supervision.classification import root_error_class
 
             error_class = root_error_class(event.errorClassOnException, message) or "UNKNOWN"
-            self._reporter.on_query_failed(str(event.id), {"message": message[:_MAX_MESSAGE], "error_class": error_class})
+            self._reporter.on_query_failed(str(event.id), {"message": redact_text(message)[:_MAX_MESSAGE],
+                                                           "error_class": error_class})
 
 
 class StatusReporter:
@@ -106,6 +127,7 @@ class StatusReporter:
     def attach(self, spark: SparkSession) -> None:
         """Register the listener on the session and start the snapshot thread."""
         self._spark = spark
+        remember_session_secrets(spark)
         self.doc.app_id = spark.sparkContext.applicationId
         self.doc.spark_ui = spark.sparkContext.uiWebUrl
         self.doc.master = spark.sparkContext.master
@@ -134,6 +156,7 @@ class StatusReporter:
     def write(self) -> None:
         with self._lock:
             self.doc.heartbeat_at = time.time()
+            self.doc.last_exception = redact_error(self.doc.last_exception)  # whoever set it
             try:
                 contract.write_status(self.storage, self.paths, self.doc)
             except OSError as exc:  # a full or failing disk never stops the stream
