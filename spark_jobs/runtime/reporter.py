@@ -156,7 +156,12 @@ class StatusReporter:
     def write(self) -> None:
         with self._lock:
             self.doc.heartbeat_at = time.time()
-            self.doc.last_exception = redact_error(self.doc.last_exception)  # whoever set it
+            # Whoever set them: Spark's own texts (a query's status message holds its exception) may quote
+            # a secret, and this document feeds task logs, notifications and the lifecycle history.
+            self.doc.last_exception = redact_error(self.doc.last_exception)
+            for query in self.doc.queries:
+                if query.status.get("message"):
+                    query.status = {**query.status, "message": redact_text(str(query.status["message"]))}
             try:
                 contract.write_status(self.storage, self.paths, self.doc)
             except OSError as exc:  # a full or failing disk never stops the stream
@@ -202,7 +207,7 @@ class StatusReporter:
         """Count a control-storage error in the status document (the stream keeps running)."""
         with self._lock:
             errors = self.doc.storage_errors or {"count": 0}
-            self.doc.storage_errors = {"count": int(errors.get("count", 0)) + 1, "last": message[:500],
+            self.doc.storage_errors = {"count": int(errors.get("count", 0)) + 1, "last": redact_text(message)[:500],
                                        "at": time.time()}
 
     def on_idle(self, query_id: str) -> None:
