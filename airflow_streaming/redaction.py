@@ -1,55 +1,231 @@
-"""Secrets: which Spark conf keys are sensitive, and masking them out of any text (one place).
+"""Secrets: which keys are sensitive, and masking them out of any text. The one place for both.
 
-Plain Python (the driver side imports it too); on the Airflow side :func:`register_secrets` also
-hands the values to Airflow's own secrets masker, so task logs mask them wherever they appear.
+Plain Python, no Airflow import: the driver side (``spark_jobs/runtime``) uses it too.
+
+- :func:`is_sensitive_key` / :func:`split_conf` / :func:`secret_values` decide which Spark conf
+  entries are secrets (they travel in a 0600 properties file, never on a command line).
+- :func:`remember_secrets` keeps secret *values* in a process-local registry; every later
+  :func:`redact` masks them. :func:`register_secrets` also hands them to Airflow's own secrets
+  masker (``airflow.sdk.log.mask_secret``), so Airflow masks them in task logs too - call it on the
+  Airflow side only, it imports Airflow.
+- :func:`redact_text` masks known values plus what a pattern can recognise: ``key=value`` /
+  ``key: value`` pairs (JSON and query strings too) with a sensitive key, ``--password x`` style
+  arguments, URL userinfo, ``Authorization`` values, ``Bearer`` tokens and PEM private key blocks.
+- :func:`redact` is :func:`redact_text` for strings, dicts and lists, plus Airflow's masker when
+  Airflow's masker is already loaded in this process (Airflow's masker only knows values registered
+  in this process, which loads it: so when it is not loaded there is nothing it could add, and
+  Airflow is never imported just to redact - the driver side must not import it).
+- :class:`RedactingFormatter` redacts whole log records, tracebacks included (the driver's log).
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import sys
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 MASK = "***"
+#: Values shorter than this are never masked as literals (they would mask innocent text everywhere).
+MIN_SECRET_LENGTH = 3
+#: Values under a sensitive key that are no secret: ``spark.security.credentials.hive.enabled=false``.
+_NOT_SECRET_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "on", "off"})
 
-_SENSITIVE_WORDS = ("password", "passwd", "pwd", "secret", "token", "credential", "apikey", "api_key", "api-key",
-                    "private")
+# ------------------------------------------------------------------------------------- sensitive keys
+
+#: A key naming a secret contains one of these (any case).
+SENSITIVE_WORDS = ("password", "passwd", "pwd", "passphrase", "secret", "token", "credential", "apikey", "api_key",
+                   "api-key", "private")
 _SENSITIVE_KEY_RE = re.compile(
-    r"(?:" + "|".join(re.escape(w) for w in _SENSITIVE_WORDS) + r")"
+    r"(?:" + "|".join(re.escape(w) for w in SENSITIVE_WORDS) + r")"
     r"|(?:^|\.)(?:key|keystore|truststore\.password)$"
     r"|^fs\.azure\.account\.key\.|\.account\.key\.|^spark\.hadoop\.fs\.azure\.account\.key\.",
     re.IGNORECASE)
+_SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 
 
 def is_sensitive_key(key: str) -> bool:
-    """Whether a conf key names a secret (``*password*``, ``*secret*``, ``*token*``, ``*.key``,
-    ``fs.azure.account.key.*``, ``fs.s3a.secret.key``...)."""
+    """Whether a conf key (or any ``key=value`` key) names a secret: ``*password*``, ``*pwd*``,
+    ``*secret*`` (``fs.s3a.secret.key``), ``*token*``, ``*credential*``, ``*apikey*``, ``*private*``
+    (``private_key``), a key ending in ``.key`` (``fs.s3a.access.key``) and ``fs.azure.account.key.*``."""
     return bool(_SENSITIVE_KEY_RE.search(key))
 
 
-def split_conf(conf: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+def is_sensitive_header(name: str) -> bool:
+    """Whether an HTTP header carries a credential: ``Authorization``, ``Proxy-Authorization``,
+    ``Cookie`` or any header with a sensitive name (``X-Api-Key``, ``X-Auth-Token``...)."""
+    return name.strip().lower() in _SENSITIVE_HEADERS or is_sensitive_key(name)
+
+
+def split_conf(conf: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(plain, secret)``: the conf without and with its sensitive entries."""
     plain = {k: v for k, v in conf.items() if not is_sensitive_key(k)}
     return plain, {k: v for k, v in conf.items() if k not in plain}
 
 
+def _maskable(value: str) -> bool:
+    """Worth masking as a literal: long enough, and not a flag or a small number (``3600``)."""
+    plain = value.strip().lower()
+    return (len(value) >= MIN_SECRET_LENGTH and plain not in _NOT_SECRET_VALUES
+            and not (plain.isdigit() and len(plain) < 6))
+
+
 def secret_values(conf: Mapping[str, Any]) -> list[str]:
-    return [str(v) for k, v in conf.items() if is_sensitive_key(k) and v not in (None, "")]
+    """The values of ``conf``'s sensitive entries worth masking as literals: not ``true``/``false``,
+    not a number under 6 digits, not shorter than :data:`MIN_SECRET_LENGTH`."""
+    return [str(v) for k, v in conf.items() if is_sensitive_key(str(k)) and v is not None and _maskable(str(v))]
+
+
+# ------------------------------------------------------------------------------------- known values
+
+_KNOWN: frozenset[str] = frozenset()
+_KNOWN_LOCK = threading.Lock()
+
+
+def remember_secrets(values: Iterable[Any]) -> None:
+    """Mask ``values`` in every later :func:`redact` / :func:`redact_text` of this process (no Airflow)."""
+    global _KNOWN
+    fresh = {str(v) for v in values if v is not None and _maskable(str(v))}
+    if fresh - _KNOWN:
+        with _KNOWN_LOCK:
+            _KNOWN = _KNOWN | fresh
+
+
+def known_secrets() -> frozenset[str]:
+    """The values :func:`remember_secrets` was given in this process."""
+    return _KNOWN
+
+
+def register_secrets(values: Iterable[Any]) -> None:
+    """:func:`remember_secrets`, and tell Airflow's secrets masker about ``values`` so that Airflow masks
+    them in task logs (a no-op for Airflow where the task SDK is not installed). Airflow side only."""
+    values = [str(v) for v in values if v is not None and _maskable(str(v))]
+    remember_secrets(values)
+    try:
+        from airflow.sdk.log import mask_secret
+    except ImportError:  # an Airflow without the task SDK
+        return
+    for value in values:
+        mask_secret(value)
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every one of ``secrets`` (3 characters or longer) replaced by ``***``."""
-    for secret in sorted((s for s in secrets if s and len(s) >= 3), key=len, reverse=True):
+    for secret in sorted({s for s in secrets if s and len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text
 
 
-def register_secrets(values: Iterable[str]) -> None:
-    """Tell Airflow's secrets masker about ``values`` (no-op outside Airflow)."""
-    try:
-        from airflow.sdk.log import mask_secret
-    except ImportError:  # the driver side, or an Airflow without the task SDK
-        return
-    for value in values:
-        if value and len(value) >= 3:
-            mask_secret(value)
+# ------------------------------------------------------------------------------------------ patterns
+
+_WORDS = "|".join(re.escape(w) for w in SENSITIVE_WORDS)
+_KEY_CHARS = r"[\w.\-]"
+# A candidate key: contains a sensitive word, ends in ".key", is "key", or is an Azure account key.
+# Every candidate is re-checked with is_sensitive_key, so the two can never disagree.
+_CANDIDATE_KEY = (rf"{_KEY_CHARS}*(?:{_WORDS}){_KEY_CHARS}*"
+                  rf"|{_KEY_CHARS}*\.account\.key\.{_KEY_CHARS}*"
+                  rf"|(?<![\w.\-]){_KEY_CHARS}*(?<![\w-])key(?![\w.\-])")
+_VALUE = r"(?P<val>\"[^\"]*\"|'[^']*'|[^\s,;&|<>\"'}\])]+)"
+_KEY_VALUE = re.compile(rf"(?P<key>{_CANDIDATE_KEY})(?P<kq>[\"']?)(?P<sep>[ \t]*[=:][ \t]*){_VALUE}", re.IGNORECASE)
+_CLI_OPTION = re.compile(rf"(?P<opt>(?<![\w-])--?{_KEY_CHARS}*(?:{_WORDS}){_KEY_CHARS}*)(?P<sp>[ \t]+)(?!-)"
+                         r"(?P<val>\"[^\"]*\"|'[^']*'|\S+)", re.IGNORECASE)
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^\s/?#@]+(?:@[^\s/?#@]+)*@", re.IGNORECASE)
+_BEARER = re.compile(r"\b(?P<scheme>Bearer)\s+[A-Za-z0-9._~+/=-]{4,}", re.IGNORECASE)
+_AUTH_HEADER = re.compile(r"(?P<key>\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)"
+                          r"(?P<scheme>(?:Basic|Bearer|Token|Digest|Negotiate|AWS4-HMAC-SHA256)\s+)?"
+                          r"(?P<val>[^\s\"',;]+)", re.IGNORECASE)
+_PEM_PRIVATE_KEY = re.compile(r"-----BEGIN (?P<label>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----"
+                              r".*?(?:-----END (?P=label)-----|\Z)", re.DOTALL)
+
+
+def _quoted_mask(value: str) -> str:
+    return f"{value[0]}{MASK}{value[0]}" if value[:1] in ("'", '"') else MASK
+
+
+def _key_value(m: re.Match[str]) -> str:
+    if not is_sensitive_key(m.group("key").lstrip("-")) and not is_sensitive_key(m.group("key")):
+        return m.group(0)
+    return f"{m.group('key')}{m.group('kq')}{m.group('sep')}{_quoted_mask(m.group('val'))}"
+
+
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with secrets masked as ``***`` (pure Python; see the module docstring for what):
+
+    - PEM private key blocks (``-----BEGIN ... PRIVATE KEY-----`` to its END line, or to the end of
+      a truncated text); certificates and public keys are left alone;
+    - the literal ``secrets`` and every value :func:`remember_secrets` was given;
+    - URL userinfo: ``https://user:pass@host`` -> ``https://***@host``;
+    - ``Authorization: <scheme> <credentials>`` and ``Bearer <token>``;
+    - ``--password x`` / ``--api-token "x y"`` (the option names a secret; ``--token=x`` is a pair);
+    - ``key=value``, ``key: value``, ``"key": "value"`` whose key :func:`is_sensitive_key`
+      (``spark.hadoop.fs.s3a.secret.key=...``, ``fs.azure.account.key.acct.dfs.core.windows.net=...``,
+      ``-Dspark.ssl.keyPassword=...``, ``?access_token=...``).
+    """
+    if not text:
+        return text
+    text = _PEM_PRIVATE_KEY.sub(lambda m: f"-----BEGIN {m.group('label')}-----{MASK}-----END {m.group('label')}-----",
+                                text)
+    text = scrub(text, (*secrets, *_KNOWN))
+    text = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    text = _AUTH_HEADER.sub(lambda m: f"{m.group('key')}{m.group('scheme') or ''}{MASK}", text)
+    text = _BEARER.sub(lambda m: f"{m.group('scheme')} {MASK}", text)
+    text = _CLI_OPTION.sub(lambda m: f"{m.group('opt')}{m.group('sp')}{_quoted_mask(m.group('val'))}", text)
+    return _KEY_VALUE.sub(_key_value, text)
+
+
+# ------------------------------------------------------------------------------------ Airflow's masker
+
+#: The modules of Airflow's secrets masker: the task SDK's (``airflow.sdk.log.mask_secret`` feeds it)
+#: and the core's (scheduler, API server). Separate instances, separate registered values.
+_AIRFLOW_MASKERS = ("airflow.sdk._shared.secrets_masker", "airflow._shared.secrets_masker")
+
+
+def _airflow_redact(text: str) -> str:
+    """``text`` through every Airflow secrets masker already loaded in this process (never imports one)."""
+    for name in _AIRFLOW_MASKERS:
+        module = sys.modules.get(name)
+        airflow_redact = getattr(module, "redact", None)
+        if airflow_redact is None:
+            continue
+        try:
+            masked = airflow_redact(text)
+        except Exception:  # noqa: BLE001 - our own patterns still apply
+            continue
+        if isinstance(masked, str):
+            text = masked
+    return text
+
+
+def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """``value`` with secrets masked: a string through :func:`redact_text` and Airflow's masker (when
+    loaded); a dict's values (every string under a sensitive key is masked whole) and a list's items
+    recursively; anything else unchanged."""
+    secrets = tuple(secrets)
+    if isinstance(value, str):
+        return _airflow_redact(redact_text(value, secrets)) if value else value
+    if isinstance(value, Mapping):
+        return {k: _mask_all(v) if is_sensitive_key(str(k)) else redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(v, secrets) for v in value]
+    return value
+
+
+def _mask_all(value: Any) -> Any:
+    """Every string in ``value`` masked (the value sits under a sensitive key); other scalars kept."""
+    if isinstance(value, (str, bytes)):
+        return MASK if value else value
+    if isinstance(value, Mapping):
+        return {k: _mask_all(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_mask_all(v) for v in value]
+    return value
+
+
+class RedactingFormatter(logging.Formatter):
+    """A :class:`logging.Formatter` whose output (message, arguments and traceback) went through
+    :func:`redact_text`: for the driver's log, where Airflow's masker does not run."""
+
+    def format(self, record: logging.LogRecord) -> str:  # noqa: D102 - logging.Formatter's API
+        return redact_text(super().format(record))

@@ -1,8 +1,12 @@
 """Compatibility check from the command line, outside Airflow.
 
     python -m airflow_streaming.compat --checkpoint PATH --application APP [--conf KEY=VALUE ...]
-        [--stream NAME] [--trigger-seconds S] [--master local[1]] [--no-dry-run] [--json]
+        [--conf-stdin] [--stream NAME] [--trigger-seconds S] [--master local[1]] [--no-dry-run] [--json]
         [--allow-warnings] [-- APP ARGS...]
+
+Secret conf (passwords, keys, tokens) does not belong on a command line, which every user of the
+machine can read: pass it with --conf-stdin as a JSON object on stdin, e.g.
+``echo '{"spark.hadoop.fs.s3a.secret.key": "..."}' | python -m airflow_streaming.compat --conf-stdin ...``.
 
 Exit codes: 0 compatible (or compatible with warnings and --allow-warnings), 1 incompatible,
 2 compatible with warnings (not allowed), 3 the check itself failed (bad checkpoint, bad app...).
@@ -14,8 +18,10 @@ import argparse
 import json
 import os
 import sys
+from typing import TextIO
 
 from airflow_streaming.compat.model import Verdict
+from airflow_streaming.redaction import is_sensitive_key, redact_text, remember_secrets, secret_values
 
 EXIT_OK, EXIT_INCOMPATIBLE, EXIT_WARNINGS, EXIT_ERROR = 0, 1, 2, 3
 
@@ -26,6 +32,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--application", required=True, help="bundled job name or absolute path to a .py script")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--conf-stdin", action="store_true",
+                        help="read more conf (the secret entries) from stdin as one JSON object")
     parser.add_argument("--stream", default="candidate")
     parser.add_argument("--trigger-seconds", type=float, default=5.0)
     parser.add_argument("--master", default="local[1]")
@@ -39,11 +47,36 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for item in ns.conf:
         if "=" not in item:
             parser.error(f"--conf expects KEY=VALUE, got {item!r}")
+        if is_sensitive_key(item.split("=", 1)[0]):
+            print(f"warning: --conf {item.split('=', 1)[0]}=... puts a secret on the command line, where every "
+                  "user of this machine can read it: pass it with --conf-stdin instead", file=sys.stderr)
     return ns
+
+
+def read_conf(ns: argparse.Namespace, stdin: TextIO | None = None) -> dict[str, str]:
+    """The ``--conf`` entries, plus (``--conf-stdin``) the JSON object on ``stdin``, which wins."""
+    conf = dict(item.split("=", 1) for item in ns.conf)
+    if ns.conf_stdin:
+        text = (stdin or sys.stdin).read()
+        try:
+            extra = json.loads(text) if text.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--conf-stdin: stdin is not a JSON object of conf entries ({exc.msg})") from None
+        if not isinstance(extra, dict):
+            raise ValueError("--conf-stdin: stdin must hold one JSON object of conf entries, "
+                             f"got {type(extra).__name__}")
+        conf.update({str(k): str(v) for k, v in extra.items()})
+    return conf
 
 
 def main(argv: list[str] | None = None) -> int:
     ns = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        conf = read_conf(ns)
+    except ValueError as exc:
+        print(json.dumps({"error": str(exc), "error_type": "ValueError"}) if ns.json else f"error: {exc}")
+        return EXIT_ERROR
+    remember_secrets(secret_values(conf))  # masked in whatever this process prints
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from airflow_streaming.checkpoint.logs import CheckpointError
     from airflow_streaming.compat.check import check_compatibility
@@ -57,10 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         report = check_compatibility(
             spark, ns.checkpoint, ns.application, ns.app_args,
-            spark_conf=dict(item.split("=", 1) for item in ns.conf), stream=ns.stream,
+            spark_conf=conf, stream=ns.stream,
             trigger_seconds=ns.trigger_seconds, dry_run=not ns.no_dry_run)
     except (CheckpointError, FileNotFoundError, OSError, ValueError) as exc:
-        print(json.dumps({"error": str(exc), "error_type": type(exc).__name__}) if ns.json else f"error: {exc}")
+        message = redact_text(str(exc))
+        print(json.dumps({"error": message, "error_type": type(exc).__name__}) if ns.json else f"error: {message}")
         return EXIT_ERROR
     finally:
         if spark is not None:

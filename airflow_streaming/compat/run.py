@@ -1,4 +1,9 @@
-"""Run the compatibility check in a child process (no JVM in the caller) and read its JSON report."""
+"""Run the compatibility check in a child process (no JVM in the caller) and read its JSON report.
+
+Sensitive conf (:func:`airflow_streaming.redaction.is_sensitive_key`) never goes on the child's
+command line, which every user of the machine can read (``ps``): it is written to the child's stdin
+as one JSON object (``--conf-stdin``), nothing on disk and nothing in its environment.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,10 @@ import sys
 from typing import Any
 
 from airflow_streaming.exceptions import StreamingError
+from airflow_streaming.redaction import redact, register_secrets, secret_values, split_conf
 from airflow_streaming.spec import StreamSpec
 
-__all__ = ["IncompatibleCandidateError", "run_check", "blocking_problems"]
+__all__ = ["IncompatibleCandidateError", "blocking_problems", "check_command", "run_check"]
 
 
 class IncompatibleCandidateError(StreamingError):
@@ -25,22 +31,36 @@ def blocking_problems(report: dict[str, Any], allow_warnings: bool) -> list[str]
     return None
 
 
-def run_check(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True, timeout: float = 600) -> dict[str, Any]:
-    """Run ``python -m airflow_streaming.compat`` for ``spec`` (the candidate) against its checkpoint.
-
-    The check runs in a child process with its own local Spark session, so the Airflow worker never
-    hosts a JVM. Returns the JSON report; raises :class:`StreamingError` if the check itself failed.
-    """
+def check_command(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True) -> tuple[list[str], str | None]:
+    """The child's argv (no secret on it) and what to write to its stdin: the sensitive conf as a JSON
+    object, or ``None`` when there is none."""
+    plain, secret = split_conf({str(k): str(v) for k, v in spec.spark_conf.items()})
     cmd = [sys.executable, "-m", "airflow_streaming.compat", "--json", "--checkpoint", spec.checkpoint_location,
            "--application", spec.application, "--stream", spec.name,
            "--trigger-seconds", str(spec.trigger_interval)]
-    cmd += [arg for key, value in spec.spark_conf.items() for arg in ("--conf", f"{key}={value}")]
+    cmd += [arg for key, value in plain.items() for arg in ("--conf", f"{key}={value}")]
+    if secret:
+        cmd.append("--conf-stdin")
     if allow_warnings:
         cmd.append("--allow-warnings")
     if not dry_run:
         cmd.append("--no-dry-run")
     cmd += ["--", *spec.application_args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return cmd, (json.dumps(secret) if secret else None)
+
+
+def run_check(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True, timeout: float = 600) -> dict[str, Any]:
+    """Run ``python -m airflow_streaming.compat`` for ``spec`` (the candidate) against its checkpoint.
+
+    The check runs in a child process with its own local Spark session, so the Airflow worker never
+    hosts a JVM. Returns the JSON report (redacted); raises :class:`StreamingError` if the check itself
+    failed.
+    """
+    cmd, secret_input = check_command(spec, allow_warnings, dry_run)
+    secrets = secret_values(spec.spark_conf)
+    register_secrets(secrets)
+    proc = subprocess.run(cmd, input=secret_input, stdin=None if secret_input is not None else subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     start = next((i for i, line in enumerate(lines) if line.startswith("{")), None)
     try:
@@ -50,5 +70,5 @@ def run_check(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True, time
     if report is None or "error" in report:
         reason = report["error"] if report else (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise StreamingError(f"compatibility check of {spec.application!r} against {spec.checkpoint_location} "
-                             f"could not run: {reason}")
-    return report
+                             f"could not run: {redact(str(reason), secrets)}")
+    return redact(report, secrets)

@@ -41,7 +41,7 @@ from airflow_streaming.exceptions import (
     StreamStateUnknownError,
 )
 from airflow_streaming.lifecycle.lock import LifecycleLock
-from airflow_streaming.redaction import register_secrets, scrub, secret_values, split_conf
+from airflow_streaming.redaction import redact, register_secrets, secret_values, split_conf
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets import target_for
 from airflow_streaming.targets.base import DriverTarget, LaunchPlan, Liveness
@@ -343,9 +343,9 @@ class StreamingJobHook:
         return self.redact(text)
 
     def redact(self, text: str) -> str:
-        from airflow_streaming.notifications.events import redact
-
-        return redact(scrub(text, secret_values(self.spec.spark_conf)))
+        """``text`` with the spec's secret conf values and every known secret pattern masked
+        (:func:`airflow_streaming.redaction.redact`, Airflow's masker included)."""
+        return redact(text, secret_values(self.spec.spark_conf))
 
     def health(self, thresholds: Any = None, now: float | None = None) -> Any:
         """The stream's :class:`~airflow_streaming.health.verdict.HealthVerdict` right now.

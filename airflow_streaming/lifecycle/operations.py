@@ -22,6 +22,7 @@ from airflow_streaming.lifecycle.runner import (
     restart_spec,
     resume_target,
 )
+from airflow_streaming.redaction import redact
 from airflow_streaming.spec import SpecError, StreamSpec
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ def apply_pending(state: DesiredState, owner: str | None = None,
             entry["outcome"], entry["error"] = exc.result["outcome"], exc.result.get("error")
         except Exception as exc:  # noqa: BLE001 - report and go on with the next stream
             log.exception("change of %s failed", change.stream)
-            entry["outcome"], entry["error"] = "ERROR", f"{type(exc).__name__}: {exc}"
+            entry["outcome"], entry["error"] = "ERROR", redact(f"{type(exc).__name__}: {exc}")
         entry["seconds"] = round(time.time() - started, 1)
         summary.append(entry)
     return summary

@@ -3,8 +3,9 @@
 A :class:`StreamEvent` is what the supervisor, the upgrade operators or a task failure callback
 report about one stream: it failed, is restarting, recovered, gave up, is unhealthy, was upgraded or
 rolled back. :func:`render_text`, :func:`render_slack` and :func:`render_json` turn it into a
-message; every string they produce goes through :func:`redact`, so a password in an error message or
-a token in a link never reaches a chat channel or a mailbox. :class:`NotificationGate` decides
+message; every string they produce goes through :func:`airflow_streaming.redaction.redact` (re-exported
+here as :func:`redact`), so a password in an error message or a token in a link never reaches a chat
+channel or a mailbox. :class:`NotificationGate` decides
 whether an event is worth a message: at most one per state change per stream, repeats within a
 window counted and summarised in the next message that is sent.
 
@@ -26,6 +27,7 @@ from typing import Any
 
 from airflow_streaming.control.storage import ControlStorage
 from airflow_streaming.exceptions import StreamingError
+from airflow_streaming.redaction import MASK, redact  # noqa: F401 - re-exported: notifications.redact
 
 log = logging.getLogger(__name__)
 
@@ -132,51 +134,6 @@ class StreamEvent:
         if values.get("suppressed_count") is None:
             values.pop("suppressed_count", None)
         return cls(**values)
-
-
-# --------------------------------------------------------------------------------------------------
-# Redaction
-
-_SENSITIVE_KEY = r"[\w.-]*(?:password|passwd|secret|token|apikey|api_key|api-key|credential)[\w.-]*"
-_KEY_VALUE = re.compile(
-    rf"(?P<key>{_SENSITIVE_KEY})(?P<kq>[\"']?)(?P<sep>\s*[=:]\s*)"
-    r"(?P<val>\"[^\"]*\"|'[^']*'|[^\s,;&|<>\"'}\])]+)",
-    re.IGNORECASE,
-)
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^\s/?#@]+(?:@[^\s/?#@]+)*@", re.IGNORECASE)
-_BEARER = re.compile(r"\b(?P<scheme>Bearer)\s+[A-Za-z0-9._~+/=-]{4,}", re.IGNORECASE)
-_AUTH_HEADER = re.compile(r"(?P<key>\bauthorization[\"']?\s*[:=]\s*[\"']?)(?P<scheme>(?:Basic|Bearer|Token|Digest)\s+)?"
-                          r"(?P<val>[^\s\"',;]+)", re.IGNORECASE)
-MASK = "***"
-
-
-def redact(text: Any) -> Any:
-    """Mask secrets in ``text``: the values of ``key=value`` / ``key: value`` pairs whose key contains
-    password, secret, token, apikey, api_key or credential (any case), URL userinfo
-    (``https://user:pass@host`` -> ``https://***@host``), ``Bearer`` tokens and ``Authorization`` values.
-    Non-strings are returned unchanged."""
-    if not isinstance(text, str) or not text:
-        return text
-
-    def key_value(m: re.Match[str]) -> str:
-        val = m.group("val")
-        masked = f"{val[0]}{MASK}{val[0]}" if val[:1] in ("'", '"') else MASK
-        return f"{m.group('key')}{m.group('kq')}{m.group('sep')}{masked}"
-
-    text = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
-    text = _AUTH_HEADER.sub(lambda m: f"{m.group('key')}{m.group('scheme') or ''}{MASK}", text)
-    text = _BEARER.sub(lambda m: f"{m.group('scheme')} {MASK}", text)
-    return _KEY_VALUE.sub(key_value, text)
-
-
-def _redact_all(value: Any) -> Any:
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, Mapping):
-        return {k: _redact_all(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_redact_all(v) for v in value]
-    return value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -335,7 +292,7 @@ def render_json(event: StreamEvent, prefix: str | None = SUBJECT_PREFIX) -> dict
     """A flat JSON document: every :class:`StreamEvent` field (redacted) plus ``schema``, ``subject``,
     ``text`` (the plain-text body) and ``suppressed_summary``. :meth:`StreamEvent.from_dict` reads it back."""
     subject, body = render_text(event, prefix)
-    return {"schema": JSON_SCHEMA, **_redact_all(event.to_dict()), "subject": subject, "text": body,
+    return {"schema": JSON_SCHEMA, **redact(event.to_dict()), "subject": subject, "text": body,
             "suppressed_summary": suppressed_summary(event)}
 
 

@@ -455,9 +455,17 @@ class Driver:
 
 
 def _forget_secret_properties() -> None:
-    """Delete the 0600 properties file that carried secret conf to spark-submit: the JVM has read it."""
+    """Delete the 0600 properties file that carried secret conf to spark-submit (the JVM has read it),
+    after remembering its values so that this driver masks them in its log and status document."""
     path = os.environ.pop("AIRFLOW_STREAMING_SECRET_PROPERTIES", None)
     if path:
+        from airflow_streaming.redaction import remember_secrets
+        from airflow_streaming.targets.submit_command import read_properties_file
+
+        try:
+            remember_secrets(read_properties_file(path).values())
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("could not read the secret properties file before deleting it: %s", exc)
         try:
             os.unlink(path)
         except OSError:
@@ -465,7 +473,11 @@ def _forget_secret_properties() -> None:
 
 
 def main(argv: list[str]) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from airflow_streaming.redaction import RedactingFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    # The driver log: no Airflow masker here, so every record (and traceback) goes through ours.
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     ns = parse_args(argv)
     return Driver(ns).run()

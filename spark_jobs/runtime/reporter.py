@@ -20,6 +20,7 @@ from airflow_streaming import faults
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlPaths, Lease, QueryStatus, StatusDocument
 from airflow_streaming.control.storage import ControlStorage, StorageError
+from airflow_streaming.redaction import redact_text, remember_secrets, secret_values
 
 log = logging.getLogger("airflow_streaming.runtime")
 
@@ -27,8 +28,18 @@ _MAX_MESSAGE = 4000
 QUARANTINE_METRIC = "quarantined_rows"
 
 
+def redact_error(error: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``error`` (a ``last_exception`` dict) with its message redacted: the status document feeds
+    notifications, task logs and the lifecycle history, so no secret may reach it."""
+    if not error or not error.get("message"):
+        return error
+    return {**error, "message": redact_text(str(error["message"]))[:_MAX_MESSAGE]}
+
+
 def describe_exception(exc: BaseException | None, error_class: str | None = None) -> dict[str, Any] | None:
-    """``{"message", "error_class"}`` for the status document, keeping Spark's error condition."""
+    """``{"message", "error_class"}`` for the status document, keeping Spark's error condition; the
+    message is redacted (:func:`airflow_streaming.redaction.redact_text`: patterns and the session's
+    secret conf values)."""
     if exc is None:
         return None
     if error_class is None:
@@ -44,8 +55,17 @@ def describe_exception(exc: BaseException | None, error_class: str | None = None
     from airflow_streaming.supervision.classification import root_error_class
 
     message = str(exc).strip() or type(exc).__name__
-    return {"message": message[:_MAX_MESSAGE],
+    return {"message": redact_text(message)[:_MAX_MESSAGE],
             "error_class": root_error_class(error_class, message) or type(exc).__name__}
+
+
+def remember_session_secrets(spark: SparkSession) -> None:
+    """Remember the values of the session's sensitive conf (see :mod:`airflow_streaming.redaction`), so
+    that every later redaction in this driver masks them wherever they appear."""
+    try:
+        remember_secrets(secret_values(dict(spark.sparkContext.getConf().getAll())))
+    except Exception:  # noqa: BLE001 - the patterns still apply
+        log.warning("could not read the session's conf to mask its secrets", exc_info=True)
 
 
 class _Listener(StreamingQueryListener):
@@ -67,7 +87,8 @@ class _Listener(StreamingQueryListener):
             from airflow_streaming.supervision.classification import root_error_class
 
             error_class = root_error_class(event.errorClassOnException, message) or "UNKNOWN"
-            self._reporter.on_query_failed(str(event.id), {"message": message[:_MAX_MESSAGE], "error_class": error_class})
+            self._reporter.on_query_failed(str(event.id), {"message": redact_text(message)[:_MAX_MESSAGE],
+                                                           "error_class": error_class})
 
 
 class StatusReporter:
@@ -107,6 +128,7 @@ class StatusReporter:
     def attach(self, spark: SparkSession) -> None:
         """Register the listener on the session and start the snapshot thread."""
         self._spark = spark
+        remember_session_secrets(spark)
         self.doc.app_id = spark.sparkContext.applicationId
         self.doc.spark_ui = spark.sparkContext.uiWebUrl
         self.doc.master = spark.sparkContext.master
@@ -135,6 +157,12 @@ class StatusReporter:
     def write(self) -> None:
         with self._lock:
             self.doc.heartbeat_at = time.time()
+            # Whoever set them: Spark's own texts (a query's status message holds its exception) may quote
+            # a secret, and this document feeds task logs, notifications and the lifecycle history.
+            self.doc.last_exception = redact_error(self.doc.last_exception)
+            for query in self.doc.queries:
+                if query.status.get("message"):
+                    query.status = {**query.status, "message": redact_text(str(query.status["message"]))}
             try:
                 contract.write_status(self.storage, self.paths, self.doc)
             except OSError as exc:  # a full or failing disk never stops the stream
@@ -181,7 +209,7 @@ class StatusReporter:
         """Count a control-storage error in the status document (the stream keeps running)."""
         with self._lock:
             errors = self.doc.storage_errors or {"count": 0}
-            self.doc.storage_errors = {"count": int(errors.get("count", 0)) + 1, "last": message[:500],
+            self.doc.storage_errors = {"count": int(errors.get("count", 0)) + 1, "last": redact_text(message)[:500],
                                        "at": time.time()}
 
     def on_idle(self, query_id: str) -> None:

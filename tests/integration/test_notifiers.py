@@ -1,17 +1,20 @@
 """The webhook and email notifiers against REAL local servers, and as an on_failure_callback in a real DAG run.
 
-Servers (an HTTP server and a minimal SMTP server written here) listen on 127.0.0.1 ephemeral ports
-and are shut down at the end of each test.
+Servers (HTTP and HTTPS servers, and aiosmtpd SMTP servers with STARTTLS, implicit TLS or no TLS)
+listen on 127.0.0.1 ephemeral ports, in threads of the test process, and are shut down at the end of
+each test. Certificates come from a throwaway CA made by the test (``tests/tls.py``).
 """
 
 from __future__ import annotations
 
 import base64
 import email
+import email.message
 import email.policy
 import json
 import logging
 import os
+import socket
 import socketserver
 import subprocess
 import sys
@@ -24,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiosmtpd.controller import Controller as _Controller
+from aiosmtpd.smtp import SMTP, AuthResult
 
 from airflow_streaming.notifications import (
     EventKind,
@@ -32,6 +37,10 @@ from airflow_streaming.notifications import (
     StreamEvent,
     StreamWebhookNotifier,
 )
+from tls import ServerCert, TestCA
+
+# aiosmtpd warns about the cleartext-AUTH server on purpose: that server is what the client must refuse.
+pytestmark = pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS:UserWarning")
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "tok-3f9a1c77-very-secret"
@@ -57,21 +66,35 @@ def no_secret_logged(caplog: pytest.LogCaptureFixture, captured: str, *secrets: 
         assert not any(secret in t for t in texts), f"{secret!r} was logged"
 
 
+@pytest.fixture(scope="module")
+def tls_ca(tmp_path_factory) -> dict[str, Any]:
+    """A throwaway CA (``ca``, trusted through a connection's ``verify``) and two server certificates it
+    signed: ``good`` (127.0.0.1, localhost) and ``wrong_name`` (mail.example.test only)."""
+    ca = TestCA(tmp_path_factory.mktemp("tls"))
+    return {"ca": ca, "good": ca.issue("localhost", dns=("localhost",), ips=("127.0.0.1",)),
+            "wrong_name": ca.issue("mail.example.test", dns=("mail.example.test",))}
+
+
 # ------------------------------------------------------------------------------------------ HTTP server
 
 
 class RecordingHTTPServer(ThreadingHTTPServer):
+    """Records every POST; with ``cert``, speaks HTTPS."""
+
     daemon_threads = True
 
-    def __init__(self) -> None:
+    def __init__(self, cert: ServerCert | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _RecordingHandler)
+        if cert is not None:
+            self.socket = cert.server_context().wrap_socket(self.socket, server_side=True)
+        self.scheme = "https" if cert is not None else "http"
         self.requests: list[dict[str, Any]] = []
         self.status = 200
         self.lock = threading.Lock()
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.server_address[1]}"
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
@@ -105,10 +128,8 @@ class _RecordingHandler(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def http_server() -> Iterator[RecordingHTTPServer]:
-    server = RecordingHTTPServer()
-    thread = threading.Thread(target=server.serve_forever, name="test-http", daemon=True)
+def _serve(server: RecordingHTTPServer) -> Iterator[RecordingHTTPServer]:
+    thread = threading.Thread(target=server.serve_forever, name=f"test-{server.scheme}", daemon=True)
     thread.start()
     try:
         yield server
@@ -119,21 +140,36 @@ def http_server() -> Iterator[RecordingHTTPServer]:
 
 
 @pytest.fixture
-def http_conn(http_server, monkeypatch) -> str:
+def http_server() -> Iterator[RecordingHTTPServer]:
+    yield from _serve(RecordingHTTPServer())
+
+
+@pytest.fixture
+def https_server(tls_ca) -> Iterator[RecordingHTTPServer]:
+    yield from _serve(RecordingHTTPServer(tls_ca["good"]))
+
+
+def webhook_conn(monkeypatch, server: RecordingHTTPServer, **extra: Any) -> str:
     monkeypatch.setenv("AIRFLOW_CONN_WEBHOOK_TEST", json.dumps({
-        "conn_type": "http", "host": "127.0.0.1", "port": http_server.server_address[1], "schema": "http",
-        "password": TOKEN, "extra": {"headers": {"X-Team": "data-platform"}},
+        "conn_type": "http", "host": "127.0.0.1", "port": server.server_address[1], "schema": server.scheme,
+        "password": TOKEN, "extra": {"headers": {"X-Team": "data-platform"}, **extra},
     }))
     return "webhook_test"
 
 
-def test_webhook_posts_json_with_the_connections_bearer_token(http_server, http_conn, caplog, capfd):
+@pytest.fixture
+def https_conn(https_server, tls_ca, monkeypatch) -> str:
+    """An https connection with a bearer token, trusting the test CA."""
+    return webhook_conn(monkeypatch, https_server, verify=str(tls_ca["ca"].path))
+
+
+def test_webhook_posts_json_with_the_connections_bearer_token(https_server, https_conn, caplog, capfd):
     caplog.set_level(logging.DEBUG)
-    notifier = StreamWebhookNotifier(http_conn_id=http_conn, endpoint=f"hooks/streams?sig={QUERY_TOKEN}",
+    notifier = StreamWebhookNotifier(http_conn_id=https_conn, endpoint=f"hooks/streams?sig={QUERY_TOKEN}",
                                      headers={"X-Source": "airflow-streaming"})
     notifier({"stream_event": event()})
 
-    (request,) = http_server.wait_for(1)
+    (request,) = https_server.wait_for(1)
     assert request["path"] == f"/hooks/streams?sig={QUERY_TOKEN}"
     headers = {k.lower(): v for k, v in request["headers"].items()}
     assert headers["authorization"] == f"Bearer {TOKEN}"
@@ -147,7 +183,7 @@ def test_webhook_posts_json_with_the_connections_bearer_token(http_server, http_
     assert payload["subject"].startswith("[airflow-streaming] orders-etl FAILED: [STREAM_FAILED]")
     assert "Last committed batch: 41" in payload["text"]
 
-    port = str(http_server.server_address[1])
+    port = str(https_server.server_address[1])
     assert any(f"127.0.0.1:{port}" in r.getMessage() for r in caplog.records), "the host is logged"
     no_secret_logged(caplog, "".join(capfd.readouterr()), TOKEN, QUERY_TOKEN, "sig=", "/hooks/streams")
 
@@ -171,15 +207,15 @@ def test_webhook_url_is_templated(http_server):
     assert http_server.wait_for(1)[0]["path"] == "/hook/orders-etl"
 
 
-def test_webhook_error_names_status_and_host_but_no_secret(http_server, http_conn, caplog, capfd):
+def test_webhook_error_names_status_and_host_but_no_secret(https_server, https_conn, caplog, capfd):
     caplog.set_level(logging.DEBUG)
-    http_server.status = 500
-    notifier = StreamWebhookNotifier(http_conn_id=http_conn, endpoint=f"hook?token={QUERY_TOKEN}")
+    https_server.status = 500
+    notifier = StreamWebhookNotifier(http_conn_id=https_conn, endpoint=f"hook?token={QUERY_TOKEN}")
     with pytest.raises(NotificationError) as info:
         notifier({"stream_event": event()})
 
     message = str(info.value)
-    port = http_server.server_address[1]
+    port = https_server.server_address[1]
     assert "HTTP 500" in message and f"127.0.0.1:{port}" in message
     assert info.value.__cause__ is None and info.value.__context__ is None
     for secret in (TOKEN, QUERY_TOKEN, "token=", "/hook"):
@@ -202,6 +238,61 @@ def test_webhook_unreachable_and_redirect_errors_name_the_host_only(http_server)
         StreamWebhookNotifier(url=http_server.base_url + "/moved")({"stream_event": event()})
 
 
+@pytest.mark.parametrize("how", ["connection token", "authorization header", "api key header", "url userinfo"])
+def test_webhook_refuses_credentials_over_plain_http(http_server, monkeypatch, how, caplog, capfd):
+    caplog.set_level(logging.DEBUG)
+    base = http_server.base_url
+    notifier = {
+        "connection token": lambda: StreamWebhookNotifier(http_conn_id=webhook_conn(monkeypatch, http_server)),
+        "authorization header": lambda: StreamWebhookNotifier(url=base + "/h", headers={"Authorization": f"Token {TOKEN}"}),
+        "api key header": lambda: StreamWebhookNotifier(url=base + "/h", headers={"X-Api-Key": TOKEN}),
+        "url userinfo": lambda: StreamWebhookNotifier(url=base.replace("://", f"://bot:{TOKEN}@") + "/h"),
+    }[how]()
+    with pytest.raises(NotificationError, match="refusing to send credentials .* over plain http://") as info:
+        notifier({"stream_event": event()})
+    assert "https://" in str(info.value) and "allow_insecure_auth" in str(info.value)
+    assert f"127.0.0.1:{http_server.server_address[1]}" in str(info.value)
+    assert http_server.wait_for(1, timeout=0.5) == []  # nothing was sent
+    no_secret_logged(caplog, "".join(capfd.readouterr()) + str(info.value), TOKEN)
+
+
+def test_webhook_sends_credentials_over_http_only_when_explicitly_allowed(http_server, monkeypatch, caplog):
+    caplog.set_level(logging.DEBUG)
+    StreamWebhookNotifier(url=http_server.base_url + "/h", headers={"Authorization": f"Bearer {TOKEN}"},
+                          allow_insecure_auth=True)({"stream_event": event()})
+    conn_id = webhook_conn(monkeypatch, http_server, allow_insecure_auth=True)
+    StreamWebhookNotifier(http_conn_id=conn_id)({"stream_event": event()})
+    requests = http_server.wait_for(2)
+    assert [r["headers"].get("Authorization") for r in requests] == [f"Bearer {TOKEN}"] * 2
+    assert sum("sending credentials over plain http" in r.getMessage() for r in caplog.records) == 2
+    no_secret_logged(caplog, "", TOKEN)
+
+
+def test_webhook_url_userinfo_goes_as_basic_auth_over_https(https_server, tls_ca, caplog):
+    caplog.set_level(logging.DEBUG)
+    url = https_server.base_url.replace("://", f"://bot:{TOKEN}@") + "/h"
+    StreamWebhookNotifier(url=url, verify=str(tls_ca["ca"].path))({"stream_event": event()})
+    (request,) = https_server.wait_for(1)
+    assert request["headers"]["Authorization"] == "Basic " + base64.b64encode(f"bot:{TOKEN}".encode()).decode()
+    assert request["path"] == "/h"
+    no_secret_logged(caplog, "", TOKEN)
+
+
+def test_webhook_https_certificate_is_verified(https_server, tls_ca, caplog):
+    caplog.set_level(logging.DEBUG)
+    # The system's CAs do not know the test CA: refused, with what to do.
+    with pytest.raises(NotificationError, match="CERTIFICATE_VERIFY_FAILED") as info:
+        StreamWebhookNotifier(url=https_server.base_url + "/h", headers={"Authorization": f"Bearer {TOKEN}"},
+                              timeout=5)({"stream_event": event()})
+    assert "verify=" in str(info.value) and TOKEN not in str(info.value)
+    assert https_server.wait_for(1, timeout=0.5) == []
+    # Trusting the CA works; turning verification off works too, with a warning.
+    StreamWebhookNotifier(url=https_server.base_url + "/a", verify=str(tls_ca["ca"].path))({"stream_event": event()})
+    StreamWebhookNotifier(url=https_server.base_url + "/b", verify=False)({"stream_event": event()})
+    assert [r["path"] for r in https_server.wait_for(2)] == ["/a", "/b"]
+    assert any("certificate verification is DISABLED" in r.getMessage() for r in caplog.records)
+
+
 def test_webhook_configuration_errors():
     with pytest.raises(ValueError, match="exactly one"):
         StreamWebhookNotifier()
@@ -211,139 +302,115 @@ def test_webhook_configuration_errors():
         StreamWebhookNotifier(url="http://x", payload_format="xml")
 
 
-# ------------------------------------------------------------------------------------------ SMTP server
+# ------------------------------------------------------------------------------------------ SMTP servers
+# aiosmtpd servers on 127.0.0.1, in a thread each: STARTTLS, implicit TLS, and one without TLS at all;
+# AUTH required everywhere. Every command verb a server receives is recorded, so a test can prove that
+# a client never sent AUTH.
 
 
-class MiniSMTPServer(socketserver.ThreadingTCPServer):
-    """Enough SMTP for smtplib: EHLO/HELO, AUTH PLAIN/LOGIN, MAIL, RCPT, DATA, RSET, NOOP, QUIT."""
+class _RecordingSMTP(SMTP):
+    """aiosmtpd's SMTP session, recording every command verb it receives."""
 
-    daemon_threads = True
-    allow_reuse_address = True
+    def __init__(self, handler: Any, *, record: list[str], **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self._smtp_methods = {verb: self._recorded(verb, method, record) for verb, method in self._smtp_methods.items()}
 
-    def __init__(self, user: str, password: str, mechanisms: str = "PLAIN LOGIN") -> None:
-        super().__init__(("127.0.0.1", 0), _SMTPHandler)
-        self.user, self.password, self.mechanisms = user, password, mechanisms
+    @staticmethod
+    def _recorded(verb: str, method: Any, record: list[str]) -> Any:
+        async def call(arg: str) -> Any:
+            record.append(verb)
+            return await method(arg)
+
+        return call
+
+
+class SMTPTestServer:
+    """One aiosmtpd server: ``mode`` ``"starttls"``, ``"ssl"`` (implicit TLS) or ``"plain"`` (no TLS offered)."""
+
+    def __init__(self, mode: str, cert: ServerCert | None = None, mechanisms: tuple[str, ...] = ("LOGIN", "PLAIN")):
+        self.mode = mode
         self.messages: list[dict[str, Any]] = []
+        self.commands: list[str] = []
         self.auth_attempts: list[tuple[str, str, bool]] = []
-
-
-class _SMTPHandler(socketserver.StreamRequestHandler):
-    server: MiniSMTPServer
-
-    def reply(self, line: str) -> None:
-        self.wfile.write(line.encode() + b"\r\n")
-        self.wfile.flush()
-
-    def readline(self) -> str:
-        return self.rfile.readline(65536).decode("utf-8", "replace").rstrip("\r\n")
-
-    def authenticate(self, mechanism: str, initial: str | None) -> None:
-        if mechanism == "PLAIN":
-            if not initial:
-                self.reply("334 ")
-                initial = self.readline()
-            _, user, password = base64.b64decode(initial).decode().split("\0")
-        elif mechanism == "LOGIN":
-            if initial:
-                user = base64.b64decode(initial).decode()
-            else:
-                self.reply("334 " + base64.b64encode(b"Username:").decode())
-                user = base64.b64decode(self.readline()).decode()
-            self.reply("334 " + base64.b64encode(b"Password:").decode())
-            password = base64.b64decode(self.readline()).decode()
+        with socket.socket() as probe:  # a free port (aiosmtpd's controller needs one up front)
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        kwargs: dict[str, Any] = {
+            "auth_required": True, "authenticator": self._authenticate,
+            "auth_exclude_mechanism": [m for m in ("LOGIN", "PLAIN") if m not in mechanisms],
+        }
+        if mode == "starttls":
+            kwargs.update(tls_context=cert.server_context(), require_starttls=True, auth_require_tls=True)
+        elif mode == "ssl":
+            kwargs.update(ssl_context=cert.server_context(), auth_require_tls=False)
         else:
-            self.reply("504 unrecognized authentication type")
-            return
-        ok = (user, password) == (self.server.user, self.server.password)
-        self.server.auth_attempts.append((mechanism, user, ok))
-        self.authenticated = ok
-        self.reply("235 2.7.0 Authentication successful" if ok else "535 5.7.8 Authentication credentials invalid")
+            kwargs.update(auth_require_tls=False)  # advertises AUTH in cleartext, as careless servers do
+        server = self
 
-    def handle(self) -> None:
-        self.authenticated = False
-        envelope: dict[str, Any] = {"rcpt_tos": []}
-        self.reply("220 127.0.0.1 MiniSMTP ready")
-        while True:
-            line = self.readline()
-            if not line and self.rfile.closed:
-                return
-            verb, _, arg = line.partition(" ")
-            verb = verb.upper()
-            if verb == "EHLO":
-                self.reply("250-127.0.0.1 hello")
-                self.reply(f"250-AUTH {self.server.mechanisms}")
-                self.reply("250 8BITMIME")
-            elif verb == "HELO":
-                self.reply("250 127.0.0.1 hello")
-            elif verb == "AUTH":
-                mechanism, _, initial = arg.partition(" ")
-                self.authenticate(mechanism.upper(), initial or None)
-            elif verb == "MAIL":
-                if not self.authenticated:
-                    self.reply("530 5.7.0 Authentication required")
-                    continue
-                envelope = {"mail_from": arg.split(":", 1)[1].split()[0].strip("<>"), "rcpt_tos": []}
-                self.reply("250 OK")
-            elif verb == "RCPT":
-                envelope["rcpt_tos"].append(arg.split(":", 1)[1].strip().strip("<>"))
-                self.reply("250 OK")
-            elif verb == "DATA":
-                self.reply("354 End data with <CR><LF>.<CR><LF>")
-                lines = []
-                while True:
-                    data = self.readline()
-                    if data == ".":
-                        break
-                    lines.append(data[1:] if data.startswith("..") else data)
-                envelope["data"] = "\r\n".join(lines) + "\r\n"
-                self.server.messages.append(envelope)
-                self.reply("250 OK: queued")
-            elif verb in ("RSET", "NOOP"):
-                self.reply("250 OK")
-            elif verb == "QUIT":
-                self.reply("221 Bye")
-                return
-            elif not line:
-                return
-            else:
-                self.reply("502 Command not implemented")
+        class Controller(_Controller):
+            def factory(self) -> SMTP:
+                return _RecordingSMTP(self.handler, record=server.commands, **self.SMTP_kwargs)
+
+        self.controller = Controller(self, hostname="127.0.0.1", port=self.port, **kwargs)
+
+    def _authenticate(self, smtp: Any, session: Any, envelope: Any, mechanism: str, auth_data: Any) -> AuthResult:
+        user, password = auth_data.login.decode(), auth_data.password.decode()
+        ok = (user, password) == (SMTP_USER, SMTP_PASSWORD)
+        self.auth_attempts.append((mechanism, user, ok))
+        return AuthResult(success=ok, handled=False)  # handled=False: aiosmtpd answers 235 or 535
+
+    async def handle_DATA(self, smtp: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd's hook
+        self.messages.append({"mail_from": envelope.mail_from, "rcpt_tos": list(envelope.rcpt_tos),
+                              "data": envelope.content.decode("utf-8", "replace"),
+                              "tls": session.ssl is not None or smtp.transport.get_extra_info("ssl_object") is not None})
+        return "250 OK: queued"
+
+    def __enter__(self) -> SMTPTestServer:
+        self.controller.start()
+        self.commands.clear()  # the controller's own start-up probe is no client
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.controller.stop()
 
 
 @pytest.fixture
-def smtp_server(request) -> Iterator[MiniSMTPServer]:
-    server = MiniSMTPServer(SMTP_USER, SMTP_PASSWORD, getattr(request, "param", "PLAIN LOGIN"))
-    thread = threading.Thread(target=server.serve_forever, name="test-smtp", daemon=True)
-    thread.start()
-    try:
+def smtp_server(request, tls_ca) -> Iterator[SMTPTestServer]:
+    """``request.param``: ``(mode, certificate name)`` or just the mode (certificate ``good``)."""
+    param = getattr(request, "param", "starttls")
+    mode, cert = param if isinstance(param, tuple) else (param, "good")
+    with SMTPTestServer(mode, tls_ca[cert]) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
 
 
-def smtp_conn(monkeypatch, server: MiniSMTPServer, password: str = SMTP_PASSWORD) -> str:
+def smtp_conn(monkeypatch, server: SMTPTestServer, password: str = SMTP_PASSWORD, **extra: Any) -> str:
     monkeypatch.setenv("AIRFLOW_CONN_SMTP_TEST", json.dumps({
-        "conn_type": "smtp", "host": "127.0.0.1", "port": server.server_address[1],
-        "login": SMTP_USER, "password": password,
+        "conn_type": "smtp", "host": "127.0.0.1", "port": server.port, "login": SMTP_USER, "password": password,
+        "extra": extra,
     }))
     return "smtp_test"
 
 
-@pytest.mark.parametrize("smtp_server", ["PLAIN LOGIN", "LOGIN"], indirect=True)
-def test_email_is_sent_with_the_connections_credentials(smtp_server, monkeypatch, caplog, capfd):
+def received(server: SMTPTestServer) -> email.message.EmailMessage:
+    (message,) = server.messages
+    return email.message_from_string(message["data"], policy=email.policy.default)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "LOGIN"])
+def test_email_over_starttls_with_auth(smtp_server, tls_ca, mechanism, monkeypatch, caplog, capfd):
+    smtp_server.controller.SMTP_kwargs["auth_exclude_mechanism"] = [m for m in ("LOGIN", "PLAIN") if m != mechanism]
     caplog.set_level(logging.DEBUG)
     notifier = StreamEmailNotifier(to=["oncall@example.test", "data@example.test"],
-                                   smtp_conn_id=smtp_conn(monkeypatch, smtp_server))
+                                   smtp_conn_id=smtp_conn(monkeypatch, smtp_server, verify=str(tls_ca["ca"].path)))
     notifier({"stream_event": event(suppressed_count=2, suppressed_since=1741082400.0)})
 
-    assert [(user, ok) for _, user, ok in smtp_server.auth_attempts] == [(SMTP_USER, True)]
-    (received,) = smtp_server.messages
-    assert received["mail_from"] == SMTP_USER  # the login is an address: it is the sender
-    assert received["rcpt_tos"] == ["oncall@example.test", "data@example.test"]
-    message = email.message_from_string(received["data"], policy=email.policy.default)
-    assert message["To"] == "oncall@example.test, data@example.test"
-    assert message["From"] == SMTP_USER
+    assert smtp_server.auth_attempts == [(mechanism, SMTP_USER, True)]
+    assert smtp_server.commands.index("STARTTLS") < smtp_server.commands.index("AUTH")
+    (envelope,) = smtp_server.messages
+    assert envelope["tls"] and envelope["mail_from"] == SMTP_USER  # the login is an address: it is the sender
+    assert envelope["rcpt_tos"] == ["oncall@example.test", "data@example.test"]
+    message = received(smtp_server)
+    assert message["To"] == "oncall@example.test, data@example.test" and message["From"] == SMTP_USER
     assert message["Subject"] == ("[airflow-streaming] orders-etl FAILED: [STREAM_FAILED] Query orders terminated "
                                   "with exception: disk full (attempt 2 of 5, next in 40s)")
     body = message.get_content()
@@ -351,19 +418,90 @@ def test_email_is_sent_with_the_connections_credentials(smtp_server, monkeypatch
                      "disk full", "STREAM_FAILED", "driver exited with code 1", "Spark UI: http://127.0.0.1:4040",
                      "(2 similar events suppressed since 10:00)"):
         assert expected in body, expected
-    assert any(f"127.0.0.1:{smtp_server.server_address[1]}" in r.getMessage() for r in caplog.records)
+    assert any(f"127.0.0.1:{smtp_server.port} (STARTTLS, certificate verified" in r.getMessage()
+               for r in caplog.records)
     no_secret_logged(caplog, "".join(capfd.readouterr()), SMTP_PASSWORD)
 
 
-def test_email_from_email_and_prefix_and_a_failure_context(smtp_server, monkeypatch):
+@pytest.mark.parametrize("smtp_server", ["ssl"], indirect=True)
+def test_email_over_implicit_tls_with_auth(smtp_server, tls_ca, monkeypatch, caplog, capfd):
+    caplog.set_level(logging.DEBUG)
+    conn_id = smtp_conn(monkeypatch, smtp_server, ssl=True, verify=str(tls_ca["ca"].path))
+    StreamEmailNotifier(to="oncall@example.test", smtp_conn_id=conn_id)({"stream_event": event()})
+    assert smtp_server.auth_attempts == [("PLAIN", SMTP_USER, True)] or smtp_server.auth_attempts[0][2]
+    assert "STARTTLS" not in smtp_server.commands and received(smtp_server)["To"] == "oncall@example.test"
+    assert smtp_server.messages[0]["tls"]
+    assert any("(SSL, certificate verified" in r.getMessage() for r in caplog.records)
+    no_secret_logged(caplog, "".join(capfd.readouterr()), SMTP_PASSWORD)
+
+
+@pytest.mark.parametrize("smtp_server", ["plain"], indirect=True)
+def test_no_auth_over_cleartext_unless_explicitly_allowed(smtp_server, monkeypatch, caplog, capfd):
+    caplog.set_level(logging.DEBUG)
+    notifier = StreamEmailNotifier(to="oncall@example.test", smtp_conn_id="smtp_test")
+
+    # The default requires TLS: a server without STARTTLS is refused after EHLO, before any AUTH.
+    smtp_conn(monkeypatch, smtp_server)
+    with pytest.raises(NotificationError, match=f"127.0.0.1:{smtp_server.port} does not offer STARTTLS") as info:
+        notifier({"stream_event": event()})
+    assert "disable_tls" in str(info.value) and "allow_plaintext_auth" in str(info.value)
+    assert "EHLO" in smtp_server.commands and "AUTH" not in smtp_server.commands
+    assert smtp_server.auth_attempts == [] and smtp_server.messages == []
+
+    # TLS disabled but plaintext AUTH not allowed: refused before connecting at all.
+    smtp_server.commands.clear()
+    smtp_conn(monkeypatch, smtp_server, disable_tls=True)
+    with pytest.raises(NotificationError, match="refusing to send the login .* without TLS") as info:
+        notifier({"stream_event": event()})
+    assert "allow_plaintext_auth: true" in str(info.value)
+    assert smtp_server.commands == [] and smtp_server.auth_attempts == [] and smtp_server.messages == []
+
+    # Explicitly allowed: the same server takes the login and the mail (so the refusals above were ours).
+    smtp_conn(monkeypatch, smtp_server, disable_tls=True, allow_plaintext_auth=True)
+    notifier({"stream_event": event()})
+    assert "AUTH" in smtp_server.commands and smtp_server.auth_attempts[0][1:] == (SMTP_USER, True)
+    assert not smtp_server.messages[0]["tls"]
+    assert any("sending the login in cleartext" in r.getMessage() for r in caplog.records)
+    no_secret_logged(caplog, "".join(capfd.readouterr()) + str(info.value), SMTP_PASSWORD)
+
+
+@pytest.mark.parametrize("smtp_server", [("starttls", "wrong_name"), ("ssl", "wrong_name")], indirect=True)
+def test_certificate_mismatch_fails_unless_verification_is_disabled(smtp_server, tls_ca, monkeypatch, caplog, capfd):
+    caplog.set_level(logging.DEBUG)
+    notifier = StreamEmailNotifier(to="oncall@example.test", smtp_conn_id="smtp_test")
+    ssl_mode = {"ssl": True} if smtp_server.mode == "ssl" else {}
+
+    # Trusted CA, but the certificate is for mail.example.test, not 127.0.0.1.
+    smtp_conn(monkeypatch, smtp_server, verify=str(tls_ca["ca"].path), **ssl_mode)
+    with pytest.raises(NotificationError, match="SSLCertVerificationError") as mismatch:
+        notifier({"stream_event": event()})
+    assert "127.0.0.1" in str(mismatch.value) and "extra verify" in str(mismatch.value)
+    # An untrusted CA (the system's CAs only) fails too.
+    smtp_conn(monkeypatch, smtp_server, **ssl_mode)
+    with pytest.raises(NotificationError, match="CERTIFICATE_VERIFY_FAILED") as untrusted:
+        notifier({"stream_event": event()})
+    assert "AUTH" not in smtp_server.commands and smtp_server.auth_attempts == [] and smtp_server.messages == []
+
+    # Verification explicitly disabled (verify: false, or the SMTP provider's ssl_context: none): sent, with a warning.
+    for off in ({"verify": False}, {"ssl_context": "none"}):
+        smtp_conn(monkeypatch, smtp_server, **off, **ssl_mode)
+        notifier({"stream_event": event()})
+    assert len(smtp_server.messages) == 2 and all(m["tls"] for m in smtp_server.messages)
+    assert [ok for _, _, ok in smtp_server.auth_attempts] == [True, True]
+    assert any("certificate verification is DISABLED" in r.getMessage() for r in caplog.records)
+    no_secret_logged(caplog, "".join(capfd.readouterr()) + str(mismatch.value) + str(untrusted.value), SMTP_PASSWORD)
+
+
+def test_email_from_email_and_prefix_and_a_failure_context(smtp_server, tls_ca, monkeypatch):
     class TI:
         dag_id, task_id, run_id = "orders_dag", "deploy", "manual__1"
         log_url = "http://localhost:8080/dags/orders_dag/runs/manual__1/tasks/deploy"
 
-    notifier = StreamEmailNotifier(to="oncall@example.test", smtp_conn_id=smtp_conn(monkeypatch, smtp_server),
+    notifier = StreamEmailNotifier(to="oncall@example.test",
+                                   smtp_conn_id=smtp_conn(monkeypatch, smtp_server, verify=str(tls_ca["ca"].path)),
                                    from_email="streams@example.test", subject_prefix="[prod]")
     notifier({"ti": TI(), "exception": RuntimeError("boom: password=hunter2\ntraceback line")})
-    message = email.message_from_string(smtp_server.messages[0]["data"], policy=email.policy.default)
+    message = received(smtp_server)
     assert message["From"] == "streams@example.test"
     assert message["Subject"] == "[prod] orders_dag.deploy FAILED: [RuntimeError] boom: password=***"
     body = message.get_content()
@@ -371,22 +509,32 @@ def test_email_from_email_and_prefix_and_a_failure_context(smtp_server, monkeypa
     assert "hunter2" not in body and "traceback line" not in body
 
 
-def test_email_bad_credentials_raise_without_the_password(smtp_server, monkeypatch, caplog, capfd):
+def test_email_bad_credentials_raise_without_the_password(smtp_server, tls_ca, monkeypatch, caplog, capfd):
     caplog.set_level(logging.DEBUG)
     wrong = "wrong-pw-0b7d9e21"
-    notifier = StreamEmailNotifier(to=["oncall@example.test"], smtp_conn_id=smtp_conn(monkeypatch, smtp_server, wrong))
+    notifier = StreamEmailNotifier(to=["oncall@example.test"], smtp_conn_id=smtp_conn(
+        monkeypatch, smtp_server, wrong, verify=str(tls_ca["ca"].path)))
     with pytest.raises(NotificationError) as info:
         notifier({"stream_event": event()})
-    port = smtp_server.server_address[1]
-    assert f"SMTP 127.0.0.1:{port}" in str(info.value) and "SMTPAuthenticationError" in str(info.value)
+    assert f"SMTP 127.0.0.1:{smtp_server.port}" in str(info.value) and "SMTPAuthenticationError" in str(info.value)
+    assert smtp_server.auth_attempts and not smtp_server.auth_attempts[0][2]
     assert wrong not in str(info.value) and info.value.__context__ is None
     assert smtp_server.messages == []
     no_secret_logged(caplog, "".join(capfd.readouterr()), wrong)
 
 
-def test_email_configuration_errors():
+def test_email_configuration_errors(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="recipient"):
         StreamEmailNotifier(to=[])
+    notifier = StreamEmailNotifier(to="oncall@example.test", smtp_conn_id="smtp_bad")
+    for extra, match in (({"ssl": True, "starttls": True}, "both ssl and starttls"),
+                         ({"starttls": True, "disable_tls": True}, "both starttls and disable_tls"),
+                         ({"verify": str(tmp_path / "nope.pem")}, "not a readable file"),
+                         ({"ssl_context": "lax"}, "ssl_context must be 'default' or 'none'")):
+        monkeypatch.setenv("AIRFLOW_CONN_SMTP_BAD", json.dumps({"conn_type": "smtp", "host": "127.0.0.1",
+                                                                "port": 1, "extra": extra}))
+        with pytest.raises(ValueError, match=match):
+            notifier({"stream_event": event()})
 
 
 # ------------------------------------------------------------------- on_failure_callback in a real DAG run
