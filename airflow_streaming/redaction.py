@@ -229,3 +229,42 @@ class RedactingFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:  # noqa: D102 - logging.Formatter's API
         return redact_text(super().format(record))
+
+
+# --------------------------------------------------------------------------- specs at rest
+
+def mask_spec(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A spec dict as it may be stored in control files (``deployed.json``, lifecycle records,
+    history): the values of sensitive ``spark_conf`` keys replaced by ``***``. Control files live on
+    shared storage; the secrets stay with whoever owns the spec (the DAG, the desired-state file)."""
+    if spec is None:
+        return None
+    conf = dict(spec.get("spark_conf") or {})
+    return {**spec, "spark_conf": {k: (MASK if is_sensitive_key(k) and v not in (None, "") else v)
+                                   for k, v in conf.items()}}
+
+
+def restore_secrets(spec: Mapping[str, Any], *sources: Any) -> dict[str, Any]:
+    """``spec`` (a stored, masked spec dict) with every masked conf value taken from the first of
+    ``sources`` (``StreamSpec`` or spec dicts: the caller's own spec) that has that key.
+
+    Raises ``SpecError`` naming the key when no source holds the secret: a stored spec never carries it."""
+    from airflow_streaming.spec import SpecError
+
+    conf = dict(spec.get("spark_conf") or {})
+    for key, value in conf.items():
+        if value != MASK:
+            continue
+        for source in sources:
+            if source is None:
+                continue
+            source_conf = source.get("spark_conf") if isinstance(source, Mapping) else getattr(source, "spark_conf", {})
+            found = (source_conf or {}).get(key)
+            if found not in (None, "", MASK):
+                conf[key] = found
+                break
+        else:
+            raise SpecError(f"spark_conf.{key}", "this secret is not stored in the stream's control files (they keep "
+                            "specs with secrets masked): run the action with a spec that holds it (the DAG's spec or "
+                            "the desired-state file)")
+    return {**spec, "spark_conf": conf}

@@ -41,7 +41,7 @@ from airflow_streaming.exceptions import (
     StreamStateUnknownError,
 )
 from airflow_streaming.lifecycle.lock import LifecycleLock
-from airflow_streaming.redaction import redact, register_secrets, secret_values, split_conf
+from airflow_streaming.redaction import mask_spec, redact, register_secrets, secret_values, split_conf
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets import target_for
 from airflow_streaming.targets.base import DriverTarget, LaunchPlan, Liveness
@@ -564,7 +564,8 @@ class StreamingJobHook:
     def _record_deployment(self, record: DriverRecord) -> None:
         self.storage.write_atomic(self.paths.driver, record.to_json())
         self.storage.write_atomic(self.deployed_path, json.dumps(
-            {"run_id": record.run_id, "at": record.submitted_at, "spec": self.spec.to_dict()}, indent=1).encode())
+            {"run_id": record.run_id, "at": record.submitted_at, "spec": mask_spec(self.spec.to_dict())},
+            indent=1).encode())
 
     def standby_record(self) -> DriverRecord | None:
         data = self.storage.read_bytes(self.paths.standby_driver)

@@ -23,6 +23,7 @@ from airflow_streaming.lifecycle.runner import (
     resume_target,
 )
 from airflow_streaming.redaction import redact
+from airflow_streaming.redaction import restore_secrets
 from airflow_streaming.spec import SpecError, StreamSpec
 
 log = logging.getLogger(__name__)
@@ -52,8 +53,9 @@ def deployment(target: StreamTarget) -> tuple[str | None, StreamingJobHook]:
             continue
         at = float(deployed.get("at") or 0)
         if best is None or at > best[0]:
-            best = (at, (deployed.get("spec") or {}).get("version"), StreamingJobHook(
-                StreamSpec.from_dict(deployed["spec"])))
+            version = (deployed.get("spec") or {}).get("version")
+            wanted = target.spec_for(version) if version in target.versions else target.spec
+            best = (at, version, StreamingJobHook(StreamSpec.from_dict(restore_secrets(deployed["spec"], wanted))))
     if best is None:
         return None, StreamingJobHook(target.spec)
     return best[1], best[2]

@@ -65,6 +65,7 @@ from airflow_streaming.lifecycle.record import (
     probation_outcome,
     unfinished_message,
 )
+from airflow_streaming.redaction import mask_spec, restore_secrets
 from airflow_streaming.spec import SpecError, StreamSpec
 
 log = logging.getLogger(__name__)
@@ -100,10 +101,6 @@ class LifecycleOptions:
     stop_timeout: float | None = None
     """Stop: seconds to wait for the graceful stop (default: the spec's ``stop_timeout``)."""
     kill_on_timeout: bool = True
-
-
-def _spec(d: dict[str, Any] | None) -> StreamSpec | None:
-    return None if d is None else StreamSpec.from_dict(d)
 
 
 class LifecycleRunner:
@@ -284,8 +281,9 @@ class LifecycleRunner:
             return record
         deployed = self.home.deployed()
         from_spec = self.current.to_dict() if self.current is not None else (deployed or {}).get("spec")
-        record = LifecycleRecord(
-            stream=self.home.spec.name, action=self.action, from_spec=from_spec, to_spec=self.target.to_dict(),
+        record = LifecycleRecord(  # specs at rest carry no secret (see redaction.mask_spec)
+            stream=self.home.spec.name, action=self.action, from_spec=mask_spec(from_spec),
+            to_spec=mask_spec(self.target.to_dict()),
             allow_warnings=self.options.allow_warnings, probation=self.options.probation, owner=self.options.owner,
             warm_start=self.options.warm_start and self.action in IN_PLACE_CHANGES)
         record.old_run_id = (deployed or {}).get("run_id")
@@ -656,7 +654,8 @@ class LifecycleRunner:
         self._advance(record, Step.RESTARTING_OLD, f"run {record.rollback_run_id} of {record.from_version}")
 
     def _restarting_old(self, record: LifecycleRecord) -> None:
-        old = StreamingJobHook(_spec(record.from_spec))  # type: ignore[arg-type]
+        old = StreamingJobHook(StreamSpec.from_dict(restore_secrets(
+            record.from_spec or {}, self.current, self.home.spec, self.target)))
         try:
             self._submit_once(old, record.rollback_run_id)
         except LifecycleLockLost:
@@ -720,10 +719,11 @@ class LifecycleRunner:
 
 
 def _same_spec(spec_dict: dict[str, Any] | None, spec: StreamSpec) -> bool:
+    """Whether a stored (masked) spec is ``spec``."""
     if spec_dict is None:
         return False
     try:
-        return StreamSpec.from_dict(spec_dict) == spec
+        return StreamSpec.from_dict(mask_spec(spec_dict)) == StreamSpec.from_dict(mask_spec(spec.to_dict()))
     except (SpecError, TypeError):
         return False
 
@@ -769,8 +769,9 @@ def resume_target(hook: StreamingJobHook, *actions: Action) -> tuple[Action, Str
     if record.action not in actions:
         raise LifecycleError(unfinished_message(record.stream, record.action.value, record.id, record.to_version,
                                                 record.step.value, "/".join(a.value for a in actions)))
-    current = _spec(record.from_spec) if record.action == Action.PARALLEL else None
-    return record.action, StreamSpec.from_dict(record.to_spec), current
+    current = StreamSpec.from_dict(restore_secrets(record.from_spec, hook.spec)) \
+        if record.action == Action.PARALLEL and record.from_spec is not None else None
+    return record.action, StreamSpec.from_dict(restore_secrets(record.to_spec, hook.spec)), current
 
 
 def restart_spec(hook: StreamingJobHook, action: Action) -> StreamSpec:
@@ -785,8 +786,8 @@ def restart_spec(hook: StreamingJobHook, action: Action) -> StreamSpec:
         if previous is None:
             raise SpecError("action", f"stream {hook.spec.name!r} has no earlier version to roll back to: its "
                             f"history has no successful upgrade to {deployed.get('version')}")
-        return StreamSpec.from_dict(previous)
-    return StreamSpec.from_dict(deployed)
+        return StreamSpec.from_dict(restore_secrets(previous, hook.spec))
+    return StreamSpec.from_dict(restore_secrets(deployed, hook.spec))
 
 
 def read_history(hook: StreamingJobHook) -> list[dict[str, Any]]:

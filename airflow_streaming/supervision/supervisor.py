@@ -29,6 +29,7 @@ from airflow_streaming.control.storage import StorageError
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.lifecycle.record import TERMINAL
 from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockHeld
+from airflow_streaming.redaction import restore_secrets
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.supervision.classification import classify
 from airflow_streaming.supervision.policy import (
@@ -189,7 +190,7 @@ def _supervise_locked(hook: StreamingJobHook, policy: RestartPolicy, notify: Cal
     emit("RESTARTING", attempt=decision.attempt, max_attempts=decision.max_attempts, next_attempt_in_s=0)
     # Restart what is deployed (an upgrade may have moved the stream past the spec this pass was given).
     deployed = (hook.deployed() or {}).get("spec")
-    spec = StreamSpec.from_dict(deployed) if deployed else hook.spec
+    spec = StreamSpec.from_dict(restore_secrets(deployed, hook.spec)) if deployed else hook.spec
     from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
     from airflow_streaming.lifecycle.record import Action as LifecycleAction
 

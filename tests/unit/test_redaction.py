@@ -281,3 +281,19 @@ def test_properties_file_round_trip_and_the_driver_remembers_its_values(tmp_path
     assert "AIRFLOW_STREAMING_SECRET_PROPERTIES" not in __import__("os").environ
     assert redact_text("failed reading s3/key+with=equals") == "failed reading ***"
     assert "#not-a-comment!" in redaction.known_secrets()
+
+
+def test_specs_at_rest_keep_no_secret_and_a_restart_takes_it_from_the_callers_spec():
+    from airflow_streaming.redaction import mask_spec, restore_secrets
+    from airflow_streaming.spec import SpecError, StreamSpec
+
+    spec = StreamSpec.from_dict({"name": "s", "application": "events_etl", "checkpoint_location": "/c",
+                                 "control_location": "/d", "spark_conf": {"spark.hadoop.fs.s3a.secret.key": "S3CR3T!",
+                                                                          "spark.sql.shuffle.partitions": 4}})
+    stored = mask_spec(spec.to_dict())
+    assert stored["spark_conf"] == {"spark.hadoop.fs.s3a.secret.key": "***", "spark.sql.shuffle.partitions": "4"}
+    assert "S3CR3T!" not in str(stored)
+    assert StreamSpec.from_dict(restore_secrets(stored, spec)) == spec
+    assert StreamSpec.from_dict(restore_secrets(stored, None, spec.to_dict())) == spec
+    with pytest.raises(SpecError, match=r"spark_conf.spark.hadoop.fs.s3a.secret.key: this secret is not stored"):
+        restore_secrets(stored, StreamSpec.from_dict({**spec.to_dict(), "spark_conf": {}}))
