@@ -25,6 +25,7 @@ import dataclasses
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -113,7 +114,7 @@ def managed_upgrade(target: StreamSpec, run_ids: list[str], warm: bool = False) 
     assert n is not None and record.first_new_batch in (None, n + 1), (n, record.first_new_batch)
     old, new = commit_mtime(target.checkpoint_location, n), commit_mtime(target.checkpoint_location, n + 1)
     return {"from": record.from_version, "to": record.to_version, "batch": n, "downtime_s": round(new - old, 2),
-            "gate_s": round(at["CHECKED"] - at["PLANNED"], 2),
+            "gate_s": _gate_seconds(record) if warm else round(at["CHECKED"] - at["PLANNED"], 2),
             "snapshot_s": round(at["SNAPSHOTTED"] - at["STOPPED"], 2),
             "total_s": round(ended - started, 2),
             # where the downtime goes: last commit -> stop request -> stopped -> snapshot -> submitted -> commit
@@ -124,6 +125,14 @@ def managed_upgrade(target: StreamSpec, run_ids: list[str], warm: bool = False) 
             "probation_s": round(at["SUCCEEDED"] - at["PROBATION"], 2),
             "prepare_s": round(at["STOPPING"] - at["PREPARING"], 2) if warm else None,
             "record_id": record.id, "new_run_id": record.new_run_id}
+
+
+def _gate_seconds(record) -> float:
+    """Warm start: the gate ran inside the prepared driver; the CHECKED step says how long it took."""
+    detail = next(s["detail"] for s in record.steps if s["step"] == "CHECKED")
+    match = re.search(r"checked inside the prepared driver in ([0-9.]+)s", detail or "")
+    assert match, f"the gate did not run inside the prepared driver: {detail}"
+    return round(float(match.group(1)), 2)
 
 
 def java_version() -> str:
@@ -238,6 +247,7 @@ def main() -> int:
         median[f"upgrade_{key}"] = med(upgrades, key)
     median["warm_upgrade_downtime_s"] = med(warm_upgrades, "downtime_s")
     median["warm_prepare_s"] = med(warm_upgrades, "prepare_s")
+    median["warm_gate_s"] = med(warm_upgrades, "gate_s")
     median["warm_promote_to_first_commit_s"] = med(warm_upgrades, "submit_to_first_commit_s")
     ratio = round(median["upgrade_downtime_s"] / median["bare_restart_downtime_s"], 3)
     warm_ratio = round(median["warm_upgrade_downtime_s"] / median["bare_restart_downtime_s"], 3)
@@ -256,6 +266,8 @@ def main() -> int:
           f"standby prepared in {median['warm_prepare_s']:.2f} s before the stop, promote -> first commit "
           f"{median['warm_promote_to_first_commit_s']:.2f} s")
     print(f"gate (PLANNED -> CHECKED, before the stop): {median['gate_s']:.2f} s  raw {[r['gate_s'] for r in upgrades]}")
+    print(f"gate inside the prepared driver (warm start): {median['warm_gate_s']:.2f} s  "
+          f"raw {[r['gate_s'] for r in warm_upgrades]} (goal < 2 s: {'met' if median['warm_gate_s'] < 2 else 'NOT met'})")
     print(f"snapshot (STOPPED -> SNAPSHOTTED):          {median['snapshot_s']:.2f} s  "
           f"raw {[r['snapshot_s'] for r in upgrades]}")
     print(f"upgrade total wall time:                    {median['upgrade_total_s']:.2f} s  "

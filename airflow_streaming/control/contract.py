@@ -91,6 +91,16 @@ class ControlPaths:
         return f"{self.root}/standby-driver.json"
 
     @property
+    def standby_gate(self) -> str:
+        """A request to the standby driver to run the compatibility gate in its session."""
+        return f"{self.root}/standby-gate.json"
+
+    @property
+    def standby_gate_report(self) -> str:
+        """The standby driver's answer to :attr:`standby_gate`."""
+        return f"{self.root}/standby-gate-report.json"
+
+    @property
     def driver(self) -> str:
         return f"{self.root}/driver.json"
 

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from airflow.sdk import BaseHook
+
 from airflow_streaming.checkpoint.batches import BatchPosition, read_batch_position
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, ControlPaths, DriverRecord, StatusDocument
@@ -117,16 +119,28 @@ def storage_path(location: str) -> str:
     return parsed.path if parsed.scheme else location
 
 
-class StreamingJobHook:
+class StreamingJobHook(BaseHook):
     """Submit, watch, stop and kill the driver of one stream described by a :class:`StreamSpec`.
+
+    Connections: the spec's ``conn_id`` (a ``spark`` connection of the Spark provider: master as host
+    and port, ``deploy-mode``, ``queue``, ``namespace``, ``spark-binary`` extras), used when the spec
+    sets no ``master``; and ``storage_conn_id`` (a ``webhdfs`` connection of the HDFS provider) for
+    ``hdfs://`` / ``webhdfs://`` control and checkpoint locations.
 
     :param spec: the stream.
     :param storage: control storage (default: chosen from the control location's scheme).
     :param target: where the driver runs (default: chosen from the spec's master and deploy mode).
     """
 
+    conn_name_attr = "conn_id"
+    default_conn_name = "spark_default"
+    conn_type = "spark"
+    hook_name = "Spark Structured Streaming"
+
     def __init__(self, spec: StreamSpec, storage: ControlStorage | None = None, target: DriverTarget | None = None):
+        super().__init__()
         self.spec = spec
+        self.conn_id = spec.conn_id
         default_storage, control_dir = storage_for(spec.control_dir, spec.storage_conn_id)
         self.storage = storage or default_storage
         self.paths = ControlPaths(control_dir)

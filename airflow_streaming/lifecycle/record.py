@@ -75,9 +75,9 @@ TERMINAL = frozenset({Step.SUCCEEDED, Step.REFUSED, Step.ROLLED_BACK, Step.FAILE
 
 #: Which step may follow which. The runner refuses anything else (a corrupted or hand-edited record).
 TRANSITIONS: dict[Step, frozenset[Step]] = {
-    Step.PLANNED: frozenset({Step.CHECKED, Step.REFUSED, Step.FAILED, Step.STARTING, Step.STOPPING}),
+    Step.PLANNED: frozenset({Step.CHECKED, Step.REFUSED, Step.FAILED, Step.STARTING, Step.STOPPING, Step.PREPARING}),
     Step.CHECKED: frozenset({Step.PREPARING, Step.STOPPING, Step.STARTING, Step.FAILED}),
-    Step.PREPARING: frozenset({Step.STOPPING, Step.ROLLED_BACK, Step.FAILED}),
+    Step.PREPARING: frozenset({Step.STOPPING, Step.ROLLED_BACK, Step.FAILED, Step.CHECKED, Step.REFUSED}),
     Step.STOPPING: frozenset({Step.STOPPED, Step.ROLLING_BACK, Step.FAILED}),
     Step.STOPPED: frozenset({Step.SNAPSHOTTED, Step.STARTING, Step.ROLLING_BACK, Step.SUCCEEDED}),
     Step.SNAPSHOTTED: frozenset({Step.STARTING, Step.ROLLING_BACK}),
@@ -139,6 +139,8 @@ class LifecycleRecord:
     probation: Probation = field(default_factory=Probation)
     warm_start: bool = False
     """Prepare the new driver (standby) before stopping the old one, to shorten the downtime."""
+    gate_in_standby: bool = False
+    """Warm start with a gate to run: it runs inside the prepared driver's session (PREPARING -> CHECKED)."""
     id: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6])
     step: Step = Step.PLANNED
     steps: list[dict[str, Any]] = field(default_factory=list)

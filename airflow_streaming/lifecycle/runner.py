@@ -373,20 +373,32 @@ class LifecycleRunner:
         if _same_spec(record.from_spec, self.target):
             self._advance(record, Step.CHECKED, "same spec: no compatibility change to check")
             return
+        if record.warm_start and self.options.check is run_check:
+            # The gate runs inside the prepared driver: its session and the candidate's code are up there.
+            record.gate_in_standby = True
+            record.new_run_id = record.new_run_id or contract.new_run_id()
+            self._advance(record, Step.PREPARING, f"standby run {record.new_run_id}; the compatibility gate runs "
+                                                  "inside it before anything is stopped")
+            return
         try:
             report = self.options.check(self._gate_spec(), record.allow_warnings, self.options.dry_run)
         except StreamingError as exc:  # the check could not run: nothing was touched, nothing may go ahead
             record.error = str(exc)
             self._advance(record, Step.REFUSED, record.error.splitlines()[0])
             return
+        self._gate_verdict(record, report, Step.CHECKED)
+
+    def _gate_verdict(self, record: LifecycleRecord, report: dict[str, Any], passed: Step, where: str = "") -> bool:
+        """Record the gate's verdict and move to ``passed`` or REFUSED; return whether it passed."""
         record.verdict = report["verdict"]
         problems = blocking_problems(report, record.allow_warnings)
         if problems is not None:
             record.error = (f"{self.target.application} {self.target.version} is {record.verdict} with the checkpoint "
                             f"{self.target.checkpoint_location}: " + "; ".join(problems))
             self._advance(record, Step.REFUSED, record.error)
-            return
-        self._advance(record, Step.CHECKED, f"compatibility {record.verdict}")
+            return False
+        self._advance(record, passed, f"compatibility {record.verdict}{where}")
+        return True
 
     def _gate_spec(self) -> StreamSpec:
         """The candidate as the gate must see it: against the checkpoint the query really uses."""
@@ -396,11 +408,11 @@ class LifecycleRunner:
         return dataclasses.replace(self.target, checkpoint_location=location)
 
     def _checked(self, record: LifecycleRecord) -> None:
-        if record.warm_start:
+        if record.warm_start and not record.gate_in_standby:
             record.new_run_id = record.new_run_id or contract.new_run_id()
             self._advance(record, Step.PREPARING, f"standby run {record.new_run_id}")
             return
-        self._advance(record, Step.STOPPING)
+        self._advance(record, Step.STOPPING, "the prepared driver passed the gate" if record.gate_in_standby else None)
 
     def _preparing(self, record: LifecycleRecord) -> None:
         """Start the new version as a standby beside the running one and wait until it is prepared."""
@@ -420,7 +432,20 @@ class LifecycleRunner:
             self._renew()
             state = hook.standby_state(run_id) or {}
             if state.get("state") == "READY":
-                self._advance(record, Step.STOPPING, f"standby run {run_id} prepared")
+                if not record.gate_in_standby:
+                    self._advance(record, Step.STOPPING, f"standby run {run_id} prepared")
+                    return
+                try:
+                    report, seconds = self._gate_in_standby(record)
+                except StreamingError as exc:  # the check could not run: stop the standby, touch nothing
+                    failure = None
+                    self._stop_run(hook, run_id)
+                    record.error = str(exc)
+                    self._advance(record, Step.REFUSED, record.error.splitlines()[0])
+                    return
+                if not self._gate_verdict(record, report, Step.CHECKED,
+                                          f" (checked inside the prepared driver in {seconds:.2f}s)"):
+                    self._stop_run(hook, run_id)
                 return
             if state.get("state") in ("FAILED", "EXPIRED") or not hook.processes_of_run(run_id):
                 failure = error_summary(state.get("error")) or f"the standby driver exited ({state.get('state')})"
@@ -431,6 +456,29 @@ class LifecycleRunner:
         self._stop_run(hook, run_id)
         record.error = f"{self.target.version} failed while preparing: {failure}"
         self._advance(record, Step.ROLLED_BACK, f"{record.error}; {record.from_version} was never stopped")
+
+    def _gate_in_standby(self, record: LifecycleRecord, timeout: float = 300.0) -> tuple[dict[str, Any], float]:
+        """Ask the prepared driver to run the compatibility check in its session; wait for its report."""
+        hook = self.new_hook
+        request = {"id": record.id, "run_id": record.new_run_id, "dry_run": self.options.dry_run,
+                   "checkpoint": self.home.checkpoint_locations()[0], "at": time.time()}
+        hook.storage.write_atomic(hook.paths.standby_gate, json.dumps(request).encode())
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            self._renew()
+            raw = hook.storage.read_bytes(hook.paths.standby_gate_report)
+            answer = json.loads(raw) if raw else None
+            if isinstance(answer, dict) and answer.get("id") == record.id:
+                if answer.get("error") or not isinstance(answer.get("report"), dict):
+                    raise StreamingError(f"the compatibility check inside the prepared driver of "
+                                         f"{self.target.version} could not run: {answer.get('error')}")
+                return answer["report"], float(answer.get("seconds") or 0.0)
+            if not hook.processes_of_run(record.new_run_id or ""):
+                raise StreamingError(f"the prepared driver of {self.target.version} exited before it ran the "
+                                     "compatibility check")
+            time.sleep(0.2)
+        raise StreamingError(f"the prepared driver of {self.target.version} did not answer the compatibility "
+                             f"check within {timeout:.0f}s")
 
     def _stopping(self, record: LifecycleRecord) -> None:
         hook = self.home

@@ -221,7 +221,11 @@ class Driver:
         self._report_standby("READY")
         log.info("standby run %s of %s %s ready; waiting for the run marker", ns.run_id, ns.stream, ns.version)
         deadline = time.monotonic() + ns.standby_timeout
+        from spark_jobs.runtime.standby_gate import StandbyGate
+
+        gate = StandbyGate(self.storage, self.paths, ns.run_id)  # the upgrade's gate runs in this session
         while True:
+            gate.poll(self.spark, ns)
             try:
                 marker = contract.read_marker(self.storage, self.paths)
             except StorageError as exc:

@@ -174,8 +174,9 @@ def test_parallel_transition_for_an_incompatible_change_ends_with_only_the_new_s
 
 
 def test_warm_start_prepares_the_new_driver_first_and_still_rolls_back(streams):
-    """Warm start: the new version is prepared (JVM, session, planned query) beside v1, which is stopped
-    only once the standby is READY (PREPARING -> STOPPING); a standby that fails after promotion rolls back."""
+    """Warm start: the new version is prepared (JVM, session, planned query) beside v1, the compatibility
+    gate runs inside that prepared driver, and v1 is stopped only once it passed (PREPARING -> CHECKED ->
+    STOPPING); a standby that fails after promotion rolls back."""
     feeder, v1, hook, r1 = start_v1(streams)
     out = streams.path("output", "signals")
     wait_for(lambda: read_window_counts(out), 120, "v1 writes closed windows")
@@ -184,14 +185,16 @@ def test_warm_start_prepares_the_new_driver_first_and_still_rolls_back(streams):
     broken = signals_spec(streams, str(JOBS / "device_signals_broken.py"), "v2-broken")
     failed = LifecycleRunner(broken, Action.UPGRADE, warm).run()
     assert failed.step == Step.ROLLED_BACK and "calibration table missing" in failed.error
-    assert [s["step"] for s in failed.steps][:5] == ["PLANNED", "CHECKED", "PREPARING", "STOPPING", "STOPPED"]
+    assert [s["step"] for s in failed.steps][:5] == ["PLANNED", "PREPARING", "CHECKED", "STOPPING", "STOPPED"]
     assert hook.processes_of_run(failed.new_run_id) == []
 
     v2 = signals_spec(streams, "device_signals_v2", "v2")
     done = LifecycleRunner(v2, Action.UPGRADE, warm).run()
     assert done.step == Step.SUCCEEDED, done.error
-    assert [s["step"] for s in done.steps] == ["PLANNED", "CHECKED", "PREPARING", "STOPPING", "STOPPED",
+    assert [s["step"] for s in done.steps] == ["PLANNED", "PREPARING", "CHECKED", "STOPPING", "STOPPED",
                                                "SNAPSHOTTED", "STARTING", "PROBATION", "SUCCEEDED"]
+    checked = next(s["detail"] for s in done.steps if s["step"] == "CHECKED")
+    assert checked.startswith("compatibility COMPATIBLE") and "checked inside the prepared driver" in checked
     assert done.first_new_batch == done.stop_batch + 1
     assert hook.standby_state(done.new_run_id)["state"] == "PROMOTED"
     assert hook.driver_record().run_id == done.new_run_id and hook.deployed()["spec"]["version"] == "v2"
