@@ -152,15 +152,30 @@ def driver_kill_trials(streams: Any, trials: int, seed: int, fault_file: Path) -
         for i in range(trials):
             point = rng.choice(DRIVER_KILL_POINTS)
             record = hook.driver_record()
-            doc = hook.status()
-            batch = (doc.last_batch_id() if doc is not None and doc.last_batch_id() is not None else -1) \
-                + rng.randint(1, 3)
+            ahead = rng.randint(2, 4)
+            armed = [0]
+
+            def arm() -> int:
+                """Arm the kill ``ahead`` batches after the current one (again if the stream got past it)."""
+                doc = hook.status()
+                last = doc.last_batch_id() if doc is not None and doc.last_batch_id() is not None else -1
+                target = last + ahead
+                where = "committed" if point == "committed" else point
+                armed[0] += 1
+                write_faults(fault_file, [{"point": "driver.progress" if point == "committed" else "driver.batch",
+                                           "match": f"batch={target}:{where};", "action": "kill_group",
+                                           "once": str(fault_file.parent / f"driver-kill-{seed}-{i}-{armed[0]}")}])
+                return target
+
+            batch = arm()
+            deadline = time.monotonic() + 180
+            while not hook.target_of(record).state(record).gone:
+                doc = hook.status()
+                if doc is not None and doc.run_id == record.run_id and (doc.last_batch_id() or -1) > batch + 1:
+                    batch = arm()  # the batch went by before the fault file was read: aim again
+                assert time.monotonic() < deadline, f"the kill at batch {batch} {point} never happened"
+                time.sleep(0.2)
             trial = Trial(i + 1, f"SIGKILL of the driver's process group at batch {batch} {point}")
-            where = "committed" if point == "committed" else point
-            write_faults(fault_file, [{"point": "driver.progress" if point == "committed" else "driver.batch",
-                                       "match": f"batch={batch}:{where};", "action": "kill_group",
-                                       "once": str(fault_file.parent / f"driver-kill-{seed}-{i}")}])
-            wait_for(lambda: hook.target_of(record).state(record).gone, 120, f"the kill at batch {batch} {point}")
             killed_at = time.time()
             write_faults(fault_file, [])
             position = hook.batch_position()
