@@ -21,7 +21,7 @@ import sys
 from typing import TextIO
 
 from airflow_streaming.compat.model import Verdict
-from airflow_streaming.redaction import is_sensitive_key, redact_text, remember_secrets, secret_values
+from airflow_streaming.redaction import is_sensitive_key, redact, redact_text, remember_secrets, secret_values
 
 EXIT_OK, EXIT_INCOMPATIBLE, EXIT_WARNINGS, EXIT_ERROR = 0, 1, 2, 3
 
@@ -40,6 +40,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-dry-run", action="store_true")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--allow-warnings", action="store_true")
+    parser.add_argument("--report-to", default=None, metavar="LOCATION",
+                        help="also write {id, report|error} to this control-storage location (a detached check)")
+    parser.add_argument("--report-id", default=None, help="the id written with --report-to")
+    parser.add_argument("--run-id", default=None, help="identifies this process (a detached check's token)")
     parser.add_argument("app_args", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)
     if ns.app_args and ns.app_args[0] == "--":
@@ -71,9 +75,28 @@ def read_conf(ns: argparse.Namespace, stdin: TextIO | None = None) -> dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     ns = parse_args(sys.argv[1:] if argv is None else argv)
+    outcome: dict[str, object] = {}
+    try:
+        return _main(ns, outcome)
+    finally:
+        if ns.report_to:
+            _report(ns, outcome)
+
+
+def _report(ns: argparse.Namespace, outcome: dict[str, object]) -> None:
+    """Write the detached check's answer where the lifecycle runner (or its trigger) waits for it."""
+    from airflow_streaming.control.storage import storage_for
+
+    answer = {"id": ns.report_id, **(outcome or {"error": "the check ended without a report"})}
+    storage, path = storage_for(ns.report_to)
+    storage.write_atomic(path, json.dumps(answer, default=str).encode())
+
+
+def _main(ns: argparse.Namespace, outcome: dict[str, object]) -> int:
     try:
         conf = read_conf(ns)
     except ValueError as exc:
+        outcome["error"] = str(exc)
         print(json.dumps({"error": str(exc), "error_type": "ValueError"}) if ns.json else f"error: {exc}")
         return EXIT_ERROR
     remember_secrets(secret_values(conf))  # masked in whatever this process prints
@@ -94,11 +117,13 @@ def main(argv: list[str] | None = None) -> int:
             trigger_seconds=ns.trigger_seconds, dry_run=not ns.no_dry_run)
     except (CheckpointError, FileNotFoundError, OSError, ValueError) as exc:
         message = redact_text(str(exc))
+        outcome["error"] = message
         print(json.dumps({"error": message, "error_type": type(exc).__name__}) if ns.json else f"error: {message}")
         return EXIT_ERROR
     finally:
         if spark is not None:
             spark.stop()
+    outcome["report"] = redact(report.to_dict())  # it lands on shared storage
     print(json.dumps(report.to_dict(), indent=1, default=str) if ns.json else report.render_text())
     if report.verdict == Verdict.INCOMPATIBLE:
         return EXIT_INCOMPATIBLE

@@ -72,3 +72,34 @@ def run_check(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True, time
         raise StreamingError(f"compatibility check of {spec.application!r} against {spec.checkpoint_location} "
                              f"could not run: {redact(str(reason), secrets)}")
     return redact(report, secrets)
+
+
+def start_check_detached(spec: StreamSpec, allow_warnings: bool, dry_run: bool, report_to: str, token: str,
+                         log_path: str) -> int:
+    """Start the check in a detached child that writes ``{"id": token, "report" | "error"}`` to the
+    storage location ``report_to`` when it ends (a deferred upgrade's trigger waits for that file, so
+    no worker slot waits for the check). Returns the child's pid; its output goes to ``log_path``."""
+    import os
+
+    cmd, secret_input = check_command(spec, allow_warnings, dry_run)
+    cut = cmd.index("--")
+    cmd[cut:cut] = ["--report-to", report_to, "--report-id", token, "--run-id", token]
+    register_secrets(secret_values(spec.spark_conf))
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if secret_input is not None else subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    if secret_input is not None and proc.stdin is not None:
+        proc.stdin.write(secret_input.encode())
+        proc.stdin.close()
+    return proc.pid
+
+
+def read_detached_report(spec: StreamSpec, answer: dict[str, Any] | None) -> dict[str, Any]:
+    """The report in a detached check's answer; :class:`StreamingError` when the check could not run."""
+    secrets = secret_values(spec.spark_conf)
+    if not isinstance(answer, dict) or not isinstance(answer.get("report"), dict):
+        reason = (answer or {}).get("error") if isinstance(answer, dict) else None
+        raise StreamingError(f"compatibility check of {spec.application!r} against {spec.checkpoint_location} "
+                             f"could not run: {redact(str(reason or 'it ended without a report'), secrets)}")
+    return redact(answer["report"], secrets)

@@ -615,10 +615,10 @@ class StreamingJobHook(BaseHook):
         timeout = self.spec.startup_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         while True:
-            doc = self._status_of_run(record.run_id)
-            if doc is not None and doc.ready and doc.state == contract.RUNNING:
-                return doc
-            if (doc is not None and doc.is_terminal) or self.target_of(record).state(record).gone:
+            readiness = self.readiness(record)
+            if readiness == "ready":
+                return self._status_of_run(record.run_id)  # type: ignore[return-value]
+            if readiness == "ended":
                 # Let the driver exit and flush its last lines; never leave a failed driver behind.
                 self.wait_gone(record, DRIVER_EXIT_GRACE_SECONDS)
                 self._remove_marker_of(record.run_id)
@@ -634,6 +634,16 @@ class StreamingJobHook(BaseHook):
             if lock is not None:
                 lock.ensure()
             time.sleep(poll)
+
+    def readiness(self, record: DriverRecord) -> str:
+        """``ready`` (the run reported progress or idles), ``ended`` (it failed or exited first) or
+        ``waiting`` - checked once, without waiting."""
+        doc = self._status_of_run(record.run_id)
+        if doc is not None and doc.ready and doc.state == contract.RUNNING:
+            return "ready"
+        if (doc is not None and doc.is_terminal) or self.target_of(record).state(record).gone:
+            return "ended"
+        return "waiting"
 
     def _status_of_run(self, run_id: str) -> StatusDocument | None:
         try:
@@ -702,30 +712,43 @@ class StreamingJobHook(BaseHook):
         probation, say) is refused with what to do instead, never half-applied."""
         timeout = self.spec.stop_timeout if timeout is None else timeout
         with self.guarded("stop", lock, owner) as held:
-            started = time.monotonic()
-            record = self.driver_record()
-            liveness = self.driver_liveness()[0] if record is not None else Liveness.GONE
-            if liveness == Liveness.UNKNOWN and record is not None and self.target_of(record).state(record).gone:
-                liveness = Liveness.GONE
-            self.request_stop()
-            if record is None or liveness == Liveness.GONE:
-                log.info("stream %s is not running; nothing to stop", self.spec.name)
-                return StopReport(self.spec.name, False, False, False, None, self._position(), 0.0)
-            stopped = self.wait_gone(record, timeout, held)
-            killed = False
-            note = None
-            if not stopped:
-                if not kill_on_timeout:
-                    raise TimeoutError(f"stream {self.spec.name!r} did not stop within {timeout:.0f}s")
-                log.warning("stream %s did not stop within %.0fs: killing it", self.spec.name, timeout)
-                note = self.kill(record)
-                killed = True
-            doc = self._status_of_run(record.run_id)
-            exit_code = doc.exit.get("code") if doc is not None and doc.exit else None
-            report = StopReport(self.spec.name, True, not killed and exit_code == contract.EXIT_GRACEFUL, killed,
-                                exit_code, self._position(), time.monotonic() - started, note)
-            log.info("stream %s stopped: %s", self.spec.name, report.to_dict())
-            return report
+            requested_at = time.time()
+            run_id = self.begin_stop()
+            return self.finish_stop(run_id, requested_at, timeout, kill_on_timeout, held)
+
+    def begin_stop(self) -> str | None:
+        """Ask the driver to stop (remove the run marker); return the run id that was running, ``None``
+        when none was. The caller holds the lifecycle lock; :meth:`finish_stop` waits and reports."""
+        record = self.driver_record()
+        liveness = self.driver_liveness()[0] if record is not None else Liveness.GONE
+        if liveness == Liveness.UNKNOWN and record is not None and self.target_of(record).state(record).gone:
+            liveness = Liveness.GONE
+        self.request_stop()
+        return None if record is None or liveness == Liveness.GONE else record.run_id
+
+    def finish_stop(self, run_id: str | None, requested_at: float, timeout: float, kill_on_timeout: bool = True,
+                    lock: LifecycleLock | None = None) -> StopReport:
+        """Wait until ``requested_at + timeout`` for the run of a :meth:`begin_stop` to exit, kill it after
+        that, and report (a deferred stop calls this once its trigger saw the driver gone)."""
+        record = self.driver_record()
+        if run_id is None or record is None or record.run_id != run_id:
+            log.info("stream %s is not running; nothing to stop", self.spec.name)
+            return StopReport(self.spec.name, False, False, False, None, self._position(), 0.0)
+        stopped = self.wait_gone(record, max(0.0, requested_at + timeout - time.time()), lock)
+        killed = False
+        note = None
+        if not stopped:
+            if not kill_on_timeout:
+                raise TimeoutError(f"stream {self.spec.name!r} did not stop within {timeout:.0f}s")
+            log.warning("stream %s did not stop within %.0fs: killing it", self.spec.name, timeout)
+            note = self.kill(record)
+            killed = True
+        doc = self._status_of_run(record.run_id)
+        exit_code = doc.exit.get("code") if doc is not None and doc.exit else None
+        report = StopReport(self.spec.name, True, not killed and exit_code == contract.EXIT_GRACEFUL, killed,
+                            exit_code, self._position(), time.time() - requested_at, note)
+        log.info("stream %s stopped: %s", self.spec.name, report.to_dict())
+        return report
 
     def _position(self) -> BatchPosition | None:
         try:

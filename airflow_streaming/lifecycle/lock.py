@@ -75,11 +75,12 @@ def parse_holder(raw: bytes) -> dict[str, Any] | None:
 
 
 def is_stale(holder: dict[str, Any] | None, now: float | None = None) -> bool:
-    """Whether a holder may be taken over (see the module docstring); garbage (``None``) is stale."""
+    """Whether a holder may be taken over (see the module docstring); garbage (``None``) is stale. A
+    holder handed to a trigger (``deferred``) has no process: only its renewals keep it."""
     if holder is None:
         return True
     now = time.time() if now is None else now
-    if holder.get("host") == socket.gethostname():
+    if holder.get("host") == socket.gethostname() and not holder.get("deferred"):
         start = holder.get("pid_start_time")
         identity = ProcessIdentity(holder["pid"], start if isinstance(start, (int, float)) else None, holder["host"])
         if not identity.alive():
@@ -195,8 +196,60 @@ class LifecycleLock:
         except StorageError as exc:
             log.warning("could not release %s (it expires after %ss): %s", self.path, self.holder.get("ttl"), exc)
 
+    # ------------------------------------------------------------------ deferral
+    def defer(self) -> str:
+        """Hand the lock to a trigger while the task waits in the triggerer: the holder no longer names
+        this process (which is about to exit) but keeps its id; :func:`renew_deferred` renews it by id and
+        :meth:`resume` takes it back. Returns the holder id. Raises :class:`LifecycleLockLost`."""
+        self._stop.set()
+        if self._keeper is not None and self._keeper is not threading.current_thread():
+            self._keeper.join(timeout=5)
+        with self._mutex:
+            if self._lost:
+                raise LifecycleLockLost(self._lost)
+            holder = {**self.holder, "deferred": True, "pid": 0, "pid_start_time": None, "renewed_at": time.time()}
+            body = json.dumps(holder).encode()
+            if not self.storage.compare_and_swap(self.path, self._written, body):
+                self._lost = f"{self.path} was taken over before the action could defer"
+                raise LifecycleLockLost(self._lost)
+            self.holder, self._written = holder, body
+        return str(holder["id"])
+
+    @classmethod
+    def resume(cls, storage: ControlStorage, control_dir: str, holder_id: str) -> LifecycleLock:
+        """Take back a lock handed to a trigger (:meth:`defer`) from this process; :class:`LifecycleLockLost`
+        if it no longer names ``holder_id`` (it expired while nobody renewed it and was taken over)."""
+        path = f"{control_dir}/{LOCK_NAME}"
+        with storage.mutex(path + ".cas"):
+            raw = storage.read_bytes(path)
+            current = parse_holder(raw) if raw is not None else None
+            if current is None or current.get("id") != holder_id:
+                raise LifecycleLockLost(f"{path} no longer names the deferred action {holder_id}: it holds "
+                                        f"{(raw or b'nothing')[:300]!r}")
+            pid = os.getpid()
+            holder = {**current, "deferred": False, "pid": pid, "pid_start_time": process_start_time(pid),
+                      "host": socket.gethostname(), "renewed_at": time.time()}
+            body = json.dumps(holder).encode()
+            storage.write_atomic(path, body)
+        lock = cls(storage, path, holder, None, body)
+        lock._start_keeper()
+        return lock
+
     def __enter__(self) -> LifecycleLock:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def renew_deferred(storage: ControlStorage, control_dir: str, holder_id: str) -> bool:
+    """Renew a lock handed to a trigger, by its holder id (a trigger recreated after a triggerer restart
+    knows the id, not the bytes); ``False`` when the lock no longer names it."""
+    path = f"{control_dir}/{LOCK_NAME}"
+    with storage.mutex(path + ".cas"):
+        raw = storage.read_bytes(path)
+        current = parse_holder(raw) if raw is not None else None
+        if current is None or current.get("id") != holder_id or not current.get("deferred"):
+            return False
+        storage.write_atomic(path, json.dumps({**current, "renewed_at": time.time()}).encode())
+        return True

@@ -67,7 +67,8 @@ def deployed_versions(state: DesiredState) -> dict[str, str | None]:
 
 def operate(state: DesiredState, stream: str, action: str, version: str | None = None,
             allow_warnings: bool | None = None, owner: str | None = None,
-            notify: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+            notify: Callable[[dict[str, Any]], None] | None = None, defer: bool = False,
+            resume: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``action`` on ``stream``; returns a JSON-safe result. Invalid choices raise :class:`SpecError`
     naming the parameter. A lifecycle action that ends REFUSED / ROLLED_BACK / FAILED raises
     :class:`StreamingError` after it is recorded."""
@@ -80,23 +81,24 @@ def operate(state: DesiredState, stream: str, action: str, version: str | None =
     current_version, hook = deployment(target)
     options = LifecycleOptions(allow_warnings=target.allow_warnings if allow_warnings is None else allow_warnings,
                                probation=Probation(target.probation.min_batches, target.probation.window_s),
-                               owner=owner, warm_start=target.warm_start)
+                               owner=owner, warm_start=target.warm_start, defer=defer)
     if action == "status":
         return describe(hook)
     if action == "stop":
-        return stop_stream(hook.spec, options)
+        return stop_stream(hook.spec, options, resume)
     if action == "deploy":
-        return deploy_stream(target.spec_for(version or current_version or target.version), options)
+        return deploy_stream(target.spec_for(version or current_version or target.version), options, resume)
     if action in ("restart", "rollback", "upgrade"):
         accepted = (Action.UPGRADE, Action.PARALLEL) if action == "upgrade" else (Action(action),)
         for candidate in _hooks(target):
             resumed = resume_target(candidate, *accepted)
             if resumed is not None:  # the task running this action died: finish that action, as recorded
                 kind, target_spec, current_spec = resumed
-                return _run(LifecycleRunner(target_spec, kind, options, current=current_spec, notify=notify))
+                return _run(LifecycleRunner(target_spec, kind, options, current=current_spec, notify=notify,
+                                            resume=resume))
     if action in ("restart", "rollback"):
         kind = Action(action)
-        return _run(LifecycleRunner(restart_spec(hook, kind), kind, options, notify=notify))
+        return _run(LifecycleRunner(restart_spec(hook, kind), kind, options, notify=notify, resume=resume))
     # upgrade
     wanted = version or target.version
     spec = target.spec_for(wanted)
@@ -105,17 +107,19 @@ def operate(state: DesiredState, stream: str, action: str, version: str | None =
     if wanted == current_version and spec.name == hook.spec.name:
         return {"stream": stream, "outcome": "UNCHANGED", "version": wanted}
     if target.transition_for(wanted) == "parallel":
-        return _run(LifecycleRunner(spec, Action.PARALLEL, options, current=hook.spec, notify=notify))
-    return _run(LifecycleRunner(spec, Action.UPGRADE, options, current=hook.spec, notify=notify))
+        return _run(LifecycleRunner(spec, Action.PARALLEL, options, current=hook.spec, notify=notify, resume=resume))
+    return _run(LifecycleRunner(spec, Action.UPGRADE, options, current=hook.spec, notify=notify, resume=resume))
 
 
-def deploy_stream(spec: StreamSpec, options: LifecycleOptions | None = None) -> dict[str, Any]:
+def deploy_stream(spec: StreamSpec, options: LifecycleOptions | None = None,
+                  resume: dict[str, str] | None = None) -> dict[str, Any]:
     """Deploy ``spec`` through the lifecycle (lock, record, history) and wait for its first progress.
 
     Returns the run's identity; raises the deploy's own error (already running, application or Java
     missing, the driver's startup error) when it fails. A deploy whose task died is resumed."""
-    runner = LifecycleRunner(spec, Action.DEPLOY, options)
-    runner.new_hook.preflight()
+    runner = LifecycleRunner(spec, Action.DEPLOY, options, resume=resume)
+    if resume is None:
+        runner.new_hook.preflight()
     record = runner.run()
     if record.step.value != "SUCCEEDED":
         raise runner.failure or LifecycleOutcomeError(result_of(record))
@@ -130,12 +134,13 @@ def deploy_stream(spec: StreamSpec, options: LifecycleOptions | None = None) -> 
             "control_dir": spec.control_dir, "log_path": driver.log_path if driver else None}
 
 
-def stop_stream(spec: StreamSpec, options: LifecycleOptions | None = None) -> dict[str, Any]:
+def stop_stream(spec: StreamSpec, options: LifecycleOptions | None = None,
+                resume: dict[str, str] | None = None) -> dict[str, Any]:
     """Stop the stream through the lifecycle at a micro-batch boundary; returns the stop report.
 
     Refused (``StreamingError``) while another action holds the stream or is unfinished - except an
     unfinished deploy or recovery, which the stop supersedes."""
-    runner = LifecycleRunner(spec, Action.STOP, options)
+    runner = LifecycleRunner(spec, Action.STOP, options, resume=resume)
     record = runner.run()
     if record.step.value != "SUCCEEDED":
         raise runner.failure or LifecycleOutcomeError(result_of(record))

@@ -156,6 +156,14 @@ class LifecycleRecord:
     rollback_run_id: str | None = None
     """The run of the old version started by a rollback."""
     step_started_at: float | None = None
+    stop_requested_at: float | None = None
+    """When the stop of this action was requested (the run marker removed)."""
+    stopping_run_id: str | None = None
+    """The run that was running when the stop was requested (``None``: none was)."""
+    gate_token: str | None = None
+    """The compatibility check started detached for this action (its report lands in the control dir)."""
+    waiting: dict[str, Any] | None = None
+    """What the action waits for while its task is deferred (a ``lifecycle.waits.Wait``)."""
     first_new_batch: int | None = None
     error: str | None = None
     created_at: float = field(default_factory=time.time)
@@ -185,6 +193,7 @@ class LifecycleRecord:
         now = time.time() if now is None else now
         self.step = step
         self.step_started_at = now
+        self.waiting = None
         self.updated_at = now
         self.steps.append({"step": step.value, "at": now, "detail": detail})
 

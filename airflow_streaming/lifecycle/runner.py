@@ -43,7 +43,7 @@ from typing import Any
 
 from airflow_streaming import faults
 from airflow_streaming.checkpoint.batches import BatchPosition
-from airflow_streaming.compat.run import blocking_problems, run_check
+from airflow_streaming.compat.run import blocking_problems, read_detached_report, run_check, start_check_detached
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError
 from airflow_streaming.control.storage import StorageError, describe_os_error
@@ -51,6 +51,7 @@ from airflow_streaming.exceptions import StreamAlreadyRunningError, StreamingErr
 from airflow_streaming.hooks.streaming_job import StreamingJobHook, storage_path
 from airflow_streaming.lifecycle import snapshot as snapshots
 from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockLost
+from airflow_streaming.lifecycle.waits import CAUGHT_UP, FILE, GONE, PROBATION, READY, STANDBY, Wait, WaitNeeded, wait_over
 from airflow_streaming.lifecycle.record import (
     IN_PLACE_CHANGES,
     TERMINAL,
@@ -101,6 +102,9 @@ class LifecycleOptions:
     stop_timeout: float | None = None
     """Stop: seconds to wait for the graceful stop (default: the spec's ``stop_timeout``)."""
     kill_on_timeout: bool = True
+    defer: bool = False
+    """Deferrable: instead of waiting, save the record, hand the lock over and raise
+    :class:`~airflow_streaming.lifecycle.waits.WaitNeeded` (the operator defers to a trigger)."""
 
 
 class LifecycleRunner:
@@ -117,7 +121,7 @@ class LifecycleRunner:
 
     def __init__(self, target: StreamSpec, action: Action | str, options: LifecycleOptions | None = None,
                  current: StreamSpec | None = None, notify: Callable[[dict[str, Any]], None] | None = None,
-                 lock: LifecycleLock | None = None):
+                 lock: LifecycleLock | None = None, resume: dict[str, str] | None = None):
         self.target = target
         self.action = Action(action)
         self.options = options or LifecycleOptions()
@@ -143,6 +147,8 @@ class LifecycleRunner:
         self.record_path = f"{self.home.paths.root}/{RECORD_NAME}"
         self.history_path = f"{self.home.paths.root}/{HISTORY_NAME}"
         self._given_lock = lock
+        self._resume = dict(resume or {})
+        """Control dir -> holder id of locks handed to a trigger (a deferred action coming back)."""
         self._locks: list[LifecycleLock] = []
         self.stop_report: dict[str, Any] | None = None
         self.failure: Exception | None = None
@@ -180,16 +186,15 @@ class LifecycleRunner:
     def run(self) -> LifecycleRecord:
         """Run the action to a terminal step (or raise, leaving the record to resume from)."""
         own = self._given_lock is None
+        handed_over = False
         try:
             if own:
-                self._locks = [LifecycleLock.acquire(self.storage, self.home.paths.root, self.action.value,
-                                                     self.options.owner)]
+                self._locks = [self._take(self.home)]
             else:
                 self._given_lock.ensure()  # type: ignore[union-attr]
                 self._locks = [self._given_lock]  # type: ignore[list-item]
             if self.action == Action.PARALLEL:
-                self._locks.append(LifecycleLock.acquire(self.new_hook.storage, self.new_hook.paths.root,
-                                                         self.action.value, self.options.owner))
+                self._locks.append(self._take(self.new_hook))
             record = self._resume_or_create(self._locks[0])
             rollback_errors = 0
             while not record.done:
@@ -197,20 +202,46 @@ class LifecycleRunner:
                 handler = getattr(self, f"_{record.step.value.lower()}")
                 try:
                     handler(record)
-                except LifecycleLockLost:
+                except (LifecycleLockLost, WaitNeeded):
                     raise
                 except Exception as exc:  # noqa: BLE001 - every failure ends in a safe, recorded step
                     rollback_errors += record.step in _ROLLBACK_STEPS
                     self._on_step_error(record, exc, rollback_errors)
             self._finish(record)
             return record
+        except WaitNeeded as wait:
+            # Deferrable: the locks go to the trigger (by holder id); the record says what is awaited.
+            wait.holders = {lock.path.rsplit("/", 1)[0]: lock.defer() for lock in self._locks}
+            handed_over = True
+            raise
         except LifecycleLockLost as exc:
             raise LifecycleError(f"{self.action.value} of {self.target.name} stopped before its next side effect: "
                                  f"its lifecycle lock was taken over ({exc}). Check what the other holder did "
                                  "(lifecycle.json, history.json) before acting again.") from exc
         finally:
-            for lock in reversed(self._locks if own else self._locks[1:]):
-                lock.release()
+            if not handed_over:
+                for lock in reversed(self._locks if own else self._locks[1:]):
+                    lock.release()
+
+    def _take(self, hook: StreamingJobHook) -> LifecycleLock:
+        """This action's lock on ``hook``'s stream: taken back from a trigger, or acquired."""
+        holder = self._resume.get(hook.paths.root)
+        if holder is not None:
+            return LifecycleLock.resume(hook.storage, hook.paths.root, holder)
+        return LifecycleLock.acquire(hook.storage, hook.paths.root, self.action.value, self.options.owner)
+
+    def _await(self, record: LifecycleRecord, wait: Wait) -> None:
+        """Return once ``wait`` is over. Blocking mode polls; deferrable mode raises :class:`WaitNeeded`
+        (after saving the record) unless it is already over."""
+        if self.options.defer:
+            if wait_over(wait):
+                return
+            record.waiting = wait.to_dict()
+            self.save(record)
+            raise WaitNeeded(wait)
+        while not wait_over(wait):
+            self._renew()
+            time.sleep(self.options.poll_s)
 
     def _on_step_error(self, record: LifecycleRecord, exc: Exception, rollback_errors: int) -> None:
         """Move to the safe step for an error at ``record.step`` (see the module docstring)."""
@@ -381,12 +412,37 @@ class LifecycleRunner:
                                                   "inside it before anything is stopped")
             return
         try:
-            report = self.options.check(self._gate_spec(), record.allow_warnings, self.options.dry_run)
+            if self.options.defer and self.options.check is run_check:
+                report = self._detached_gate(record)
+            else:
+                report = self.options.check(self._gate_spec(), record.allow_warnings, self.options.dry_run)
         except StreamingError as exc:  # the check could not run: nothing was touched, nothing may go ahead
             record.error = str(exc)
             self._advance(record, Step.REFUSED, record.error.splitlines()[0])
             return
         self._gate_verdict(record, report, Step.CHECKED)
+
+    def _detached_gate(self, record: LifecycleRecord, timeout: float = 600.0) -> dict[str, Any]:
+        """Deferrable: the gate runs in a detached child that writes its report to the control directory;
+        the task defers until it is there (no worker slot waits for the check's Spark session)."""
+        report_path = f"{self.home.paths.root}/gate-report.json"
+        token = f"gate-{record.id}"
+        raw = self.storage.read_bytes(report_path)
+        answer = json.loads(raw) if raw else None
+        mine = isinstance(answer, dict) and answer.get("id") == token
+        if not mine and (record.gate_token is None or not self.home.processes_of_run(token)):
+            record.gate_token = token
+            self.save(record)
+            self._ensure_lock()
+            start_check_detached(self._gate_spec(), record.allow_warnings, self.options.dry_run,
+                                 f"{self.home.spec.control_dir}/gate-report.json", token,
+                                 f"{self.home.paths.root}/logs/{token}.log")
+        deadline = (record.step_started_at or record.created_at) + timeout
+        self._await(record, Wait(FILE, self.home.spec.to_dict(), None, deadline, {"path": report_path, "id": token}))
+        raw = self.storage.read_bytes(report_path)
+        answer = json.loads(raw) if raw else None
+        return read_detached_report(self.target, answer if isinstance(answer, dict) and answer.get("id") == token
+                                    else {"error": f"no report within {timeout:.0f}s"})
 
     def _gate_verdict(self, record: LifecycleRecord, report: dict[str, Any], passed: Step, where: str = "") -> bool:
         """Record the gate's verdict and move to ``passed`` or REFUSED; return whether it passed."""
@@ -415,7 +471,8 @@ class LifecycleRunner:
         self._advance(record, Step.STOPPING, "the prepared driver passed the gate" if record.gate_in_standby else None)
 
     def _preparing(self, record: LifecycleRecord) -> None:
-        """Start the new version as a standby beside the running one and wait until it is prepared."""
+        """Start the new version as a standby beside the running one and wait until it is prepared; with
+        ``gate_in_standby``, then run the compatibility gate inside it."""
         hook, run_id = self.new_hook, record.new_run_id
         assert run_id is not None
         failure = None
@@ -427,9 +484,9 @@ class LifecycleRunner:
             raise
         except Exception as exc:  # noqa: BLE001 - the running version was not touched
             failure = str(exc)
-        deadline = time.time() + hook.spec.startup_timeout
-        while failure is None:
-            self._renew()
+        if failure is None:
+            deadline = (record.step_started_at or time.time()) + hook.spec.startup_timeout
+            self._await(record, Wait(STANDBY, hook.spec.to_dict(), run_id, deadline))
             state = hook.standby_state(run_id) or {}
             if state.get("state") == "READY":
                 if not record.gate_in_standby:
@@ -438,7 +495,6 @@ class LifecycleRunner:
                 try:
                     report, seconds = self._gate_in_standby(record)
                 except StreamingError as exc:  # the check could not run: stop the standby, touch nothing
-                    failure = None
                     self._stop_run(hook, run_id)
                     record.error = str(exc)
                     self._advance(record, Step.REFUSED, record.error.splitlines()[0])
@@ -449,10 +505,8 @@ class LifecycleRunner:
                 return
             if state.get("state") in ("FAILED", "EXPIRED") or not hook.processes_of_run(run_id):
                 failure = error_summary(state.get("error")) or f"the standby driver exited ({state.get('state')})"
-            elif time.time() > deadline:
-                failure = f"the standby driver was not prepared within {hook.spec.startup_timeout:.0f}s"
             else:
-                time.sleep(self.options.poll_s)
+                failure = f"the standby driver was not prepared within {hook.spec.startup_timeout:.0f}s"
         self._stop_run(hook, run_id)
         record.error = f"{self.target.version} failed while preparing: {failure}"
         self._advance(record, Step.ROLLED_BACK, f"{record.error}; {record.from_version} was never stopped")
@@ -460,30 +514,42 @@ class LifecycleRunner:
     def _gate_in_standby(self, record: LifecycleRecord, timeout: float = 300.0) -> tuple[dict[str, Any], float]:
         """Ask the prepared driver to run the compatibility check in its session; wait for its report."""
         hook = self.new_hook
-        request = {"id": record.id, "run_id": record.new_run_id, "dry_run": self.options.dry_run,
-                   "checkpoint": self.home.checkpoint_locations()[0], "at": time.time()}
-        hook.storage.write_atomic(hook.paths.standby_gate, json.dumps(request).encode())
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            self._renew()
-            raw = hook.storage.read_bytes(hook.paths.standby_gate_report)
-            answer = json.loads(raw) if raw else None
-            if isinstance(answer, dict) and answer.get("id") == record.id:
-                if answer.get("error") or not isinstance(answer.get("report"), dict):
-                    raise StreamingError(f"the compatibility check inside the prepared driver of "
-                                         f"{self.target.version} could not run: {answer.get('error')}")
-                return answer["report"], float(answer.get("seconds") or 0.0)
-            if not hook.processes_of_run(record.new_run_id or ""):
-                raise StreamingError(f"the prepared driver of {self.target.version} exited before it ran the "
-                                     "compatibility check")
-            time.sleep(0.2)
+        raw = hook.storage.read_bytes(hook.paths.standby_gate)
+        asked = json.loads(raw) if raw else None
+        if not (isinstance(asked, dict) and asked.get("id") == record.id):  # not asked yet (resumed: asked)
+            request = {"id": record.id, "run_id": record.new_run_id, "dry_run": self.options.dry_run,
+                       "checkpoint": self.home.checkpoint_locations()[0], "at": time.time()}
+            hook.storage.write_atomic(hook.paths.standby_gate, json.dumps(request).encode())
+            asked = request
+        deadline = float(asked.get("at") or time.time()) + timeout
+        self._await(record, Wait(FILE, hook.spec.to_dict(), record.new_run_id, deadline,
+                                 {"path": hook.paths.standby_gate_report, "id": record.id}))
+        raw = hook.storage.read_bytes(hook.paths.standby_gate_report)
+        answer = json.loads(raw) if raw else None
+        if isinstance(answer, dict) and answer.get("id") == record.id:
+            if answer.get("error") or not isinstance(answer.get("report"), dict):
+                raise StreamingError(f"the compatibility check inside the prepared driver of "
+                                     f"{self.target.version} could not run: {answer.get('error')}")
+            return answer["report"], float(answer.get("seconds") or 0.0)
+        if not hook.processes_of_run(record.new_run_id or ""):
+            raise StreamingError(f"the prepared driver of {self.target.version} exited before it ran the "
+                                 "compatibility check")
         raise StreamingError(f"the prepared driver of {self.target.version} did not answer the compatibility "
                              f"check within {timeout:.0f}s")
 
     def _stopping(self, record: LifecycleRecord) -> None:
         hook = self.home
-        report = hook.stop(timeout=self.options.stop_timeout, kill_on_timeout=self.options.kill_on_timeout,
-                           lock=self.lock)
+        timeout = hook.spec.stop_timeout if self.options.stop_timeout is None else self.options.stop_timeout
+        if record.stop_requested_at is None:
+            self._ensure_lock()
+            record.stopping_run_id = hook.begin_stop()  # the run marker is gone: it stops at a batch boundary
+            record.stop_requested_at = time.time()
+            self.save(record)
+        if record.stopping_run_id is not None:
+            self._await(record, Wait(GONE, hook.spec.to_dict(), record.stopping_run_id,
+                                     record.stop_requested_at + timeout))
+        report = hook.finish_stop(record.stopping_run_id, record.stop_requested_at, timeout,
+                                  self.options.kill_on_timeout, self.lock)
         self.stop_report = report.to_dict()
         running = hook.running_driver()
         if running:
@@ -611,7 +677,9 @@ class LifecycleRunner:
                 else:
                     self._advance(record, Step.ROLLING_BACK, record.error)
                 return
-            time.sleep(self.options.poll_s)
+            self._await(record, Wait(PROBATION, self.new_hook.spec.to_dict(), record.new_run_id,
+                                     started + record.probation.window_s + 1.0,
+                                     {"started_at": started, "probation": dataclasses.asdict(record.probation)}))
 
     def _wait_ready(self, record: LifecycleRecord) -> None:
         """Deploy: the new run reports its first progress (or idles); a driver that dies first fails the
@@ -620,9 +688,10 @@ class LifecycleRunner:
         driver = hook.driver_record()
         if driver is None or driver.run_id != record.new_run_id:
             raise LifecycleError(f"no driver record of run {record.new_run_id} in {hook.paths.driver}")
-        elapsed = time.time() - (record.step_started_at or time.time())
-        timeout = (self.options.startup_timeout or hook.spec.startup_timeout) - elapsed
-        doc = hook.wait_until_ready(driver, max(1.0, timeout), lock=self.lock)  # DriverStartError: FAILED
+        deadline = (record.step_started_at or time.time()) + (self.options.startup_timeout or hook.spec.startup_timeout)
+        self._await(record, Wait(READY, hook.spec.to_dict(), driver.run_id, deadline))
+        # Over (ready, ended or timed out): this returns at once, or fails with the driver's own error.
+        doc = hook.wait_until_ready(driver, max(1.0, deadline - time.time()), lock=self.lock)  # DriverStartError
         record.first_new_batch = doc.last_batch_id()
         self._advance(record, Step.SUCCEEDED, f"run {driver.run_id} is running: app {doc.app_id}, Spark UI "
                                               f"{doc.spark_ui}")
@@ -646,10 +715,22 @@ class LifecycleRunner:
                 record.error = f"the new stream did not catch up within {record.probation.window_s:.0f}s: {why}"
                 self._advance(record, Step.ROLLING_BACK, record.error)
                 return
-            time.sleep(self.options.poll_s)
+            self._await(record, Wait(CAUGHT_UP, self.new_hook.spec.to_dict(), record.new_run_id,
+                                     started + record.probation.window_s + 1.0,
+                                     {"min_batches": record.probation.min_batches}))
 
     def _retiring(self, record: LifecycleRecord) -> None:
-        report = self.home.stop(lock=self.lock)
+        hook = self.home
+        if record.stop_requested_at is None:
+            self._ensure_lock()
+            record.stopping_run_id = hook.begin_stop()
+            record.stop_requested_at = time.time()
+            self.save(record)
+        if record.stopping_run_id is not None:
+            self._await(record, Wait(GONE, hook.spec.to_dict(), record.stopping_run_id,
+                                     record.stop_requested_at + hook.spec.stop_timeout))
+        report = hook.finish_stop(record.stopping_run_id, record.stop_requested_at, hook.spec.stop_timeout,
+                                  True, self.lock)
         if self.home.running_driver():
             raise LifecycleError(f"the old stream {record.stream!r} still runs after the stop; run the action again")
         record.stop_batch = report.position.last_committed if report.position else None

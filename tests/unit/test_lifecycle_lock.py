@@ -249,3 +249,36 @@ def test_ensure_never_mistakes_the_keepers_own_renewal_for_a_takeover(storage, c
             checks += 1
         assert checks > 100 and lock.lost is None
         assert on_disk(control)["renewed_at"] > lock.holder["acquired_at"]  # it was renewed meanwhile
+
+
+def test_a_lock_handed_to_a_trigger_is_kept_by_its_id_and_taken_back(storage, control):
+    from airflow_streaming.lifecycle.lock import renew_deferred
+
+    lock = LifecycleLock.acquire(storage, control, "upgrade", owner="task try 1", ttl=60.0)
+    holder_id = lock.defer()
+    held = on_disk(control)
+    assert held["deferred"] and held["pid"] == 0 and held["id"] == holder_id
+    # While deferred, no process holds it, yet nobody can take it (not stale while renewed).
+    with pytest.raises(LifecycleLockHeld):
+        LifecycleLock.acquire(storage, control, "supervise")
+    time.sleep(0.01)
+    assert renew_deferred(storage, control, holder_id) and on_disk(control)["renewed_at"] > held["renewed_at"]
+    assert not renew_deferred(storage, control, "someone-else")
+    # The resumed task (another process, maybe another host) takes it back by id.
+    resumed = LifecycleLock.resume(storage, control, holder_id)
+    try:
+        assert on_disk(control)["pid"] == os.getpid() and not on_disk(control)["deferred"]
+        assert not renew_deferred(storage, control, holder_id)  # the trigger's renewals end there
+    finally:
+        resumed.release()
+    assert on_disk(control) is None
+
+
+def test_a_deferred_lock_that_expired_and_was_taken_over_cannot_be_resumed(storage, control):
+    lock = LifecycleLock.acquire(storage, control, "upgrade", ttl=0.2)
+    holder_id = lock.defer()
+    time.sleep(0.3)  # nobody renewed it (the triggerer was down longer than the ttl)
+    with LifecycleLock.acquire(storage, control, "supervise") as other:
+        assert other.took_over and other.took_over["id"] == holder_id
+        with pytest.raises(LifecycleLockLost, match=f"no longer names the deferred action {holder_id}"):
+            LifecycleLock.resume(storage, control, holder_id)

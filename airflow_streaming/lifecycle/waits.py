@@ -1,0 +1,109 @@
+"""What a lifecycle action waits for, checked without waiting - so that the wait can run in a trigger.
+
+A lifecycle action spends most of its time waiting: for a deploy's first progress, a driver to exit,
+the compatibility gate's report, a new version's probation, a parallel stream to catch up. A runner
+in *deferrable* mode (``LifecycleOptions.defer``) does not sleep through these: it saves its record,
+raises :class:`WaitNeeded` describing the wait, and the operator defers to
+:class:`~airflow_streaming.triggers.lifecycle.LifecycleWaitTrigger`, which calls :func:`wait_over`
+from the triggerer until it is true (or the deadline passes), then hands the task back; the runner
+resumes from the record and checks the condition itself once more. No worker slot is held meanwhile.
+
+:func:`wait_over` only says "the runner can make progress now"; the decision (passed, failed, timed
+out) stays with the runner, so a trigger never changes a stream.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Wait kinds and what ends them.
+READY = "ready"          # a run reports its first progress, or it ended
+GONE = "gone"            # a driver exited
+FILE = "file"            # a file appeared (the gate's report), or the process that writes it ended
+STANDBY = "standby"      # a standby driver reported READY / FAILED, or exited
+PROBATION = "probation"  # probation decided (passed or failed), see lifecycle.record.probation_outcome
+CAUGHT_UP = "caught_up"  # a parallel stream caught up, or ended
+KINDS = (READY, GONE, FILE, STANDBY, PROBATION, CAUGHT_UP)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One wait of one lifecycle action (JSON-safe: it travels in the trigger's kwargs)."""
+
+    kind: str
+    spec: dict[str, Any]
+    """The spec of the stream whose driver or files are watched."""
+    run_id: str | None
+    deadline: float
+    """Wall-clock time after which the runner must decide anyway (timeout)."""
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Wait:
+        return cls(kind=d["kind"], spec=d["spec"], run_id=d.get("run_id"), deadline=float(d["deadline"]),
+                   params=dict(d.get("params") or {}))
+
+
+class WaitNeeded(Exception):  # noqa: N818 - control flow of a deferrable runner, not an error
+    """Raised by a runner in deferrable mode instead of blocking: the record is saved, the lock handed
+    over (``holders``: control dir -> deferred holder id), ``wait`` says what to watch."""
+
+    def __init__(self, wait: Wait, holders: dict[str, str] | None = None):
+        super().__init__(f"waiting for {wait.kind} of {wait.spec.get('name')} run {wait.run_id}")
+        self.wait = wait
+        self.holders = dict(holders or {})
+
+
+def wait_over(wait: Wait, now: float | None = None) -> bool:
+    """Whether the runner can make progress now (blocking file and process I/O: run it in a thread)."""
+    from airflow_streaming.hooks.streaming_job import StreamingJobHook
+    from airflow_streaming.spec import StreamSpec
+
+    now = time.time() if now is None else now
+    if now >= wait.deadline:
+        return True
+    hook = StreamingJobHook(StreamSpec.from_dict(wait.spec))
+    if wait.kind == READY:
+        record = hook.driver_record()
+        return record is None or record.run_id != wait.run_id or hook.readiness(record) != "waiting"
+    if wait.kind == GONE:
+        record = hook.driver_record()
+        return record is None or record.run_id != wait.run_id or hook.target_of(record).state(record).gone
+    if wait.kind == FILE:
+        path = wait.params["path"]
+        if hook.storage.read_bytes(path) is not None:
+            try:
+                answer = json.loads(hook.storage.read_bytes(path) or b"{}")
+            except ValueError:
+                return True
+            return not wait.params.get("id") or answer.get("id") == wait.params["id"]
+        token = wait.params.get("process_token")
+        return bool(token) and not hook.processes_of_run(token)
+    if wait.kind == STANDBY:
+        state = (hook.standby_state(wait.run_id or "") or {}).get("state")
+        return state in ("READY", "FAILED", "EXPIRED") or not hook.processes_of_run(wait.run_id or "")
+    if wait.kind in (PROBATION, CAUGHT_UP):
+        from airflow_streaming.lifecycle.record import Probation, caught_up, probation_outcome
+
+        raw = hook.storage.read_bytes(hook.paths.status)
+        doc = json.loads(raw) if raw else None
+        doc = doc if isinstance(doc, dict) and doc.get("run_id") == wait.run_id else None
+        if doc is not None and doc.get("state") in ("FAILED", "STOPPED"):
+            return True
+        if not hook.processes_of_run(wait.run_id or "") and not hook.running_driver():
+            return True
+        if wait.kind == CAUGHT_UP:
+            return caught_up(doc, int(wait.params.get("min_batches", 1)))[0]
+        verdict = hook.health()
+        batches = int(((doc or {}).get("totals") or {}).get("batches", 0))
+        passed, _ = probation_outcome(state=(doc or {}).get("state"), health=verdict.state.value, batches=batches,
+                                      started_at=float(wait.params.get("started_at", now)), now=now,
+                                      probation=Probation(**wait.params.get("probation", {})))
+        return passed is not None
+    raise ValueError(f"unknown wait kind {wait.kind!r} (known: {', '.join(KINDS)})")
