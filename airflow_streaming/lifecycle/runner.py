@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_streaming.checkpoint.batches import BatchPosition
+from airflow_streaming.compat.last_report import write_last_report
 from airflow_streaming.compat.run import blocking_problems, run_check
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError
@@ -376,6 +377,8 @@ class LifecycleRunner:
             self._advance(record, Step.REFUSED, record.error.splitlines()[0])
             return
         record.verdict = report["verdict"]
+        write_last_report(self.storage, self.home.paths.root, report, candidate_version=self.target.version,
+                          candidate_application=self.target.application, action_id=record.id, owner=record.owner)
         problems = blocking_problems(report, record.allow_warnings)
         if problems is not None:
             record.error = (f"{self.target.application} {self.target.version} is {record.verdict} with the checkpoint "
