@@ -11,6 +11,7 @@ from airflow_streaming.compat.last_report import write_last_report
 from airflow_streaming.compat.run import IncompatibleCandidateError, blocking_problems, run_check
 from airflow_streaming.control.storage import storage_for
 from airflow_streaming.spec import StreamSpec, as_spec
+from airflow_streaming.ui.links import STREAM_LINKS
 
 
 class SparkStreamCompatibilityCheckOperator(BaseOperator):
@@ -26,6 +27,7 @@ class SparkStreamCompatibilityCheckOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("spec",)
+    operator_extra_links = STREAM_LINKS
     ui_color = "#fff2b3"
 
     def __init__(self, *, spec: StreamSpec | Mapping[str, Any] | str, allow_warnings: bool = False,
