@@ -49,7 +49,12 @@
   }
   function seconds(s) {
     if (s === null || s === undefined) return dash;
-    return s < 120 ? `${num(s, 1)}s` : s < 7200 ? `${num(s / 60, 1)} min` : `${num(s / 3600, 1)} h`;
+    const a = Math.abs(s);
+    return a < 120 ? `${num(s, 1)}s` : a < 7200 ? `${num(s / 60, 1)} min` : a < 172800 ? `${num(s / 3600, 1)} h` : `${num(s / 86400, 1)} d`;
+  }
+  function lagLabel(lag) {
+    if (!lag) return dash;
+    return lag.kind === "offsets" ? `${num(lag.value, 0)} offsets` : `${seconds(lag.value)} (${lag.kind.replace("_", " ")})`;
   }
   const badge = (text, cls) => el("span", { class: `badge b-${cls || text}` }, String(text || dash).replaceAll("_", " "));
   const pageUrl = (name) => `${ROOT}/ui/` + (name ? `stream/${encodeURIComponent(name)}` : "");
@@ -157,7 +162,7 @@
   }
   function overviewRow(r) {
     const h = r.health || {};
-    const errors = Object.entries(r.errors || {}).filter(([k]) => k !== "health");
+    const errors = Object.entries(r.errors || {}).filter(([k, v]) => k !== "health" && !String(h.reason || "").includes(v));
     return el("tr", { class: `sev-${r.severity}`, "data-stream": r.name, "data-health": h.state },
       el("td", {}, airflowLink(pageUrl(r.name), r.name, { class: "stream-link", onclick: (ev) => { ev.preventDefault(); go(pageUrl(r.name)); } }),
         r.source === "control_location" ? el("div", { class: "small muted" }, "from a control location") : null,
@@ -169,7 +174,7 @@
       el("td", { class: "num" }, r.last_batch ? `#${r.last_batch.id}` : dash,
         r.last_batch ? el("div", { class: "small muted" }, ago(r.last_batch.at)) : null),
       el("td", { class: "num" }, num(r.input_rps)), el("td", { class: "num" }, num(r.processed_rps)),
-      el("td", { class: "num" }, r.lag ? r.lag.label : dash),
+      el("td", { class: "num" }, lagLabel(r.lag)),
       el("td", {}, actionCell(r.last_action)), el("td", {}, supervisorCell(r.supervisor)),
       el("td", {}, r.spark_ui ? outsideLink(r.spark_ui, "Spark UI", { class: "spark-ui-link" }) : null));
   }
@@ -240,7 +245,7 @@
         line("input rows/s", byT((p) => p.input_rps), { markArea: areas }), line("processed rows/s", byT((p) => p.processed_rps))] }),
       duration: Object.assign(baseOption(range), { yAxis: { type: "value", name: "ms" }, series: [
         line("batch duration (ms)", byT((p) => p.duration_ms), { markArea: areas, markLine: trigger ? { symbol: "none",
-          lineStyle: { type: "dashed", color: "#dc2626" }, label: { formatter: `trigger interval ${d.trigger_interval_s}s` },
+          lineStyle: { type: "dashed", color: "#dc2626" }, label: { position: "insideEndTop", formatter: `trigger interval ${d.trigger_interval_s}s` },
           data: [{ yAxis: trigger, name: "trigger interval" }] } : undefined })] }),
       rows: Object.assign(baseOption(range), { yAxis: { type: "value", name: "rows" }, series: [
         { name: "input rows per batch", type: "bar", barMaxWidth: 12, data: byT((p) => p.rows), markArea: areas },
@@ -318,7 +323,7 @@
     return el("div", { class: "stats" },
       stat("last batch", d.last_batch ? `#${d.last_batch.id} · ${ago(d.last_batch.at)}` : dash, "stat-last-batch"),
       stat("input rows/s", num(d.input_rps)), stat("processed rows/s", num(d.processed_rps)),
-      stat("lag", d.lag ? d.lag.label : dash), stat("batches this run", num((d.totals || {}).batches, 0)),
+      stat("lag", lagLabel(d.lag)), stat("batches this run", num((d.totals || {}).batches, 0)),
       stat("rows this run", num((d.totals || {}).input_rows, 0)),
       stat("quarantined", num((d.totals || {}).quarantined_rows, 0)),
       stat("heartbeat", d.heartbeat_age_s !== null && d.heartbeat_age_s !== undefined ? `${seconds(d.heartbeat_age_s)} ago` : dash),
