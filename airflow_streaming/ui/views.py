@@ -284,7 +284,7 @@ def overview_row(snap: StreamSnapshot) -> dict[str, Any]:
     state = health.get("state", "UNKNOWN")
     severity = SEVERITY.get(state, 1)
     if (last_action or {}).get("outcome") in ALARMING_STEPS or (supervisor or {}).get("gave_up"):
-        severity = max(severity, 2 if state not in ("FAILED",) else 3)
+        severity = max(severity, 2)  # a person must look, whatever the driver does now
     live = status.get("state") in ("RUNNING", "STARTING", "STOPPING")
     reasons = [r.get("message") for r in health.get("reasons") or [] if isinstance(r, Mapping)]
     return mask({

@@ -214,3 +214,17 @@ def test_actions_are_off_unless_enabled(monkeypatch, setting, expected):
     else:
         monkeypatch.setenv("AIRFLOW__STREAMING__UI_ACTIONS", setting)
     assert settings()["actions_enabled"] is expected
+
+
+def test_a_stream_needing_a_person_stands_out_even_when_its_driver_is_fine(tmp_path):
+    other = tmp_path / "other"
+    d = _stream_dir(other, "legacy", "device_signals_stopped.json")
+    assert views.overview_row(read_stream(discover(None, [str(other)]).streams[0]))["severity"] == 0
+    (d / "supervisor.json").write_text(json.dumps({"failures": [time.time() - 60], "gave_up": True}))
+    row = views.overview_row(read_stream(discover(None, [str(other)]).streams[0]))
+    assert row["severity"] == 2 and row["supervisor"]["gave_up"] and row["supervisor"]["restarts_in_window"] == 1
+    (d / "supervisor.json").unlink()
+    (d / "history.json").write_text(json.dumps([{"id": "x", "action": "upgrade", "outcome": "ROLLBACK_FAILED",
+                                                 "started_at": time.time() - 9, "ended_at": time.time()}]))
+    row = views.overview_row(read_stream(discover(None, [str(other)]).streams[0]))
+    assert row["severity"] == 2 and row["last_action"]["outcome"] == "ROLLBACK_FAILED"
