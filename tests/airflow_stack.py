@@ -164,8 +164,11 @@ def metadata_overlay(root: Path) -> str | None:
     checkout's metadata, placed before site-packages, makes the services load this checkout's entry
     points. Returns that directory, or ``None`` when the installed metadata already matches."""
     import importlib.metadata as md
-    import tomllib
 
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: use the installed metadata as it is
+        return None
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     wanted = {(group, name, value) for group, eps in project.get("entry-points", {}).items()
               for name, value in eps.items()}

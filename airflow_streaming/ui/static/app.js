@@ -265,29 +265,27 @@
   function timelineOption(d, range) {
     const actions = (d.actions || []).slice(-100);
     const lanes = [...new Set(actions.map((a) => a.action))];
-    const segs = { ok: [], warn: [], crit: [], running: [] };
-    for (const a of actions) {
-      const lane = lanes.indexOf(a.action);
-      segs[outcomeClass(a)].push([a.start, lane, a], [a.end || Date.now(), lane, a], null);
-    }
-    const steps = actions.flatMap((a) => (a.steps || []).map((s) => [s.at, lanes.indexOf(a.action), s.step, s.detail || "", a.id]));
+    const labels = { ok: "succeeded", warn: "refused / rolled back", crit: "failed", running: "running" };
+    // One series per action (a thick segment from its start to its end); series of one outcome share a
+    // name, so the legend has one entry per outcome.
+    const segments = actions.map((a) => {
+      const k = outcomeClass(a), lane = lanes.indexOf(a.action);
+      return { name: labels[k], type: "line", showSymbol: false, lineStyle: { width: 10, color: TIMELINE_COLORS[k] },
+        itemStyle: { color: TIMELINE_COLORS[k] }, data: [{ value: [a.start, lane], a }, { value: [a.end || Date.now(), lane], a }] };
+    });
+    const steps = actions.flatMap((a) => (a.steps || []).filter((s) => s.at).map((s) => ({ value: [s.at, lanes.indexOf(a.action)], s })));
     return {
       animation: false, grid: { left: 80, right: 64, top: 30, bottom: 50 }, legend: { top: 0 },
       tooltip: { trigger: "item", formatter: (p) => {
-        if (p.seriesName === "steps") return `${p.value[2]} · ${new Date(p.value[0]).toLocaleString()}<br>${String(p.value[3]).slice(0, 200)}`;
-        const a = p.value[2] || {};
+        const s = p.data && p.data.s, a = (p.data && p.data.a) || {};
+        if (s) return `${s.step} · ${new Date(s.at).toLocaleString()}<br>${String(s.detail || "").slice(0, 200)}`;
         return `${a.action} ${a.from_version || "∅"}→${a.to_version || "∅"}: ${a.running ? "running" : a.outcome}` +
           (a.verdict ? `<br>gate: ${a.verdict}` : "") + (a.error ? `<br>${String(a.error).slice(0, 200)}` : "");
       } },
       xAxis: { type: "time", min: range[0], max: range[1] },
       yAxis: { type: "category", data: lanes.length ? lanes : ["(no action recorded)"] },
       dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "none" }, { type: "slider", xAxisIndex: 0, height: 16, bottom: 6, filterMode: "none" }],
-      series: [
-        ...Object.entries(segs).map(([k, data]) => ({ name: { ok: "succeeded", warn: "refused / rolled back", crit: "failed", running: "running" }[k],
-          type: "line", data, lineStyle: { width: 10, color: TIMELINE_COLORS[k] }, itemStyle: { color: TIMELINE_COLORS[k] },
-          showSymbol: false, connectNulls: false })),
-        { name: "steps", type: "scatter", symbolSize: 7, itemStyle: { color: "#374151" }, data: steps },
-      ],
+      series: [...segments, { name: "steps", type: "scatter", symbolSize: 7, itemStyle: { color: "#374151" }, data: steps }],
     };
   }
   function timeRange(d, points) {
