@@ -285,13 +285,18 @@ def overview_row(snap: StreamSnapshot) -> dict[str, Any]:
     severity = SEVERITY.get(state, 1)
     if (last_action or {}).get("outcome") in ALARMING_STEPS or (supervisor or {}).get("gave_up"):
         severity = max(severity, 2)  # a person must look, whatever the driver does now
-    live = status.get("state") in ("RUNNING", "STARTING", "STOPPING")
+    # The status document keeps the last state a driver wrote: a killed driver's says RUNNING forever.
+    live = status.get("state") in ("RUNNING", "STARTING", "STOPPING") and state not in ("FAILED", "STOPPED")
+    driver_state = status.get("state")
+    if driver_state in ("RUNNING", "STARTING", "STOPPING") and state == "FAILED":
+        driver_state = "GONE"
     reasons = [r.get("message") for r in health.get("reasons") or [] if isinstance(r, Mapping)]
     return mask({
         "name": snap.ref.name, "source": snap.ref.source, "control_dir": snap.ref.spec.control_dir,
         "version": version, "wanted_version": snap.ref.wanted_version,
         "pending": bool(snap.ref.wanted_version and version and snap.ref.wanted_version != version),
-        "state": status.get("state"), "run_id": status.get("run_id"), "app_id": status.get("app_id"),
+        "state": driver_state, "reported_state": status.get("state"), "run_id": status.get("run_id"),
+        "app_id": status.get("app_id"),
         "health": {"state": state, "reason": reasons[0] if reasons else None, "reasons": reasons,
                    "warnings": [w.get("message") for w in health.get("warnings") or [] if isinstance(w, Mapping)],
                    "metrics": health.get("metrics") or {}},

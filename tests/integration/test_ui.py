@@ -325,6 +325,7 @@ def test_streams_dashboard_in_the_real_airflow_ui(airflow_stack: AirflowStack, s
     failed = frame.locator(f"tr[data-stream='{STREAM}'][data-health='FAILED']")
     failed.wait_for(timeout=30_000)
     assert "sev-3" in (failed.get_attribute("class") or "")
+    assert "GONE" in failed.inner_text() and failed.locator("a.spark-ui-link").count() == 0
     background = failed.evaluate("n => getComputedStyle(n).backgroundColor")
     assert background not in ("rgba(0, 0, 0, 0)", "transparent"), background
     # FAILED sorts first by default.

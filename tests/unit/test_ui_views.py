@@ -228,3 +228,20 @@ def test_a_stream_needing_a_person_stands_out_even_when_its_driver_is_fine(tmp_p
                                                  "started_at": time.time() - 9, "ended_at": time.time()}]))
     row = views.overview_row(read_stream(discover(None, [str(other)]).streams[0]))
     assert row["severity"] == 2 and row["last_action"]["outcome"] == "ROLLBACK_FAILED"
+
+
+def test_a_killed_driver_is_shown_gone_not_running(tmp_path):
+    from airflow_streaming.ui.streams import StreamSnapshot
+
+    other = tmp_path / "other"
+    _stream_dir(other, "etl", "etl_dag_phase1_running.json")
+    ref = discover(None, [str(other)]).streams[0]
+    status = json.loads((FIXTURES / "etl_dag_phase1_running.json").read_text())
+    status["spark_ui"] = "http://127.0.0.1:4040"
+    healthy = StreamSnapshot(ref=ref, read_at=time.time(), status=status, health={"state": "HEALTHY", "reasons": []})
+    assert views.overview_row(healthy)["state"] == "RUNNING" and views.overview_row(healthy)["spark_ui"]
+    dead = StreamSnapshot(ref=ref, read_at=time.time(), status=status, health={
+        "state": "FAILED", "reasons": [{"code": "DRIVER_GONE", "message": "driver exited without a graceful stop"}]})
+    row = views.overview_row(dead)
+    assert row["state"] == "GONE" and row["reported_state"] == "RUNNING" and row["spark_ui"] is None
+    assert row["severity"] == 3 and row["health"]["reason"].startswith("driver exited")

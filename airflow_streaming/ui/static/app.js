@@ -285,7 +285,7 @@
       xAxis: { type: "time", min: range[0], max: range[1] },
       yAxis: { type: "category", data: lanes.length ? lanes : ["(no action recorded)"] },
       dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "none" }, { type: "slider", xAxisIndex: 0, height: 16, bottom: 6, filterMode: "none" }],
-      series: [...segments, { name: "steps", type: "scatter", symbolSize: 7, itemStyle: { color: "#374151" }, data: steps }],
+      series: [...segments, { name: "steps", type: "scatter", z: 5, symbolSize: 8, itemStyle: { color: "#111827", borderColor: "#fff", borderWidth: 1 }, data: steps }],
     };
   }
   function timeRange(d, points) {
