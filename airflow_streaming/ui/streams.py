@@ -168,7 +168,7 @@ def discover(desired_state: str | None, control_locations: Iterable[str]) -> Dis
             except Exception as exc:  # noqa: BLE001
                 found.errors.append(f"{base}: {exc}")
                 continue
-            spec, known, note = _spec_from_dir(name, location, lambda f, b=base: storage.read_bytes(f"{b}/{f}"))
+            spec, known, note = _spec_from_dir(name, location, lambda f, b=base, st=storage: st.read_bytes(f"{b}/{f}"))
             found.streams.append(StreamRef(name=name, spec=spec, source="control_location", spec_known=known,
                                            note=note))
             seen.add(name)
