@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ SHOTS = Path(os.environ.get("AIRFLOW_STREAMING_SCREENSHOTS", REPO / "docs" / "sc
 FIXTURES = REPO / "tests" / "fixtures" / "status"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SECRET = "ui-test-secret-7f3a9"
-STREAM = "ui-etl"
+STREAM = "ui-signals"
 
 DEMO_DAG = '''
 import os
@@ -48,7 +49,7 @@ from airflow_streaming.lifecycle.desired_state import load_desired_state
 from airflow_streaming.operators.deploy import SparkStreamDeployOperator
 from airflow_streaming.sensors.health import StreamingHealthSensor
 
-SPEC = load_desired_state(os.environ["AIRFLOW_STREAMING_DESIRED_STATE"]).target("ui-etl").spec.to_dict()
+SPEC = load_desired_state(os.environ["AIRFLOW_STREAMING_DESIRED_STATE"]).target("ui-signals").spec.to_dict()
 
 
 @dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
@@ -83,8 +84,9 @@ streams:
     spec: {{checkpoint_location: {root}/checkpoints/{STREAM}}}
     versions:
       v1:
-        application: events_etl
-        application_args: [--input, {root}/input, --output, {root}/output, --quarantine, {root}/quarantine]
+        application: device_signals
+        application_args: [--input, {root}/input, --output, {root}/output, --window, 10 seconds,
+                           --watermark, 5 seconds]
 """)
     return str(path)
 
@@ -130,12 +132,15 @@ def stream(ui_root: Path, airflow_stack: AirflowStack) -> Iterator[dict[str, Any
     registry = StreamRegistry(ui_root)
     hook = registry.hook(spec)
     stop = threading.Event()
-    generate_events(str(ui_root / "input"), count=400, files=2, run="seed")
+    # Event time follows the wall clock, so windows close and the watermark advances as in production.
+    generate_events(str(ui_root / "input"), count=400, files=2, run="seed", event_time_step=0.01,
+                    event_time_start=datetime.now(timezone.utc) - timedelta(seconds=5))
 
     def feed() -> None:
         i = 10
         while not stop.wait(3.0) and i < 400:  # bounded: at most ~20 minutes of input
-            generate_events(str(ui_root / "input"), count=60, files=1, run=f"live{i}", file_start_index=i)
+            generate_events(str(ui_root / "input"), count=60, files=1, run=f"live{i}", file_start_index=i,
+                            event_time_start=datetime.now(timezone.utc), event_time_step=0.05)
             i += 1
 
     feeder = threading.Thread(target=feed, name="ui-input-feeder", daemon=True)
@@ -264,8 +269,16 @@ def test_streams_dashboard_in_the_real_airflow_ui(airflow_stack: AirflowStack, s
     assert len(chart_times() & live) >= 3
     newer = wait_for(lambda: (t := live_times()) and max(t) > max(live) and t, 60, "a newer batch")
     wait_for(lambda: max(newer) in chart_times(), 30, "the chart refreshed with the newer batch")
-    for chart in ("duration", "rows", "eventtime", "timeline"):
+    for chart in ("duration", "rows", "state", "eventtime", "timeline"):
         assert frame.locator(f"#chart-{chart}").get_attribute("data-points") not in (None, "", "0"), chart
+
+    def series_values(chart: str) -> list[list[Any]]:
+        return frame.locator(f"#chart-{chart}").evaluate(
+            "n => echarts.getInstanceByDom(n).getOption().series.map(s => s.data.map(p => p[1]))")
+
+    # The stateful job: state rows per operator and the watermark, as Spark reported them.
+    wait_for(lambda: any(v for v in series_values("state")[0] if v), 60, "state rows in the state chart")
+    wait_for(lambda: any(v is not None for v in series_values("eventtime")[0]), 60, "a watermark lag point")
     trigger_line = frame.locator("#chart-duration").evaluate(
         "n => echarts.getInstanceByDom(n).getOption().series[0].markLine.data[0].yAxis")
     assert trigger_line == 2000
