@@ -39,6 +39,7 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.triggers.health"]}
         ],
+        "extra-links": ["airflow_streaming.ui.links.SparkUILink", "airflow_streaming.ui.links.StreamDashboardLink"],
         "notifications": [
             "airflow_streaming.notifications.webhook.StreamWebhookNotifier",
             "airflow_streaming.notifications.email.StreamEmailNotifier",

@@ -19,6 +19,25 @@ if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
   exit 1
 fi
 
+# System packages of the end-to-end tests: PostgreSQL (the real-Airflow stack, tests/airflow_stack.py) and
+# Chromium (the UI test drives it headless). Installed when missing and possible; otherwise those tests
+# are skipped with the reason.
+need=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
+if [ "${#need[@]}" -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="$(command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null && echo sudo || true)"
+  if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; }; then
+    echo "installing ${need[*]} for the end-to-end tests (apt-get) ..." >&2
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"; } >&2 \
+      || echo "WARNING: could not install ${need[*]}: the tests that need them will be skipped" >&2
+  else
+    echo "NOTE: ${need[*]} not installed and no apt-get/root: the tests that need them will be skipped" \
+         "(install: sudo apt-get install -y ${need[*]})" >&2
+  fi
+fi
+
 PY="${PYTHON:-python3}"
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
   echo "ERROR: Python 3.10+ is required ($PY is $("$PY" -V 2>&1))." >&2

@@ -43,6 +43,7 @@ from typing import Any
 
 from airflow_streaming import faults
 from airflow_streaming.checkpoint.batches import BatchPosition
+from airflow_streaming.compat.last_report import write_last_report
 from airflow_streaming.compat.run import blocking_problems, read_detached_report, run_check, start_check_detached
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError
@@ -447,6 +448,8 @@ class LifecycleRunner:
     def _gate_verdict(self, record: LifecycleRecord, report: dict[str, Any], passed: Step, where: str = "") -> bool:
         """Record the gate's verdict and move to ``passed`` or REFUSED; return whether it passed."""
         record.verdict = report["verdict"]
+        write_last_report(self.storage, self.home.paths.root, report, candidate_version=self.target.version,
+                          candidate_application=self.target.application, action_id=record.id, owner=record.owner)
         problems = blocking_problems(report, record.allow_warnings)
         if problems is not None:
             record.error = (f"{self.target.application} {self.target.version} is {record.verdict} with the checkpoint "

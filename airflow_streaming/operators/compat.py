@@ -7,8 +7,11 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_streaming.compat.last_report import write_last_report
 from airflow_streaming.compat.run import IncompatibleCandidateError, blocking_problems, run_check
+from airflow_streaming.control.storage import storage_for
 from airflow_streaming.spec import StreamSpec, as_spec
+from airflow_streaming.ui.links import STREAM_LINKS
 
 
 class SparkStreamCompatibilityCheckOperator(BaseOperator):
@@ -24,6 +27,7 @@ class SparkStreamCompatibilityCheckOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("spec",)
+    operator_extra_links = STREAM_LINKS
     ui_color = "#fff2b3"
 
     def __init__(self, *, spec: StreamSpec | Mapping[str, Any] | str, allow_warnings: bool = False,
@@ -42,6 +46,11 @@ class SparkStreamCompatibilityCheckOperator(BaseOperator):
         for f in report["findings"]:
             self.log.info("[%s] %s: %s | checkpoint: %s | candidate: %s", f["severity"], f["rule"], f["message"],
                           f["checkpoint"], f["candidate"])
+        ti = context["ti"]
+        storage, control_dir = storage_for(spec.control_dir, spec.storage_conn_id)
+        write_last_report(storage, control_dir, report, candidate_version=spec.version,
+                          candidate_application=spec.application,
+                          owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}")
         problems = blocking_problems(report, self.allow_warnings)
         if problems is not None:
             raise IncompatibleCandidateError(f"{spec.application} {spec.version} is {verdict} with the checkpoint "

@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.spec import StreamSpec, as_spec
+from airflow_streaming.ui.links import STREAM_LINKS
 
 
 class SparkStreamDeployOperator(BaseOperator):
@@ -25,6 +26,7 @@ class SparkStreamDeployOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("spec",)
+    operator_extra_links = STREAM_LINKS
     ui_color = "#d4f1c5"
 
     def __init__(

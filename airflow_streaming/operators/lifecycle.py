@@ -8,6 +8,7 @@ from typing import Any
 from airflow.sdk import BaseNotifier, BaseOperator, Context
 
 from airflow_streaming.spec import StreamSpec, as_spec, parse_duration
+from airflow_streaming.ui.links import STREAM_LINKS
 
 
 class SparkStreamUpgradeOperator(BaseOperator):
@@ -35,6 +36,7 @@ class SparkStreamUpgradeOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("spec", "current")
+    operator_extra_links = STREAM_LINKS
     ui_color = "#c9f2d0"
 
     def __init__(self, *, spec: StreamSpec | Mapping[str, Any] | str | None = None, action: str = "upgrade",

@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_streaming.exceptions import StreamFailedError
 from airflow_streaming.spec import StreamSpec, as_spec
+from airflow_streaming.ui.links import STREAM_LINKS
 
 
 class SparkStreamStopOperator(BaseOperator):
@@ -25,6 +26,7 @@ class SparkStreamStopOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("spec",)
+    operator_extra_links = STREAM_LINKS
     ui_color = "#f6d3c5"
 
     def __init__(

@@ -11,6 +11,7 @@ from airflow.sdk import BaseNotifier, BaseOperator, Context
 from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.spec import StreamSpec, as_spec
+from airflow_streaming.ui.links import STREAM_LINKS
 
 
 class SparkStreamSupervisorOperator(BaseOperator):
@@ -31,6 +32,7 @@ class SparkStreamSupervisorOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("specs",)
+    operator_extra_links = STREAM_LINKS
     ui_color = "#d6e4ff"
 
     def __init__(self, *, specs: Sequence[StreamSpec | Mapping[str, Any] | str],

@@ -12,6 +12,7 @@ from airflow_streaming.exceptions import StreamFailedError
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.triggers.health import MODES, REPORT, WATCH, StreamingHealthTrigger, decide
+from airflow_streaming.ui.links import STREAM_LINKS
 
 
 def _default_deferrable() -> bool:
@@ -60,6 +61,7 @@ class StreamingHealthSensor(BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = ("spec",)
+    operator_extra_links = STREAM_LINKS
 
     def __init__(self, *, spec: StreamSpec | Mapping[str, Any] | str, mode: str = "wait_healthy",
                  watch_seconds: float = 300.0,

@@ -13,6 +13,7 @@ from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import StreamFailedError
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.spec import StreamSpec, as_spec
+from airflow_streaming.ui.links import STREAM_LINKS
 
 
 class SparkStreamProgressSensor(BaseSensorOperator):
@@ -27,6 +28,7 @@ class SparkStreamProgressSensor(BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = ("spec", "min_input_rows")
+    operator_extra_links = STREAM_LINKS
 
     def __init__(
         self,
