@@ -30,6 +30,8 @@ def target_for(spec: Any, storage: ControlStorage, paths: ControlPaths) -> Drive
     """The :class:`DriverTarget` for ``spec`` (its master, deploy mode and ``cluster`` settings)."""
     kind = target_kind(spec.master, spec.deploy_mode)
     settings = dict(getattr(spec, "cluster", None) or {})
+    if getattr(spec, "master_ui_url", None):
+        settings.setdefault("master_ui_url", spec.master_ui_url)
     if kind == "local":
         from airflow_streaming.targets.local import LocalTarget
 
