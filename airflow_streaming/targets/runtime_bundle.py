@@ -77,13 +77,20 @@ def runtime_files(root: Path = PROJECT_ROOT) -> list[Path]:
 
 def build_bundle(root: Path = PROJECT_ROOT) -> bytes:
     """The zip's bytes (see the module docstring)."""
+    entries = {path.relative_to(root).as_posix(): path.read_bytes() for path in runtime_files(root)}
+    # zipimport does not do namespace packages: a package directory without __init__.py (control/)
+    # gets an empty one in the zip.
+    for name in list(entries):
+        parts = name.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            entries.setdefault("/".join([*parts[:depth], "__init__.py"]), b"")
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for path in runtime_files(root):
-            info = zipfile.ZipInfo(path.relative_to(root).as_posix(), date_time=_FIXED_TIME)
+        for name in sorted(entries):
+            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, path.read_bytes())
+            archive.writestr(info, entries[name])
     return buffer.getvalue()
 
 
