@@ -210,3 +210,15 @@ def test_resourcemanager_url_from_yarn_site(tmp_path, monkeypatch):
     spec = yarn_spec(tmp_path, "http://x:8088")
     with pytest.raises(ValueError, match="cluster.resourcemanager_url"):
         YarnClusterTarget(None, None, {k: v for k, v in spec.cluster.items() if k != "resourcemanager_url"})
+
+
+def test_a_record_is_checked_where_its_driver_runs_whatever_the_spec_says_now(tmp_path, rm, submit_record):
+    record = StreamingJobHook(yarn_spec(tmp_path, rm.url)).submit()
+    rm.set_state(record.handle["app_id"], "RUNNING")
+    # The spec moved to local mode (and names no RM): the YARN driver is still seen, and killed, through
+    # the ResourceManager named in its handle - never judged "gone" by a local pid check.
+    local = StreamingJobHook(replace(yarn_spec(tmp_path, rm.url), master="local[2]", deploy_mode=None, cluster={}))
+    assert local.driver_liveness()[0] == Liveness.ALIVE
+    assert local.target_of(record).kind == "yarn"
+    assert "accepted" in local.kill(record, grace=5)
+    assert rm.apps[record.handle["app_id"]]["state"] == "KILLED"
