@@ -118,6 +118,10 @@ def run_spark_submit(target: ClusterTarget, plan: LaunchPlan, what: str,
     set ``waitAppCompletion=false``). The output, secrets masked, is noted in the run's log. A
     spark-submit still running after ``timeout`` is killed; raises :class:`DriverStartError` then."""
     env = {**os.environ, **plan.env}
+    # This host's Python means nothing on a NodeManager or in an image: the driver's Python is
+    # cluster.python (spark.pyspark.python), else the cluster's default.
+    env.pop("PYSPARK_PYTHON", None)
+    env.pop("PYSPARK_DRIVER_PYTHON", None)
     binary = spark_submit_binary(target.settings, env)
     properties = write_properties_file(plan.secret_conf, plan.run_id) if plan.secret_conf else None
     argv = spark_submit_argv(plan, binary, properties)

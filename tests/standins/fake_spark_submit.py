@@ -53,7 +53,7 @@ def _post(url: str, doc: dict, token: str | None = None) -> dict:
 
 def main(argv: list[str]) -> int:
     properties = _option(argv, "--properties-file")
-    record: dict = {"argv": argv, "pythonpath": os.environ.get("PYTHONPATH")}
+    record: dict = {"argv": argv, "pyspark_python": os.environ.get("PYSPARK_PYTHON")}
     if properties:
         st = os.stat(properties)
         record.update(properties_file=properties, properties_mode=oct(stat.S_IMODE(st.st_mode)),

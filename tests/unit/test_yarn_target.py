@@ -82,6 +82,7 @@ def test_submission_is_spark_submit_in_cluster_mode_with_the_run_tag_and_no_secr
     assert "airflow-streaming-stream-etl" in conf["spark.yarn.tags"].split(",")
     assert conf["spark.airflow_streaming.run_id"] == record.run_id
     assert conf["spark.sql.shuffle.partitions"] == "4"
+    assert call["pyspark_python"] is None  # this host's Python path means nothing on a NodeManager
     # The runtime ships with the application: a zip with the launcher's imports.
     bundle = argv[argv.index("--py-files") + 1]
     with zipfile.ZipFile(bundle) as archive:
@@ -177,6 +178,16 @@ def test_a_failed_spark_submit_names_its_output_submits_nothing_and_shows_no_sec
     assert hook.driver_record() is None and not hook.storage.exists(hook.paths.marker) and rm.apps == {}
     (call,) = calls(submit_record)
     assert not os.path.exists(call["properties_file"])
+
+
+def test_cluster_python_is_the_drivers_python(tmp_path, rm, submit_record):
+    record = StreamingJobHook(yarn_spec(tmp_path, rm.url, python="./venv/bin/python",
+                                        archives=["hdfs:///envs/streams.tar.gz#venv"])).submit()
+    argv = calls(submit_record)[0]["argv"]
+    conf = conf_of(argv)
+    assert conf["spark.pyspark.python"] == conf["spark.yarn.appMasterEnv.PYSPARK_PYTHON"] == "./venv/bin/python"
+    assert argv[argv.index("--archives") + 1] == "hdfs:///envs/streams.tar.gz#venv"
+    assert record.handle["app_id"].startswith("application_")
 
 
 def test_yarn_reattempts_are_refused_the_supervisor_is_the_one_restarter(tmp_path, rm, submit_record):
