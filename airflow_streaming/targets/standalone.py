@@ -143,6 +143,17 @@ class StandaloneClusterTarget(ClusterTarget):
             "sparkProperties": properties,
         }
 
+    def describe_command(self, plan: LaunchPlan) -> str:
+        """The REST submission as one line for the record (secret conf only counted, never shown)."""
+        from airflow_streaming.targets.submit_command import masked_command
+
+        body = self.request_body(plan)
+        props = [f"{k}={v}" for k, v in sorted(body["sparkProperties"].items())]
+        secrets = f" +{len(plan.secret_conf)} secret conf entries in the driver's environment" if plan.secret_conf else ""
+        return masked_command([f"POST {self.rest_urls[0]}/v1/submissions/create", body["mainClass"],
+                               *body["appArgs"][:1], repr(body["appArgs"][1]), *body["appArgs"][2:],
+                               "sparkProperties:", *props]) + secrets
+
     def submit(self, plan: LaunchPlan) -> dict[str, Any]:
         body = self.request_body(plan)
         failures = []

@@ -60,7 +60,10 @@ def test_the_request_runs_the_launcher_through_python_runner_with_secrets_only_i
     assert SECRET not in json.dumps(props) and SECRET not in json.dumps(body["appArgs"])
     assert json.loads(body["environmentVariables"][SECRET_CONF_ENV]) == {"spark.hadoop.x.password": SECRET}
     assert body["environmentVariables"]["PYSPARK_PYTHON"] == "/opt/py/bin/python3"
-    assert SECRET not in target.describe_command(plan)
+    command = target.describe_command(plan)
+    assert command.startswith("POST http://m1:6066/v1/submissions/create org.apache.spark.deploy.PythonRunner")
+    assert "spark.submit.deployMode=cluster" in command and "+1 secret conf entries" in command
+    assert SECRET not in command
 
 
 def test_runtime_path_points_the_workers_at_their_copy_of_the_project(tmp_path):
