@@ -233,3 +233,14 @@ def test_a_record_is_checked_where_its_driver_runs_whatever_the_spec_says_now(tm
     assert local.target_of(record).kind == "yarn"
     assert "accepted" in local.kill(record, grace=5)
     assert rm.apps[record.handle["app_id"]]["state"] == "KILLED"
+
+
+def test_a_user_script_is_shipped_with_the_application(tmp_path, rm, submit_record):
+    script = tmp_path / "my_job.py"
+    script.write_text("print('job')\n")
+    spec = replace(yarn_spec(tmp_path, rm.url), application=str(script), application_args=("--x", "1"))
+    StreamingJobHook(spec).submit()
+    argv = calls(submit_record)[0]["argv"]
+    assert conf_of(argv)["spark.yarn.dist.files"] == str(script)
+    # In the application master's container the script sits in the working directory.
+    assert argv[argv.index("--script") + 1] == "my_job.py" and argv[-3:] == ["--", "--x", "1"]
