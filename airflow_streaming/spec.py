@@ -235,6 +235,10 @@ def _check_cluster(value: Any) -> dict[str, Any]:
             raise SpecError(f"cluster.{key}", f"must be a non-empty string, got {item!r}")
         if kind is list and (not isinstance(item, (list, tuple)) or not all(isinstance(i, str) for i in item)):
             raise SpecError(f"cluster.{key}", f"must be a list of strings, got {item!r}")
+        if key == "supervise" and item:
+            raise SpecError("cluster.supervise", "true is not supported: the project's supervisor restarts a failed "
+                            "driver (through the lifecycle, with backoff and attempt limits) and Spark's supervise "
+                            "would restart it a second time; remove it (see docs/cluster.md)")
         result[key] = list(item) if kind is list else item
     return result
 

@@ -45,7 +45,7 @@ from airflow_streaming.exceptions import (
 from airflow_streaming.lifecycle.lock import LifecycleLock
 from airflow_streaming.redaction import mask_spec, redact, register_secrets, secret_values, split_conf
 from airflow_streaming.spec import StreamSpec
-from airflow_streaming.targets import target_for
+from airflow_streaming.targets import target_for, target_for_record
 from airflow_streaming.targets.base import DriverTarget, LaunchPlan, Liveness
 from airflow_streaming.targets.local import reap_children
 
@@ -165,12 +165,12 @@ class StreamingJobHook(BaseHook):
         return self._target
 
     def target_of(self, record: DriverRecord) -> DriverTarget:
-        """The target that ran ``record`` (a local record needs no Spark connection to be checked)."""
-        if record.target == "local" and self._target is None:
-            from airflow_streaming.targets.local import LocalTarget
-
-            return LocalTarget(self.storage, self.paths, dict(self.spec.cluster))
-        return self.target
+        """The target that ran ``record``: the stream's own when it is of the record's kind, else one rebuilt
+        from the record's handle (no Spark connection needed; a driver started under another deploy target
+        is still checked where it runs)."""
+        if self._target is not None and self._target.kind == record.target:
+            return self._target
+        return target_for_record(record, self.storage, self.paths, dict(self.spec.cluster))
 
     def _spec_with_connection(self) -> StreamSpec:
         """The spec with master, deploy mode and submit options taken from its ``spark`` connection."""

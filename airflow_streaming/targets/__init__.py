@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_streaming.control.contract import ControlPaths
+from airflow_streaming.control.contract import ControlPaths, DriverRecord
 from airflow_streaming.control.storage import ControlStorage
 from airflow_streaming.targets.base import DriverTarget
 
@@ -30,6 +30,8 @@ def target_for(spec: Any, storage: ControlStorage, paths: ControlPaths) -> Drive
     """The :class:`DriverTarget` for ``spec`` (its master, deploy mode and ``cluster`` settings)."""
     kind = target_kind(spec.master, spec.deploy_mode)
     settings = dict(getattr(spec, "cluster", None) or {})
+    if getattr(spec, "master_ui_url", None):
+        settings.setdefault("master_ui_url", spec.master_ui_url)
     if kind == "local":
         from airflow_streaming.targets.local import LocalTarget
 
@@ -45,3 +47,30 @@ def target_for(spec: Any, storage: ControlStorage, paths: ControlPaths) -> Drive
     from airflow_streaming.targets.kubernetes import KubernetesClusterTarget
 
     return KubernetesClusterTarget(storage, paths, settings, master=spec.master)
+
+
+def target_for_record(record: DriverRecord, storage: ControlStorage, paths: ControlPaths,
+                      settings: dict[str, Any] | None = None) -> DriverTarget:
+    """The target that can check and kill the driver of ``record``, rebuilt from its handle alone (where
+    the driver runs: REST URL, ResourceManager, API server, namespace) plus ``settings`` for what a
+    handle never holds (credentials files, TLS). Works from any host and whatever the spec says now."""
+    settings = dict(settings or {})
+    handle = record.handle
+    if record.target == "standalone-cluster":
+        from airflow_streaming.targets.standalone import StandaloneClusterTarget
+
+        urls = {k: handle[k] for k in ("rest_url", "master_ui_url") if handle.get(k)}
+        return StandaloneClusterTarget(storage, paths, {**settings, **urls}, master=handle.get("master") or "")
+    if record.target == "yarn":
+        from airflow_streaming.targets.yarn import YarnClusterTarget
+
+        rm = ",".join(handle.get("rm_urls") or [handle.get("rm_url") or ""])
+        return YarnClusterTarget(storage, paths, {**settings, **({"resourcemanager_url": rm} if rm else {})})
+    if record.target == "kubernetes":
+        from airflow_streaming.targets.kubernetes import KubernetesClusterTarget
+
+        where = {k: handle[k] for k in ("namespace", "api_server") if handle.get(k)}
+        return KubernetesClusterTarget(storage, paths, {**settings, **where}, master="")
+    from airflow_streaming.targets.local import LocalTarget
+
+    return LocalTarget(storage, paths, settings)

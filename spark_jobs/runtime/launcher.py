@@ -115,6 +115,8 @@ class Driver:
         self.exporter: Any = None
         self.stopped_by_us = False
         self.prepared_writer: Any = None
+        self.secret_conf: dict[str, str] = {}
+        """Secret conf passed in the environment (cluster targets), applied to the session."""
         self.graceful_done = False
         """Every query was stopped at a micro-batch boundary (not aborted, not killed)."""
         self.unresumable: str | None = None
@@ -243,6 +245,7 @@ class Driver:
     def run(self) -> int:
         ns = self.ns
         _forget_secret_properties()
+        self.secret_conf = _secret_conf_from_environment()
         if ns.standby:
             code = self._stand_by()
             if code is not None:
@@ -288,7 +291,10 @@ class Driver:
     def _session(self) -> Any:
         from pyspark.sql import SparkSession
 
-        spark = SparkSession.builder.appName(f"{self.ns.stream}:{self.ns.version}").getOrCreate()
+        builder = SparkSession.builder.appName(f"{self.ns.stream}:{self.ns.version}")
+        for key, value in self.secret_conf.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
         if self.ns.script:
             # Named queries of a user script without their own checkpointLocation land under the stream's.
             spark.conf.set("spark.sql.streaming.checkpointLocation", self.ns.checkpoint)
@@ -474,6 +480,21 @@ def _forget_secret_properties() -> None:
             os.unlink(path)
         except OSError:
             pass
+
+
+def _secret_conf_from_environment() -> dict[str, str]:
+    """Secret Spark conf a cluster target passed in ``AIRFLOW_STREAMING_SECRET_CONF`` (JSON; standalone
+    cluster mode, where the master would put ``sparkProperties`` on the driver JVM's command line).
+    Removed from the environment at once: nothing this driver starts inherits it."""
+    raw = os.environ.pop("AIRFLOW_STREAMING_SECRET_CONF", None)
+    if not raw:
+        return {}
+    try:
+        conf = json.loads(raw)
+    except ValueError:
+        log.error("AIRFLOW_STREAMING_SECRET_CONF is not valid JSON: secret conf ignored")
+        return {}
+    return {str(k): str(v) for k, v in conf.items()} if isinstance(conf, dict) else {}
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,302 @@
+"""Kubernetes cluster mode: the driver is a pod, not a process on any Airflow worker.
+
+- submit: ``spark-submit --master k8s://... --deploy-mode cluster`` with
+  ``spark.kubernetes.submission.waitAppCompletion=false``, a deterministic driver pod name
+  (:func:`driver_pod_name`: stream + run id, DNS-safe, at most 63 characters), labels carrying the
+  run id and the stream on the driver and the executors, the image, namespace and service account
+  from the spec. The handle is ``{namespace, pod, api_server}``.
+- state: ``GET /api/v1/namespaces/<ns>/pods/<pod>``: phase Pending/Running -> ALIVE,
+  Succeeded/Failed or 404 -> GONE, an API server that does not answer (or refuses us) -> UNKNOWN.
+- kill: ``DELETE`` the driver pod with a grace period - only a pod whose labels carry the recorded
+  run id and ``spark-role=driver``. Spark's executors, config map and service are owned by the driver
+  pod and go with it.
+- find: ``GET /api/v1/namespaces/<ns>/pods?labelSelector=airflow-streaming/run-id=<run>,spark-role=driver``.
+
+Auth: a bearer token read from ``cluster.kube_token_file`` and the CA bundle ``cluster.kube_ca_file``;
+by default the pod's own service account (``/var/run/secrets/kubernetes.io/serviceaccount``) when
+Airflow itself runs in the cluster. The token is read at every request and never logged.
+
+The runtime is either in the image (``cluster.runtime_path``) or shipped with the application
+(``--py-files`` of the runtime zip, which needs ``spark.kubernetes.file.upload.path``). Secret conf
+goes in spark-submit's 0600 properties file, deleted once spark-submit returns; note that Spark puts
+the whole conf, secrets included, in the driver's ConfigMap (see ``docs/cluster.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import re
+import time
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from airflow_streaming.control.contract import DriverRecord
+from airflow_streaming.exceptions import StreamStateUnknownError
+from airflow_streaming.targets.base import DriverState, LaunchPlan, Liveness
+from airflow_streaming.targets.cluster import ClusterTarget, run_spark_submit, submit_failure
+from airflow_streaming.targets.cluster_http import ClusterHttp, ClusterUnreachableError
+from airflow_streaming.targets.runtime_bundle import bundle_path
+
+log = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+RUN_LABEL = "airflow-streaming/run-id"
+STREAM_LABEL = "airflow-streaming/stream"
+DRIVER_CONTAINER = "spark-kubernetes-driver"
+ALIVE_PHASES = frozenset({"Pending", "Running"})
+GONE_PHASES = frozenset({"Succeeded", "Failed"})
+API_HINT = ("check cluster.api_server (or the k8s:// master), that the API server is reachable from this host, "
+            "cluster.kube_token_file / kube_ca_file, and that the service account may get, list and delete pods "
+            "in the namespace")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_SUBMISSION = re.compile(r"submission ID (\S+?):(\S+) into Kubernetes")
+_POD_NAME = re.compile(r"pod name: (\S+)")
+
+
+def liveness_of(phase: str | None) -> Liveness:
+    """The liveness of a pod phase (``None``: the pod does not exist)."""
+    if phase is None or phase in GONE_PHASES:
+        return Liveness.GONE
+    if phase in ALIVE_PHASES:
+        return Liveness.ALIVE
+    return Liveness.UNKNOWN  # phase "Unknown": the node does not report
+
+
+def _dns_label(text: str) -> str:
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", text.lower())).strip("-")
+
+
+def driver_pod_name(stream: str, run_id: str) -> str:
+    """``<stream>-<run id>-driver``, lower-cased, DNS-1123 safe, at most 63 characters; a longer one is
+    shortened and made unique again with a hash of both. Deterministic: the same run gets the same name."""
+    name = f"{_dns_label(stream)}-{_dns_label(run_id)}"
+    if len(name) > 56:
+        digest = hashlib.sha256(f"{stream}\0{run_id}".encode()).hexdigest()[:8]
+        name = f"{name[:47].rstrip('-')}-{digest}"
+    return f"{name}-driver"
+
+
+def label_value(text: str) -> str:
+    """``text`` as a label value (``[A-Za-z0-9._-]``, at most 63, alphanumeric at both ends); hashed if it
+    does not fit, so that it stays unique."""
+    if _LABEL_VALUE.match(text):
+        return text
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", text).strip("-._")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{cleaned[:54].rstrip('-._')}-{digest}" if cleaned else digest
+
+
+class KubernetesClusterTarget(ClusterTarget):
+    """A driver pod (see the module docstring).
+
+    :param settings: the spec's ``cluster`` settings: ``image`` (required), ``namespace`` (default
+        ``default``), ``service_account``, ``api_server`` (default: from the master), ``kube_token_file``,
+        ``kube_ca_file``, ``verify_tls``, ``runtime_path`` (the runtime inside the image),
+        ``pod_template_file``, ``python``, ``archives``, ``driver_cores``, ``driver_memory``, ``spark_binary``.
+    :param master: the spec's ``k8s://https://host:port`` master URL.
+    """
+
+    kind = "kubernetes"
+
+    def __init__(self, storage: Any, paths: Any, settings: dict[str, Any] | None = None, master: str = ""):
+        super().__init__(storage, paths, settings)
+        self.master = master
+        api = self.settings.get("api_server") or master.removeprefix("k8s://")
+        if not api:
+            raise ValueError("cluster.api_server: not set and the master is not k8s://https://host:port")
+        self.api_server = (api if "://" in api else f"https://{api}").rstrip("/")
+        self.namespace = self.settings.get("namespace") or "default"
+        token = self.settings.get("kube_token_file") or _in_cluster("token")
+        ca = self.settings.get("kube_ca_file") or _in_cluster("ca.crt")
+        self.http = ClusterHttp(hint=API_HINT, ca_file=ca, verify_tls=self.settings.get("verify_tls", True),
+                                token_file=token)
+
+    # ------------------------------------------------------------------ submit
+    def plan(self, spec: Any, run_id: str, launcher: str, runtime_args: list[str], conf: dict[str, str],
+             secret_conf: dict[str, str], log_path: str, standby: bool = False) -> LaunchPlan:
+        settings = self.settings
+        if not settings.get("image"):
+            raise ValueError("cluster.image: Kubernetes cluster mode needs the driver's container image (Spark 4.2 "
+                             "with Python, the provider's runtime dependencies and - unless shipped - the runtime)")
+        pod = driver_pod_name(spec.name, run_id)
+        run_label, stream_label = label_value(run_id), label_value(spec.name)
+        k8s_conf = {
+            "spark.kubernetes.submission.waitAppCompletion": "false",
+            "spark.kubernetes.namespace": self.namespace,
+            "spark.kubernetes.container.image": settings["image"],
+            "spark.kubernetes.driver.pod.name": pod,
+            f"spark.kubernetes.driver.label.{RUN_LABEL}": run_label,
+            f"spark.kubernetes.driver.label.{STREAM_LABEL}": stream_label,
+            f"spark.kubernetes.executor.label.{RUN_LABEL}": run_label,
+            f"spark.kubernetes.executor.label.{STREAM_LABEL}": stream_label,
+        }
+        if settings.get("service_account"):
+            k8s_conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = settings["service_account"]
+        if settings.get("pod_template_file"):
+            k8s_conf["spark.kubernetes.driver.podTemplateFile"] = settings["pod_template_file"]
+        if self.http.ca_file:
+            k8s_conf["spark.kubernetes.authenticate.submission.caCertFile"] = self.http.ca_file
+        if self.http.token_file:
+            k8s_conf["spark.kubernetes.authenticate.submission.oauthTokenFile"] = self.http.token_file
+        py_files: list[str] = []
+        if settings.get("runtime_path"):
+            launcher = f"local://{settings['runtime_path'].rstrip('/')}/spark_jobs/launch.py"
+        else:
+            if not conf.get("spark.kubernetes.file.upload.path"):
+                raise ValueError(
+                    "spark_conf.spark.kubernetes.file.upload.path: shipping the driver runtime to a pod needs an "
+                    "upload location the pods can read (s3a://..., hdfs://...); set it, or build the runtime into "
+                    "the image and set cluster.runtime_path")
+            py_files.append(bundle_path())
+        plan = super().plan(spec, run_id, launcher, runtime_args, {**k8s_conf, **conf}, secret_conf, log_path,
+                            standby)
+        # The pod name and run labels are how the driver is found again: never overridden by spark_conf.
+        fixed = {k: v for k, v in k8s_conf.items() if k.endswith((".pod.name", RUN_LABEL))}
+        submit_args = list(plan.submit_args)
+        if settings.get("archives"):
+            submit_args += ["--archives", ",".join(settings["archives"])]
+        return dataclasses.replace(plan, conf={**plan.conf, **fixed}, py_files=[*py_files, *plan.py_files],
+                                   submit_args=submit_args)
+
+    def submit(self, plan: LaunchPlan) -> dict[str, Any]:
+        pod = plan.conf["spark.kubernetes.driver.pod.name"]
+        namespace = plan.conf.get("spark.kubernetes.namespace", self.namespace)
+        code, output = run_spark_submit(self, plan, f"Kubernetes cluster-mode submission of run {plan.run_id}")
+        submitted = _SUBMISSION.search(output)
+        printed = submitted.group(2) if submitted else (_POD_NAME.search(output).group(1)
+                                                         if _POD_NAME.search(output) else None)
+        if code != 0 or printed is None:
+            raise submit_failure(plan, code, output, "Kubernetes submission",
+                                 "check the image, the namespace, the service account's rights and the API "
+                                 "server" + ("" if printed else "; no driver pod was reported"))
+        if printed != pod:
+            log.warning("spark-submit reported driver pod %s, expected %s: recording the reported one", printed, pod)
+            pod = printed
+        self.note(plan.log_path, f"run {plan.run_id} is driver pod {namespace}/{pod} on {self.api_server}")
+        log.info("Kubernetes driver pod %s/%s of run %s (API %s)", namespace, pod, plan.run_id, self.api_server)
+        return {"namespace": namespace, "pod": pod, "api_server": self.api_server}
+
+    # ------------------------------------------------------------------ the API server
+    def _pod_url(self, handle: dict[str, Any], suffix: str = "") -> str:
+        api = (handle.get("api_server") or self.api_server).rstrip("/")
+        ns = quote(str(handle.get("namespace") or self.namespace), safe="")
+        return f"{api}/api/v1/namespaces/{ns}/pods/{quote(str(handle.get('pod') or ''), safe='')}{suffix}"
+
+    def pod(self, handle: dict[str, Any]) -> dict[str, Any] | None:
+        """The recorded driver pod, ``None`` if it does not exist; :class:`ClusterUnreachableError` when the
+        API server cannot be asked or refuses (401/403: the pod may well exist)."""
+        reply = self.http.request("GET", self._pod_url(handle))
+        if reply.status == 404:
+            return None
+        if not reply.ok:
+            raise ClusterUnreachableError(reply.url, reply.message(), API_HINT)
+        try:
+            doc = reply.json()
+        except ValueError as exc:
+            raise ClusterUnreachableError(reply.url, str(exc), API_HINT) from exc
+        return doc if isinstance(doc, dict) else None
+
+    def state(self, record: DriverRecord) -> DriverState:
+        name = f"{record.handle.get('namespace')}/{record.handle.get('pod')}"
+        if not record.handle.get("pod"):
+            return DriverState(Liveness.GONE, f"no driver pod recorded for run {record.run_id}")
+        try:
+            pod = self.pod(record.handle)
+        except ClusterUnreachableError as exc:
+            return DriverState(Liveness.UNKNOWN, f"cannot ask the Kubernetes API about pod {name}: {exc}")
+        if pod is None:
+            return DriverState(Liveness.GONE, f"driver pod {name} of run {record.run_id} does not exist", "NotFound")
+        phase = (pod.get("status") or {}).get("phase")
+        reason = (pod.get("status") or {}).get("reason") or ""
+        deleting = " (being deleted)" if (pod.get("metadata") or {}).get("deletionTimestamp") else ""
+        return DriverState(liveness_of(phase), f"driver pod {name} of run {record.run_id} is {phase}"
+                                               f"{f' ({reason})' if reason else ''}{deleting}", phase)
+
+    def kill(self, record: DriverRecord, grace: float) -> str:
+        name = f"{record.handle.get('namespace')}/{record.handle.get('pod')}"
+        if not record.handle.get("pod"):
+            return f"nothing to kill: no driver pod recorded for run {record.run_id}"
+        try:
+            pod = self.pod(record.handle)
+        except ClusterUnreachableError as exc:
+            message = f"cannot kill pod {name} of run {record.run_id} now: {exc}"
+            log.error("%s", message)
+            return message
+        if pod is None:
+            return f"nothing to kill: driver pod {name} does not exist"
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if labels.get(RUN_LABEL) != label_value(record.run_id) or labels.get("spark-role") != "driver":
+            message = (f"refusing to delete pod {name}: its labels ({RUN_LABEL}={labels.get(RUN_LABEL)}, spark-role="
+                       f"{labels.get('spark-role')}) do not make it the driver of run {record.run_id}; nothing was "
+                       "deleted")
+            log.error("%s", message)
+            return message
+        seconds = max(0, int(grace))
+        url = self._pod_url(record.handle, f"?{urlencode({'gracePeriodSeconds': seconds})}")
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": seconds}
+        try:
+            reply = self.http.request("DELETE", url, body)
+        except ClusterUnreachableError as exc:
+            message = f"delete of pod {name} (run {record.run_id}) not sent: {exc}"
+            log.error("%s", message)
+            return message
+        if reply.status == 404:
+            return f"nothing to kill: driver pod {name} was already gone"
+        if not reply.ok:
+            message = f"delete of pod {name} (run {record.run_id}) refused: {reply.message()}; {API_HINT}"
+            log.error("%s", message)
+            return message
+        sent = f"deleted driver pod {name} of run {record.run_id} (grace {seconds}s)"
+        log.warning("%s", sent)
+        deadline = time.monotonic() + seconds + 30.0
+        while time.monotonic() < deadline:
+            now = self.state(record)
+            if now.gone:
+                return f"{sent}; pod {now.cluster_state}"
+            time.sleep(0.5)
+        return f"{sent}; still {self.state(record).detail}"
+
+    def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
+        selector = f"{RUN_LABEL}={label_value(run_id)},spark-role=driver"
+        api = (record.handle.get("api_server") if record else None) or self.api_server
+        namespace = (record.handle.get("namespace") if record else None) or self.namespace
+        url = f"{api}/api/v1/namespaces/{quote(namespace, safe='')}/pods?{urlencode({'labelSelector': selector})}"
+        try:
+            reply = self.http.request("GET", url)
+            if not reply.ok:
+                raise ClusterUnreachableError(url, reply.message(), API_HINT)
+            doc = reply.json()
+        except (ClusterUnreachableError, ValueError) as exc:
+            raise StreamStateUnknownError(f"cannot tell whether run {run_id} has a driver pod: {exc}") from exc
+        found = []
+        for pod in (doc.get("items") or []) if isinstance(doc, dict) else []:
+            meta, phase = pod.get("metadata") or {}, (pod.get("status") or {}).get("phase")
+            if (meta.get("labels") or {}).get(RUN_LABEL) == label_value(run_id) and phase in ALIVE_PHASES:
+                found.append(f"driver pod {meta.get('namespace', namespace)}/{meta.get('name')} of run {run_id} is "
+                             f"{phase}")
+        return found
+
+    # ------------------------------------------------------------------ for people
+    def urls(self, record: DriverRecord) -> dict[str, str]:
+        return {"driver_pod": self._pod_url(record.handle),
+                "driver_log": self._pod_url(record.handle, f"/log?container={DRIVER_CONTAINER}")}
+
+    def log_tail(self, record: DriverRecord, lines: int) -> str:
+        """The driver container's log from the API server, else the run's notes in the control log."""
+        url = self._pod_url(record.handle, f"/log?{urlencode({'container': DRIVER_CONTAINER, 'tailLines': lines})}")
+        try:
+            reply = self.http.request("GET", url)
+            if reply.ok:
+                return "\n".join(reply.text().splitlines()[-lines:])
+            note = f"(the driver pod's log cannot be read: {reply.message()})"
+        except ClusterUnreachableError as exc:
+            note = f"(the driver pod's log cannot be read: {exc})"
+        return "\n".join([*super().log_tail(record, lines).splitlines(), note][-lines:])
+
+
+def _in_cluster(name: str) -> str | None:
+    path = os.path.join(SERVICE_ACCOUNT_DIR, name)
+    return path if os.path.isfile(path) else None

@@ -1,0 +1,111 @@
+"""The driver runtime as one deterministic zip, shipped with a YARN or Kubernetes application.
+
+In cluster mode the driver runs on a machine that has neither this provider nor its checkout. The
+runtime (``spark_jobs/``: the launcher, the reporter, the bundled jobs) imports a few modules of
+``airflow_streaming`` (the control contract and storages, redaction, faults...). This module packs
+exactly those - found by following the ``airflow_streaming`` imports of every ``spark_jobs`` module,
+including imports inside functions - into a zip that spark-submit ships with ``--py-files``.
+
+Deterministic: the same sources give the same bytes (sorted entries, fixed timestamps and modes, no
+``__pycache__``), so the zip's name carries its content hash and an unchanged runtime is never
+uploaded under a new name.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import io
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout (or site-packages directory) holding ``airflow_streaming`` and ``spark_jobs``."""
+
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+_SKIP_DIRS = {"__pycache__"}
+
+
+def _module_file(root: Path, module: str) -> Path | None:
+    """The source file of ``module`` under ``root`` (a module or a package's ``__init__``)."""
+    base = root.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module name ``path`` imports (absolute imports, at any depth of the file)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def runtime_files(root: Path = PROJECT_ROOT) -> list[Path]:
+    """All of ``spark_jobs`` plus the ``airflow_streaming`` modules it needs (and their packages'
+    ``__init__`` files), sorted; raises ``FileNotFoundError`` when ``spark_jobs`` is missing."""
+    jobs = root / "spark_jobs"
+    if not jobs.is_dir():
+        raise FileNotFoundError(f"{jobs} does not exist: the driver runtime cannot be packed")
+    files: set[Path] = set()
+    for directory, dirs, names in os.walk(jobs):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+        files.update(Path(directory) / n for n in names if n.endswith(".py"))
+    pending = sorted(files)
+    seen_modules: set[str] = set()
+    while pending:
+        for name in sorted(_imports(pending.pop())):
+            if not name.startswith("airflow_streaming") or name in seen_modules:
+                continue
+            seen_modules.add(name)
+            parts = name.split(".")
+            for depth in range(1, len(parts) + 1):  # the packages on the way, then the module itself
+                found = _module_file(root, ".".join(parts[:depth]))
+                if found is not None and found not in files:
+                    files.add(found)
+                    pending.append(found)
+    return sorted(files)
+
+
+def build_bundle(root: Path = PROJECT_ROOT) -> bytes:
+    """The zip's bytes (see the module docstring)."""
+    entries = {path.relative_to(root).as_posix(): path.read_bytes() for path in runtime_files(root)}
+    # zipimport does not do namespace packages: a package directory without __init__.py (control/)
+    # gets an empty one in the zip.
+    for name in list(entries):
+        parts = name.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            entries.setdefault("/".join([*parts[:depth], "__init__.py"]), b"")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name in sorted(entries):
+            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, entries[name])
+    return buffer.getvalue()
+
+
+def bundle_path(root: Path = PROJECT_ROOT, directory: str | None = None) -> str:
+    """Write the zip (once per content) and return its path:
+    ``<tmp>/airflow-streaming-runtime/airflow-streaming-runtime-<sha256[:16]>.zip``."""
+    data = build_bundle(root)
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    folder = Path(directory or os.path.join(tempfile.gettempdir(), "airflow-streaming-runtime"))
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"airflow-streaming-runtime-{digest}.zip"
+    if not target.is_file() or target.read_bytes() != data:
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".zip.tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    return str(target)

@@ -1,0 +1,315 @@
+"""YARN cluster mode: the driver runs in the application master's container, not on any Airflow worker.
+
+- submit: ``spark-submit --master yarn --deploy-mode cluster`` with
+  ``spark.yarn.submit.waitAppCompletion=false`` (spark-submit returns once YARN accepted the
+  application), the run id as a YARN tag (``spark.yarn.tags``), ``spark.yarn.maxAppAttempts=1`` (always:
+  the project's supervisor is the one restarter, see ``docs/cluster.md``), the queue, and the
+  driver runtime shipped with the application (``--py-files`` of a deterministic zip, see
+  :mod:`~airflow_streaming.targets.runtime_bundle`). The application id is read from spark-submit's
+  output (``Submitted application application_...``); the handle is ``{app_id, rm_url}``.
+- state: ``GET <rm>/ws/v1/cluster/apps/<id>``: NEW, NEW_SAVING, SUBMITTED, ACCEPTED, RUNNING -> ALIVE;
+  FINISHED, FAILED, KILLED, or an application the RM does not know (404) -> GONE; an RM that does
+  not answer -> UNKNOWN.
+- kill: ``PUT <rm>/ws/v1/cluster/apps/<id>/state {"state": "KILLED"}``, only for an application whose
+  tags carry the recorded run id.
+- find: ``GET <rm>/ws/v1/cluster/apps?applicationTags=<run tag>&states=<live states>``.
+- logs: the RM's ``amContainerLogs`` (the driver's container logs on its NodeManager).
+
+Secret conf goes in spark-submit's 0600 properties file (shipped to the application master inside
+Spark's staging ``__spark_conf__``, never on a command line) and is deleted once spark-submit returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import logging
+import os
+import re
+import time
+import xml.etree.ElementTree as ET
+from typing import Any
+from urllib.parse import quote, urlencode, urlparse
+
+from airflow_streaming.control.contract import DriverRecord
+from airflow_streaming.exceptions import StreamStateUnknownError
+from airflow_streaming.targets.base import DriverState, LaunchPlan, Liveness
+from airflow_streaming.targets.cluster import ClusterTarget, run_spark_submit, submit_failure
+from airflow_streaming.targets.cluster_http import ClusterHttp, ClusterUnreachableError, HttpReply
+from airflow_streaming.targets.runtime_bundle import bundle_path
+
+log = logging.getLogger(__name__)
+
+ALIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
+GONE_STATES = frozenset({"FINISHED", "FAILED", "KILLED"})
+RM_HINT = ("check cluster.resourcemanager_url (the RM's web address, default port 8088) and that it is reachable "
+           "from this host")
+_APP_ID = re.compile(r"\b(application_\d+_\d+)\b")
+_SUBMITTED = re.compile(r"Submitted application (application_\d+_\d+)")
+
+
+def liveness_of(app_state: str | None) -> Liveness:
+    """The liveness of a YARN application state (``None``: the RM does not know the application)."""
+    if app_state is None or app_state in GONE_STATES:
+        return Liveness.GONE
+    if app_state in ALIVE_STATES:
+        return Liveness.ALIVE
+    return Liveness.UNKNOWN
+
+
+def run_tag(run_id: str) -> str:
+    """The YARN application tag of a run (YARN lower-cases tags; at most 100 characters)."""
+    return f"airflow-streaming-run-{run_id}".lower()[:100]
+
+
+def stream_tag(stream: str) -> str:
+    return f"airflow-streaming-stream-{stream}".lower()[:100]
+
+
+def rm_url_from_yarn_site(conf_dir: str | None) -> str | None:
+    """``yarn.resourcemanager.webapp.address`` from ``$HADOOP_CONF_DIR/yarn-site.xml`` (first RM of an HA pair)."""
+    if not conf_dir:
+        return None
+    try:
+        root = ET.parse(os.path.join(conf_dir, "yarn-site.xml")).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    props = {p.findtext("name"): (p.findtext("value") or "").strip() for p in root.iter("property")}
+    address = props.get("yarn.resourcemanager.webapp.address")
+    if not address:
+        ids = [i.strip() for i in (props.get("yarn.resourcemanager.ha.rm-ids") or "").split(",") if i.strip()]
+        address = next((props[f"yarn.resourcemanager.webapp.address.{i}"] for i in ids
+                        if props.get(f"yarn.resourcemanager.webapp.address.{i}")), None)
+    if not address:
+        host = props.get("yarn.resourcemanager.hostname")
+        address = f"{host}:8088" if host else None
+    return None if not address else (address if "://" in address else f"http://{address}")
+
+
+class YarnClusterTarget(ClusterTarget):
+    """A driver in a YARN application master (see the module docstring).
+
+    :param settings: the spec's ``cluster`` settings: ``resourcemanager_url`` (default: from
+        ``$HADOOP_CONF_DIR/yarn-site.xml``; several comma-separated for an HA pair), ``queue``,
+        ``max_app_attempts`` (only 1: see :meth:`plan`), ``runtime_path``
+        (the runtime pre-installed on every NodeManager instead of shipped), ``python``, ``archives``,
+        ``driver_cores``, ``driver_memory``, ``spark_binary``, ``submit_args``.
+    """
+
+    kind = "yarn"
+
+    def __init__(self, storage: Any, paths: Any, settings: dict[str, Any] | None = None):
+        super().__init__(storage, paths, settings)
+        rm = self.settings.get("resourcemanager_url") or rm_url_from_yarn_site(
+            os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR"))
+        if not rm:
+            raise ValueError("cluster.resourcemanager_url: not set and no yarn.resourcemanager.webapp.address in "
+                             "$HADOOP_CONF_DIR/yarn-site.xml; set it (e.g. http://resourcemanager:8088)")
+        self.rm_urls = [u.strip().rstrip("/") for u in rm.split(",") if u.strip()]
+        self.http = ClusterHttp(hint=RM_HINT)
+        self.user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+
+    # ------------------------------------------------------------------ submit
+    def plan(self, spec: Any, run_id: str, launcher: str, runtime_args: list[str], conf: dict[str, str],
+             secret_conf: dict[str, str], log_path: str, standby: bool = False) -> LaunchPlan:
+        settings = self.settings
+        if (settings.get("max_app_attempts") or 1) > 1 or settings.get("attempt_failures_validity_interval"):
+            raise ValueError(
+                "cluster.max_app_attempts > 1 / attempt_failures_validity_interval: YARN would re-attempt a failed "
+                "driver itself, and the project's supervisor restarts it too - two restarts, and a re-attempt on "
+                "another node waits on the failed attempt's lease. Leave max_app_attempts at 1 and put the attempts "
+                "and window in the supervisor's restart policy (max_attempts, validity_interval_s; "
+                "docs/supervision.md)")
+        yarn_conf = {
+            "spark.yarn.submit.waitAppCompletion": "false",
+            # Always explicit: Spark's default is YARN's yarn.resourcemanager.am.max-attempts (2).
+            "spark.yarn.maxAppAttempts": "1",
+        }
+        if settings.get("queue"):
+            yarn_conf["spark.yarn.queue"] = settings["queue"]
+        if settings.get("python"):
+            yarn_conf["spark.yarn.appMasterEnv.PYSPARK_PYTHON"] = settings["python"]
+            yarn_conf["spark.executorEnv.PYSPARK_PYTHON"] = settings["python"]
+        runtime_args = list(runtime_args)
+        py_files: list[str] = []
+        if settings.get("runtime_path"):
+            launcher = f"local:{settings['runtime_path'].rstrip('/')}/spark_jobs/launch.py"
+        else:
+            py_files.append(bundle_path())
+            if "--script" in runtime_args:  # ship a user script; it lands in the container's working directory
+                index = runtime_args.index("--script") + 1
+                script = runtime_args[index]
+                yarn_conf["spark.yarn.dist.files"] = ",".join(
+                    filter(None, [conf.get("spark.yarn.dist.files", ""), script]))
+                runtime_args[index] = os.path.basename(script)
+        plan = super().plan(spec, run_id, launcher, runtime_args, {**yarn_conf, **conf}, secret_conf, log_path,
+                            standby)
+        tags = [t for t in (plan.conf.get("spark.yarn.tags") or "").split(",") if t]
+        tags += [run_tag(run_id), stream_tag(spec.name)]
+        submit_args = list(plan.submit_args)
+        if settings.get("archives"):
+            submit_args += ["--archives", ",".join(settings["archives"])]
+        return dataclasses.replace(plan, conf={**plan.conf, "spark.yarn.tags": ",".join(dict.fromkeys(tags))},
+                                   py_files=[*py_files, *plan.py_files], submit_args=submit_args)
+
+    def submit(self, plan: LaunchPlan) -> dict[str, Any]:
+        code, output = run_spark_submit(self, plan, f"YARN cluster-mode submission of run {plan.run_id}")
+        match = _SUBMITTED.search(output) or _APP_ID.search(output)
+        if code != 0 or match is None:
+            raise submit_failure(plan, code, output, "YARN submission",
+                                 "check HADOOP_CONF_DIR/YARN_CONF_DIR on the Airflow worker, the queue and the "
+                                 "ResourceManager's log" + ("" if match else "; no application id was printed"))
+        app_id = match.group(1)
+        self.note(plan.log_path, f"run {plan.run_id} is YARN application {app_id} ({self.rm_urls[0]}/cluster/app/"
+                                 f"{app_id})")
+        log.info("YARN application %s of run %s (RM %s)", app_id, plan.run_id, self.rm_urls[0])
+        return {"app_id": app_id, "rm_url": self.rm_urls[0], "rm_urls": self.rm_urls}
+
+    # ------------------------------------------------------------------ the RM
+    def _rm_get(self, path: str, handle: dict[str, Any] | None = None) -> HttpReply:
+        """GET ``path`` from the recorded RM, then the other configured ones (HA); a standby RM's redirect
+        is followed by urllib. :class:`ClusterUnreachableError` when none answers."""
+        urls = list(dict.fromkeys([*((handle or {}).get("rm_urls") or []), (handle or {}).get("rm_url"),
+                                   *self.rm_urls]))
+        error: ClusterUnreachableError | None = None
+        for rm in (u for u in urls if u):
+            try:
+                reply = self.http.request("GET", f"{rm}{path}")
+            except ClusterUnreachableError as exc:
+                error = error or exc
+                continue
+            if reply.status >= 500:
+                error = error or ClusterUnreachableError(f"GET {rm}{path}", reply.message(), RM_HINT)
+                continue
+            return reply
+        raise error or ClusterUnreachableError(path, "no ResourceManager URL configured", RM_HINT)
+
+    def application(self, handle: dict[str, Any]) -> dict[str, Any] | None:
+        """The RM's ``app`` object of the recorded application, ``None`` if the RM does not know it."""
+        app_id = str(handle.get("app_id") or "")
+        reply = self._rm_get(f"/ws/v1/cluster/apps/{quote(app_id, safe='')}", handle)
+        if reply.status == 404:
+            return None
+        try:
+            doc = reply.json()
+        except ValueError as exc:
+            raise ClusterUnreachableError(reply.url, str(exc), RM_HINT) from exc
+        if not reply.ok or not isinstance(doc, dict) or not isinstance(doc.get("app"), dict):
+            raise ClusterUnreachableError(reply.url, reply.message(), RM_HINT)
+        return doc["app"]
+
+    def state(self, record: DriverRecord) -> DriverState:
+        app_id = record.handle.get("app_id")
+        if not app_id:
+            return DriverState(Liveness.GONE, f"no YARN application id recorded for run {record.run_id}")
+        try:
+            app = self.application(record.handle)
+        except ClusterUnreachableError as exc:
+            return DriverState(Liveness.UNKNOWN, f"cannot ask the ResourceManager about {app_id}: {exc}")
+        if app is None:
+            return DriverState(Liveness.GONE, f"the ResourceManager does not know {app_id} (finished and forgotten, "
+                                              "or another cluster)", "NOT_FOUND")
+        state = app.get("state")
+        final = f", final status {app['finalStatus']}" if app.get("finalStatus") not in (None, "", "UNDEFINED") else ""
+        diag = f": {str(app['diagnostics']).strip().splitlines()[0][:300]}" if app.get("diagnostics") else ""
+        return DriverState(liveness_of(state), f"YARN application {app_id} of run {record.run_id} is {state}{final}"
+                                               f"{diag}", state)
+
+    def kill(self, record: DriverRecord, grace: float) -> str:
+        app_id = str(record.handle.get("app_id") or "")
+        if not app_id:
+            return f"nothing to kill: no YARN application id recorded for run {record.run_id}"
+        try:
+            app = self.application(record.handle)
+        except ClusterUnreachableError as exc:
+            message = f"cannot kill {app_id} of run {record.run_id} now: {exc}"
+            log.error("%s", message)
+            return message
+        if app is None or app.get("state") in GONE_STATES:
+            return f"nothing to kill: {app_id} is {'unknown to the RM' if app is None else app.get('state')}"
+        tags = {t.strip().lower() for t in str(app.get("applicationTags") or "").split(",")}
+        if run_tag(record.run_id) not in tags:
+            message = (f"refusing to kill {app_id}: its tags {sorted(t for t in tags if t)} do not carry run "
+                       f"{record.run_id} (tag {run_tag(record.run_id)}); nothing was killed")
+            log.error("%s", message)
+            return message
+        rm = record.handle.get("rm_url") or self.rm_urls[0]
+        url = f"{rm}/ws/v1/cluster/apps/{quote(app_id, safe='')}/state?{urlencode({'user.name': self.user})}"
+        try:
+            reply = self.http.request("PUT", url, {"state": "KILLED"})
+        except ClusterUnreachableError as exc:
+            message = f"kill of {app_id} (run {record.run_id}) not sent: {exc}"
+            log.error("%s", message)
+            return message
+        if reply.status in (401, 403):
+            message = (f"the ResourceManager refused to kill {app_id} ({reply.message()}): its web services need "
+                       f"an authenticated user allowed to modify the application (as {self.user}); kill it with "
+                       f"`yarn application -kill {app_id}`")
+            log.error("%s", message)
+            return message
+        if reply.status not in (200, 202):
+            message = f"kill of {app_id} (run {record.run_id}) failed at {url}: {reply.message()}"
+            log.error("%s", message)
+            return message
+        sent = f"kill of YARN application {app_id} (run {record.run_id}, tagged {run_tag(record.run_id)}) accepted"
+        log.warning("%s", sent)
+        deadline = time.monotonic() + max(grace, 1.0)
+        while time.monotonic() < deadline:
+            now = self.state(record)
+            if now.gone:
+                return f"{sent}; application {now.cluster_state}"
+            time.sleep(0.5)
+        return f"{sent}; still {self.state(record).detail} after {grace:.0f}s"
+
+    def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
+        query = urlencode({"applicationTags": run_tag(run_id), "states": ",".join(ALIVE_STATES)})
+        try:
+            reply = self._rm_get(f"/ws/v1/cluster/apps?{query}")
+            doc = reply.json()
+        except (ClusterUnreachableError, ValueError) as exc:
+            raise StreamStateUnknownError(f"cannot tell whether run {run_id} was submitted to YARN: {exc}") from exc
+        apps = ((doc.get("apps") or {}).get("app") or []) if isinstance(doc, dict) else []
+        found = []
+        for app in apps:
+            tags = {t.strip().lower() for t in str(app.get("applicationTags") or "").split(",")}
+            if run_tag(run_id) in tags and app.get("state") in ALIVE_STATES:
+                found.append(f"YARN application {app.get('id')} of run {run_id} is {app.get('state')}")
+        return found
+
+    # ------------------------------------------------------------------ for people
+    def urls(self, record: DriverRecord) -> dict[str, str]:
+        app_id = str(record.handle.get("app_id") or "")
+        rm = record.handle.get("rm_url") or self.rm_urls[0]
+        links = {"resourcemanager_app": f"{rm}/cluster/app/{app_id}"}
+        try:
+            app = self.application(record.handle) or {}
+        except ClusterUnreachableError:
+            app = {}
+        if app.get("trackingUrl"):
+            links["tracking_url"] = app["trackingUrl"]
+        if app.get("amContainerLogs"):
+            links["driver_log"] = app["amContainerLogs"]
+        return links
+
+    def log_tail(self, record: DriverRecord, lines: int) -> str:
+        """The driver's ``stdout`` from its NodeManager (``/ws/v1/node/containerlogs``), else the run's notes."""
+        try:
+            app = self.application(record.handle) or {}
+        except ClusterUnreachableError:
+            app = {}
+        logs = str(app.get("amContainerLogs") or "")
+        parsed = urlparse(logs)
+        parts = parsed.path.strip("/").split("/")
+        if logs and len(parts) >= 3 and parts[0] == "node" and parts[1] == "containerlogs":
+            base = f"{parsed.scheme}://{parsed.netloc}/ws/v1/node/containerlogs/{parts[2]}"
+            for name in ("stdout", "stderr"):
+                try:
+                    reply = self.http.request("GET", f"{base}/{name}?size=-65536")
+                except ClusterUnreachableError:
+                    break
+                if reply.ok and reply.text().strip():
+                    return "\n".join(reply.text().splitlines()[-lines:])
+        tail = super().log_tail(record, lines)
+        hint = f"(driver logs: {logs or 'not available'}; after the application ends: yarn logs -applicationId " \
+               f"{record.handle.get('app_id')})"
+        return "\n".join([*tail.splitlines(), hint][-lines:])

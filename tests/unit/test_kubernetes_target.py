@@ -1,0 +1,212 @@
+"""Kubernetes cluster target against PROTOCOL STAND-INS: a pod-API stand-in speaking HTTPS with a
+bearer token (``tests/standins/kube_api.py``) and a stand-in ``spark-submit``
+(``tests/standins/fake_spark_submit.py``). No Kubernetes runs here: these tests check the exact
+spark-submit command, the pod name and labels, the API client (TLS, token), the state mapping and
+the identity checks - not Kubernetes itself."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from airflow_streaming.exceptions import StreamStateUnknownError
+from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.spec import StreamSpec
+from airflow_streaming.targets.base import Liveness
+from airflow_streaming.targets.kubernetes import (
+    RUN_LABEL,
+    KubernetesClusterTarget,
+    driver_pod_name,
+    label_value,
+    liveness_of,
+)
+from standins import fake_spark_submit
+from standins.kube_api import KubeApiStandIn, make_self_signed_cert
+
+SECRET = "k8s-s3cr3t-c0ffee"
+TOKEN = "sa-token-5f5e0d1c2b"
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI for a test certificate")
+
+
+@pytest.fixture
+def tls(tmp_path):
+    return make_self_signed_cert(tmp_path)
+
+
+@pytest.fixture
+def api(tls):
+    with KubeApiStandIn(TOKEN, tls=tls) as server:
+        yield server
+
+
+@pytest.fixture
+def token_file(tmp_path):
+    path = tmp_path / "token"
+    path.write_text(TOKEN + "\n")
+    return str(path)
+
+
+@pytest.fixture
+def submit_record(tmp_path, monkeypatch, api):
+    bindir = fake_spark_submit.install(tmp_path / "fakebin").parent
+    record = tmp_path / "spark-submit-calls.jsonl"
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SPARK_SUBMIT_RECORD", str(record))
+    monkeypatch.setenv("FAKE_KUBE_API", api.url)
+    monkeypatch.setenv("FAKE_KUBE_TOKEN", TOKEN)
+    monkeypatch.delenv("FAKE_SPARK_SUBMIT_EXIT", raising=False)
+    return record
+
+
+def k8s_spec(tmp_path: Path, api_url: str, tls: tuple[str, str], token_file: str, name: str = "etl",
+             spark_conf: dict | None = None, **cluster) -> StreamSpec:
+    settings = {"image": "registry.example/airflow-streaming:0.1", "namespace": "streams",
+                "service_account": "spark-driver", "kube_token_file": token_file, "kube_ca_file": tls[0], **cluster}
+    conf = {"spark.hadoop.fs.s3a.secret.key": SECRET, "spark.kubernetes.file.upload.path": "s3a://bucket/uploads"}
+    return StreamSpec(name=name, application="events_etl", checkpoint_location=str(tmp_path / "ckpt" / name),
+                      control_location=str(tmp_path / "ctl"), master=f"k8s://{api_url}", deploy_mode="cluster",
+                      cluster=settings, spark_conf=conf if spark_conf is None else spark_conf)
+
+
+def calls(record: Path) -> list[dict]:
+    return [json.loads(line) for line in record.read_text().splitlines()]
+
+
+def conf_of(argv: list[str]) -> dict[str, str]:
+    return dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--conf")
+
+
+def test_driver_pod_name_is_deterministic_dns_safe_and_short():
+    run = "20261123T090748Z-645b32db"
+    name = driver_pod_name("etl", run)
+    assert name == "etl-20261123t090748z-645b32db-driver" == driver_pod_name("etl", run)
+    assert driver_pod_name("etl", "20261123T090748Z-645b32dc") != name
+    long_a = driver_pod_name("Very_Long.Stream-Name_" + "x" * 40, run)
+    long_b = driver_pod_name("Very_Long.Stream-Name_" + "x" * 40, "20261123T090748Z-645b32dc")
+    for pod in (name, long_a, long_b, driver_pod_name("__odd..name__", "run/with:chars")):
+        assert len(pod) <= 63 and DNS_LABEL.match(pod), pod
+    assert long_a != long_b
+    assert label_value(run) == run
+    odd = label_value("run/with:chars" + "y" * 80)
+    assert len(odd) <= 63 and re.match(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", odd)
+
+
+@pytest.mark.parametrize("phase, expected", [
+    ("Pending", Liveness.ALIVE), ("Running", Liveness.ALIVE), ("Succeeded", Liveness.GONE),
+    ("Failed", Liveness.GONE), (None, Liveness.GONE), ("Unknown", Liveness.UNKNOWN),
+])
+def test_phase_mapping(phase, expected):
+    assert liveness_of(phase) == expected
+
+
+def test_submission_argv_pod_labels_and_no_secret(tmp_path, api, tls, token_file, submit_record):
+    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file))
+    record = hook.submit()
+    (call,) = calls(submit_record)
+    argv = call["argv"]
+    assert argv[:4] == ["--master", f"k8s://{api.url}", "--deploy-mode", "cluster"]
+    conf = conf_of(argv)
+    pod = driver_pod_name("etl", record.run_id)
+    assert conf["spark.kubernetes.submission.waitAppCompletion"] == "false"
+    assert conf["spark.kubernetes.namespace"] == "streams"
+    assert conf["spark.kubernetes.container.image"] == "registry.example/airflow-streaming:0.1"
+    assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] == "spark-driver"
+    assert conf["spark.kubernetes.driver.pod.name"] == pod
+    assert conf[f"spark.kubernetes.driver.label.{RUN_LABEL}"] == record.run_id
+    assert conf[f"spark.kubernetes.executor.label.{RUN_LABEL}"] == record.run_id
+    assert conf["spark.kubernetes.driver.label.airflow-streaming/stream"] == "etl"
+    assert conf["spark.airflow_streaming.run_id"] == record.run_id
+    assert argv[argv.index("--py-files") + 1].endswith(".zip")
+    assert SECRET not in " ".join(argv) and TOKEN not in " ".join(argv) and SECRET not in record.command
+    assert call["properties_mode"] == "0o600" and SECRET in call["properties"]
+    assert not os.path.exists(call["properties_file"])
+    assert record.target == "kubernetes"
+    assert record.handle == {"namespace": "streams", "pod": pod, "api_server": api.url}
+    assert api.pods[("streams", pod)]["metadata"]["labels"]["spark-role"] == "driver"
+
+
+def test_runtime_in_the_image_or_an_upload_path_is_required(tmp_path, api, tls, token_file, submit_record):
+    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={}))
+    with pytest.raises(ValueError, match="spark.kubernetes.file.upload.path"):
+        hook.submit()
+    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={},
+                                     runtime_path="/opt/airflow-streaming"))
+    record = hook.submit()
+    argv = calls(submit_record)[-1]["argv"]
+    assert "--py-files" not in argv and "--properties-file" not in argv
+    assert argv[argv.index("--stream") - 1] == "local:///opt/airflow-streaming/spark_jobs/launch.py"
+    assert record.handle["pod"] == driver_pod_name("etl", record.run_id)
+    with pytest.raises(ValueError, match="cluster.image"):
+        StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file, name="noimage", image=None)).submit()
+
+
+def test_state_kill_find_and_logs_through_the_pod_api(tmp_path, api, tls, token_file, submit_record, caplog):
+    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file))
+    other_hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file, name="other"))
+    record, other = hook.submit(), other_hook.submit()
+    target = hook.target_of(record)
+    assert target.state(record).liveness == Liveness.ALIVE and target.state(record).cluster_state == "Pending"
+    api.set_phase("streams", record.handle["pod"], "Running")
+    assert hook.driver_liveness()[0] == Liveness.ALIVE
+    assert len(hook.processes_of_run(record.run_id)) == 1 and hook.processes_of_run("20990101T000000Z-0") == []
+
+    # A record of this run pointing at the other run's pod: refused, nothing deleted.
+    forged = replace(record, handle={**record.handle, "pod": other.handle["pod"]})
+    outcome = target.kill(forged, grace=7)
+    assert outcome.startswith("refusing to delete pod") and api.deletions == [], outcome
+
+    assert hook.log_tail(record.run_id, lines=2).splitlines() == [
+        f"driver log line 99 of {record.handle['pod']}", f"driver log line 100 of {record.handle['pod']}"]
+    with caplog.at_level(logging.DEBUG):
+        outcome = hook.kill(record, grace=7)
+    assert "deleted driver pod" in outcome and "NotFound" in outcome, outcome
+    assert api.deletions == [("streams", record.handle["pod"], 7)]
+    assert target.state(record).liveness == Liveness.GONE  # 404
+    assert hook.processes_of_run(record.run_id) == []
+    assert target.kill(record, grace=1).startswith("nothing to kill")
+    assert ("streams", other.handle["pod"]) in api.pods
+    api.set_phase("streams", other.handle["pod"], "Failed", "Error")
+    assert other_hook.target_of(other).state(other).liveness == Liveness.GONE
+    # The bearer token travelled in headers only: never in a message or a log line.
+    assert all(h.get("Authorization") == f"Bearer {TOKEN}" for _, _, h, _ in api.requests)
+    assert TOKEN not in caplog.text and TOKEN not in outcome
+
+
+def test_tls_token_and_unreachable_api_are_unknown_never_gone(tmp_path, api, tls, token_file, submit_record):
+    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file))
+    record = hook.submit()
+    storage, paths = hook.storage, hook.paths
+
+    def target(**settings) -> KubernetesClusterTarget:
+        base = {"image": "i", "namespace": "streams", "kube_token_file": token_file, "kube_ca_file": tls[0]}
+        return KubernetesClusterTarget(storage, paths, {**base, **settings}, master=f"k8s://{api.url}")
+
+    assert target().state(record).liveness == Liveness.ALIVE
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("not-the-token")
+    state = target(kube_token_file=str(wrong)).state(record)
+    assert state.liveness == Liveness.UNKNOWN and "HTTP 401" in state.detail and "kube_token_file" in state.detail
+    # No CA given: the self-signed certificate is not trusted - UNKNOWN, not GONE.
+    state = target(kube_ca_file=None).state(record)
+    assert state.liveness == Liveness.UNKNOWN and "CERTIFICATE_VERIFY_FAILED" in state.detail, state.detail
+    assert target(kube_ca_file=None, verify_tls=False).state(record).liveness == Liveness.ALIVE
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"https://127.0.0.1:{s.getsockname()[1]}"
+    down = replace(record, handle={**record.handle, "api_server": closed})
+    state = target().state(down)
+    assert state.liveness == Liveness.UNKNOWN and closed in state.detail
+    assert target().kill(down, grace=1).startswith("cannot kill")
+    with pytest.raises(StreamStateUnknownError):
+        target(api_server=closed).find(record.run_id)
+    assert TOKEN not in state.detail
