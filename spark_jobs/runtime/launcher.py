@@ -470,7 +470,7 @@ def _forget_secret_properties() -> None:
     path = os.environ.pop("AIRFLOW_STREAMING_SECRET_PROPERTIES", None)
     if path:
         from airflow_streaming.redaction import remember_secrets
-        from airflow_streaming.targets.submit_command import read_properties_file
+        from airflow_streaming.properties_file import read_properties_file
 
         try:
             remember_secrets(read_properties_file(path).values())
