@@ -36,7 +36,7 @@ def stop_all(control_location: str, timeout: float) -> list[str]:
         if record is None or deployed is None:
             continue
         hook = StreamingJobHook(StreamSpec.from_dict(deployed["spec"]), storage)
-        if hook.target.state(record).gone:
+        if hook.target_of(record).state(record).gone:
             continue
         hook.request_stop()
         if not hook.wait_gone(record, timeout):
