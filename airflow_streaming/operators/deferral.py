@@ -1,0 +1,69 @@
+"""Deferrable glue for the lifecycle operators: nothing waits in a worker slot.
+
+A lifecycle action (deploy, stop, upgrade, restart, rollback, any operation of the operations DAG)
+runs in the worker only for its short steps. At every wait - a deploy's first progress, a driver's
+exit, the compatibility gate, a probation, a parallel stream catching up - the runner (deferrable
+mode) saves its record, hands its lifecycle lock to the trigger and raises ``WaitNeeded``; the
+operator defers to :class:`~airflow_streaming.triggers.lifecycle.LifecycleWaitTrigger`, and when it
+fires, runs the action again with the handed-over locks: it resumes from the record. A worker or
+triggerer restart in between loses nothing: the record and the lock (renewed by holder id) are on the
+control storage.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from airflow_streaming.lifecycle.waits import WaitNeeded
+
+#: Extra time the deferral may take beyond the wait's own deadline before Airflow times the task out.
+DEFERRAL_MARGIN_S = 900.0
+
+
+def default_deferrable() -> bool:
+    """``[operators] default_deferrable``, as Airflow's own operators read it (default False)."""
+    try:
+        from airflow.configuration import conf
+
+        return conf.getboolean("operators", "default_deferrable", fallback=False)
+    except Exception:  # noqa: BLE001 - no Airflow configuration (a plain Python caller)
+        return False
+
+
+class DeferrableLifecycleMixin:
+    """Runs ``self._action(context, resume)`` and defers while it waits (``self.deferrable``).
+
+    Operators using it define ``_action(context, resume: dict | None)`` (``resume``: the locks handed
+    back by the trigger) and have ``deferrable`` and ``poll_interval`` attributes.
+    """
+
+    deferrable: bool
+    poll_interval: float
+
+    def _action(self, context: Any, resume: dict[str, str] | None) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _run_deferrable(self, context: Any, resume: dict[str, str] | None = None) -> Any:
+        try:
+            return self._action(context, resume)
+        except WaitNeeded as wait:
+            from airflow_streaming.triggers.lifecycle import LifecycleWaitTrigger
+
+            self.log.info("waiting in the triggerer for %s of stream %s (run %s); the worker slot is free",  # type: ignore[attr-defined]
+                          wait.wait.kind, wait.wait.spec.get("name"), wait.wait.run_id)
+            self.defer(  # type: ignore[attr-defined]
+                trigger=LifecycleWaitTrigger(wait.wait.to_dict(), wait.holders, self.poll_interval),
+                method_name="execute_complete",
+                timeout=timedelta(seconds=max(60.0, wait.wait.deadline - time.time()) + DEFERRAL_MARGIN_S))
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        """The trigger fired: resume the action from its record with the locks it kept alive."""
+        if event.get("status") == "lock_lost":
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(f"{event.get('message')}; the action's record is kept: run the task again to "
+                                       "continue it once the other holder is done")
+        return self._run_deferrable(context, resume=event.get("holders"))
+
