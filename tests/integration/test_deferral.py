@@ -19,7 +19,7 @@ import pytest
 
 from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockHeld
 from airflow_streaming.lifecycle.operations import deploy_stream, stop_stream
-from airflow_streaming.lifecycle.record import Action, Step
+from airflow_streaming.lifecycle.record import Action, Probation, Step
 from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
 from airflow_streaming.lifecycle.waits import WaitNeeded
 from airflow_streaming.triggers.lifecycle import LifecycleWaitTrigger
@@ -36,8 +36,11 @@ async def _first_event(trigger: LifecycleWaitTrigger) -> Any:
     raise AssertionError("the trigger ended without an event")
 
 
-def drive(call, control_dir: str) -> tuple[Any, list[dict[str, Any]]]:
-    """Run ``call(resume)`` as Airflow runs a deferrable task; return its result and the deferrals."""
+def drive(call, control_dir: str, on_wait=None) -> tuple[Any, list[dict[str, Any]]]:
+    """Run ``call(resume)`` as Airflow runs a deferrable task; return its result and the deferrals.
+
+    ``on_wait(kind)`` runs while the call is deferred (e.g. to feed the new version in probation).
+    """
     resume = None
     deferrals: list[dict[str, Any]] = []
     while True:
@@ -52,6 +55,8 @@ def drive(call, control_dir: str) -> tuple[Any, list[dict[str, Any]]]:
                 from airflow_streaming.control.local import LocalStorage
 
                 LifecycleLock.acquire(LocalStorage(), control_dir, "supervise", keep_alive=False)
+            if on_wait is not None:
+                on_wait(wait.wait.kind)
             trigger = LifecycleWaitTrigger(wait.wait.to_dict(), wait.holders, poll_interval=0.5)
             waited = time.monotonic()
             event = asyncio.run(_first_event(trigger))
@@ -73,12 +78,16 @@ def test_deploy_stop_and_upgrade_wait_in_the_trigger_not_in_the_worker(streams):
     assert deferrals[0]["trigger_s"] > deferrals[0]["worker_s"]  # the start is waited for in the trigger
 
     wait_for(lambda: (d := hook.status()) is not None and d.totals["input_rows"] >= 300, 90, "input processed")
-    fed.append(generate_events(inp, count=200, files=2, run="b", file_start_index=10))
     v2 = spec.with_version("v2", application="events_etl_v2")
     streams.hook(v2)
-    options = LifecycleOptions(defer=True, poll_s=0.5)
+    options = LifecycleOptions(defer=True, poll_s=0.5, probation=Probation(min_batches=1, window_s=180))
+
+    def feed_v2(kind: str) -> None:  # the new version proves itself on new input while deferred
+        if kind == "probation":
+            fed.append(generate_events(inp, count=200, files=2, run="b", file_start_index=10))
+
     record, deferrals = drive(lambda resume: LifecycleRunner(v2, Action.UPGRADE, options, resume=resume).run(),
-                              hook.paths.root)
+                              hook.paths.root, on_wait=feed_v2)
     assert record.step == Step.SUCCEEDED, record.error
     kinds = [d["kind"] for d in deferrals]
     assert kinds[0] == "file" and "gone" in kinds and kinds[-1] == "probation", kinds  # gate, stop, probation
