@@ -58,7 +58,7 @@ def stream_upgrade_window():
 
     @task
     def summary(results: list[dict]) -> list[dict]:
-        from airflow.sdk.exceptions import AirflowFailException
+        from airflow.providers.common.compat.sdk import AirflowFailException
 
         for r in results:
             print(f"{r['stream']}: {r['from'] or '-'} -> {r['to']}: {r['outcome']} in {r['seconds']}s"

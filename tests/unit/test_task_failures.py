@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 from airflow_streaming.compat.run import IncompatibleCandidateError
 from airflow_streaming.control.contract import ControlFileError
