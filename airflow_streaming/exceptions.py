@@ -20,7 +20,30 @@ class JavaNotFoundError(StreamingError):
 
 
 class DriverStartError(StreamingError):
-    """The driver died or failed before its stream reported progress; carries the driver's own error."""
+    """The driver died or failed before its stream reported progress; carries the driver's own error.
+
+    :param message: what happened, with the driver's error and the tail of its output.
+    :param error_class: Spark's error class (or the exception type) the driver reported, if any.
+    :param exit_code: the driver's exit code, if it exited.
+    :param timed_out: the driver did not report progress in time (it was stopped): not a crash.
+    """
+
+    def __init__(self, message: str, *, error_class: str | None = None, exit_code: int | None = None,
+                 timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.exit_code = exit_code
+        self.timed_out = timed_out
+
+    def is_deterministic(self) -> bool:
+        """Whether starting the same driver again would fail the same way (bad application, configuration
+        or checkpoint), by the supervisor's own classification; a start that merely timed out is not."""
+        if self.timed_out:
+            return False
+        from airflow_streaming.supervision.classification import FailureKind, classify
+
+        head = str(self).split("\n", 1)[0]
+        return classify(self.error_class, head, self.exit_code).kind == FailureKind.DETERMINISTIC
 
 
 class StreamFailedError(StreamingError):

@@ -1,11 +1,25 @@
-"""Provider metadata read by Airflow's ProvidersManager through the ``apache_airflow_provider`` entry point."""
+"""Provider metadata read by Airflow's ProvidersManager through the ``apache_airflow_provider`` entry point.
+
+Validated against Airflow's own ``provider_info.schema.json`` by ``tests/unit/test_provider_info.py``.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from airflow_streaming.config import provider_config
+
 
 def get_provider_info() -> dict[str, Any]:
+    """The provider's description: modules, notifications, its ``[airflow_streaming]`` config section.
+
+    ``connection-types`` is empty on purpose: the provider defines none of its own. It uses the
+    ``spark`` connection type of apache-airflow-providers-apache-spark (master, deploy mode, queue,
+    namespace), ``webhdfs`` for HDFS control/checkpoint storage (the HDFS provider's form, optional),
+    ``http`` / ``smtp`` / ``slackwebhook`` for notifications (docs/connections.md). Extra links are
+    listed by the UI (``airflow_streaming.ui.links``); its plugin registers through the
+    ``airflow.plugins`` entry point (listing it here too would register it twice).
+    """
     return {
         "package-name": "airflow-streaming",
         "name": "Spark Structured Streaming lifecycle",
@@ -43,5 +57,11 @@ def get_provider_info() -> dict[str, Any]:
         "notifications": [
             "airflow_streaming.notifications.webhook.StreamWebhookNotifier",
             "airflow_streaming.notifications.email.StreamEmailNotifier",
+            "airflow_streaming.notifications.smtp_provider.StreamSmtpNotifier",
+            "airflow_streaming.notifications.slack_provider.StreamSlackWebhookNotifier",
+            "airflow_streaming.notifications.http_provider.StreamHttpNotifier",
         ],
+        "connection-types": [],
+        "plugins": [],
+        "config": provider_config(),
     }

@@ -1,7 +1,7 @@
 """Run the bundled stateful job (device signal aggregation) as a long-lived stream.
 
-``device_signals_deploy``: deploy the stream and wait until it makes progress (fails fast if it is
-already running or its driver dies while starting). ``device_signals_stop``: stop it gracefully at a
+``device_signals_deploy``: deploy the stream, wait until it makes progress (fails fast if it is
+already running or its driver dies while starting) and until its health verdict is HEALTHY or IDLE. ``device_signals_stop``: stop it gracefully at a
 micro-batch boundary; the report (last committed batch, clean checkpoint) is in the task's XCom.
 Trigger them from the UI; paths default under ``$AIRFLOW_STREAMING_DEMO_ROOT``.
 """
@@ -15,6 +15,7 @@ from airflow.sdk import DAG
 
 from airflow_streaming.operators.deploy import SparkStreamDeployOperator
 from airflow_streaming.operators.stop import SparkStreamStopOperator
+from airflow_streaming.sensors.health import StreamingHealthSensor
 from airflow_streaming.sensors.progress import SparkStreamProgressSensor
 
 ROOT = os.environ.get("AIRFLOW_STREAMING_DEMO_ROOT", "/tmp/airflow-streaming-demo")
@@ -33,8 +34,11 @@ SPEC: dict[str, Any] = {
 
 with DAG(dag_id="device_signals_deploy", schedule=None, catchup=False, tags=["airflow-streaming", "example"],
          doc_md=__doc__) as deploy_dag:
+    # Healthy (or idle) once it made progress; deferred to the triggerer while it waits (no worker slot).
     SparkStreamDeployOperator(task_id="deploy", spec=SPEC) >> SparkStreamProgressSensor(
-        task_id="wait_for_progress", spec=SPEC, min_batches=1, poke_interval=5, timeout=900)
+        task_id="wait_for_progress", spec=SPEC, min_batches=1, poke_interval=5, timeout=900
+    ) >> StreamingHealthSensor(task_id="healthy", spec=SPEC, health_mode="wait_healthy", deferrable=True,
+                               poke_interval=10, timeout=600)
 
 with DAG(dag_id="device_signals_stop", schedule=None, catchup=False, tags=["airflow-streaming", "example"],
          doc_md=__doc__) as stop_dag:

@@ -1,6 +1,6 @@
 """Manual operations on a managed stream, from the Airflow UI's trigger form.
 
-Pick a stream of the desired-state file (``AIRFLOW_STREAMING_DESIRED_STATE``), an action and
+Pick a stream of the desired-state file (``[airflow_streaming] desired_state_file``), an action and
 optionally a version: ``deploy`` / ``stop`` / ``restart`` / ``upgrade`` (to the chosen version, or the
 wanted one) / ``rollback`` (to the version before the last successful upgrade) / ``status``. The form
 rejects unknown streams and actions; a version the stream does not list fails with the list of its
@@ -11,14 +11,15 @@ resumes it.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
-DESIRED_STATE = os.environ.get("AIRFLOW_STREAMING_DESIRED_STATE",
-                               str(Path(__file__).resolve().parent / "specs" / "desired_state.yaml"))
+from airflow_streaming.config import desired_state_file
+
+# [airflow_streaming] desired_state_file, else $AIRFLOW_STREAMING_DESIRED_STATE, else specs/ beside this file.
+DESIRED_STATE = desired_state_file(Path(__file__).resolve().parent)
 
 
 def _choices() -> tuple[list[str], list[str]]:

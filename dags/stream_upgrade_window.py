@@ -1,7 +1,8 @@
 """Scheduled upgrade window: apply pending version changes from the desired-state file.
 
-The desired-state file (``AIRFLOW_STREAMING_DESIRED_STATE``, default ``dags/specs/desired_state.yaml``)
-lists every managed stream, its versions and the version wanted. At the window's cron time
+The desired-state file (``[airflow_streaming] desired_state_file``, else ``AIRFLOW_STREAMING_DESIRED_STATE``,
+else ``dags/specs/desired_state.yaml``) lists every managed stream, its versions and the version wanted.
+At the window's cron time
 (``AIRFLOW_STREAMING_UPGRADE_CRON``, default Sundays 03:00) each stream whose deployed version differs
 is upgraded - one stream at a time, each behind the compatibility gate, with snapshot, probation and
 automatic rollback (``docs/upgrades.md``) - and a summary ends the run. The run fails if any change
@@ -16,8 +17,10 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
-DESIRED_STATE = os.environ.get("AIRFLOW_STREAMING_DESIRED_STATE",
-                               str(Path(__file__).resolve().parent / "specs" / "desired_state.yaml"))
+from airflow_streaming.config import desired_state_file
+
+# [airflow_streaming] desired_state_file, else $AIRFLOW_STREAMING_DESIRED_STATE, else specs/ beside this file.
+DESIRED_STATE = desired_state_file(Path(__file__).resolve().parent)
 
 
 @dag(
@@ -55,7 +58,7 @@ def stream_upgrade_window():
 
     @task
     def summary(results: list[dict]) -> list[dict]:
-        from airflow.sdk.exceptions import AirflowFailException
+        from airflow.providers.common.compat.sdk import AirflowFailException
 
         for r in results:
             print(f"{r['stream']}: {r['from'] or '-'} -> {r['to']}: {r['outcome']} in {r['seconds']}s"

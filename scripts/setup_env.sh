@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create ./.venv and install the project with its test extras; check Java 17.
-# Sourced by demo.sh and test.sh (idempotent: re-installs only when pyproject.toml changed).
+# Create ./.venv and install the project with its test extras at the pinned, tested versions of
+# constraints.txt; check Java 17; install PostgreSQL, Chromium and docker-compose (end-to-end tests) when missing.
+# Sourced by demo.sh and test.sh (idempotent: re-installs only when pyproject.toml or constraints.txt changed).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$REPO/.venv"
@@ -19,12 +20,14 @@ if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
   exit 1
 fi
 
-# System packages of the end-to-end tests: PostgreSQL (the real-Airflow stack, tests/airflow_stack.py) and
-# Chromium (the UI test drives it headless). Installed when missing and possible; otherwise those tests
-# are skipped with the reason.
+# System packages of the end-to-end tests: PostgreSQL (the real-Airflow stack, tests/airflow_stack.py),
+# Chromium (the UI test drives it headless) and docker-compose (v1: validates docker-compose.yaml without a
+# Docker engine). Installed once, when missing and possible (root or passwordless sudo); otherwise the
+# PostgreSQL/Chromium tests are skipped with the reason and the compose-file test fails.
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
+command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
 if [ "${#need[@]}" -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="$(command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null && echo sudo || true)"
@@ -39,12 +42,12 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 PY="${PYTHON:-python3}"
-if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
-  echo "ERROR: Python 3.10+ is required ($PY is $("$PY" -V 2>&1))." >&2
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "ERROR: Python 3.11+ is required ($PY is $("$PY" -V 2>&1))." >&2
   exit 1
 fi
 
-stamp="$VENV/.installed-$(sha256sum "$REPO/pyproject.toml" | cut -c1-16)"
+stamp="$VENV/.installed-$(cat "$REPO/pyproject.toml" "$REPO/constraints.txt" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "setting up $VENV (first run takes a few minutes: Airflow + PySpark) ..." >&2
   if ! command -v uv >/dev/null 2>&1; then
@@ -53,14 +56,17 @@ if [ ! -f "$stamp" ]; then
   if command -v uv >/dev/null 2>&1 || "$PY" -m uv --version >/dev/null 2>&1; then
     UV="$(command -v uv || echo "$PY -m uv")"
     [ -x "$VENV/bin/python" ] || $UV venv --quiet --python "$PY" "$VENV" >&2
-    $UV pip install --quiet --python "$VENV/bin/python" -e "$REPO[test]" >&2
+    $UV pip install --quiet --python "$VENV/bin/python" -c "$REPO/constraints.txt" -e "$REPO[test]" >&2
   else
     [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$REPO[test]" >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c "$REPO/constraints.txt" -e "$REPO[test]" >&2
   fi
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi
+
+command -v docker-compose >/dev/null 2>&1 \
+  || echo "WARNING: docker-compose is missing (sudo apt-get install -y docker-compose): its test will fail" >&2
 
 export PATH="$VENV/bin:$PATH"
 export PYSPARK_PYTHON="$VENV/bin/python"

@@ -624,12 +624,15 @@ class StreamingJobHook(BaseHook):
                 self._remove_marker_of(record.run_id)
                 if not self.target_of(record).state(record).gone:
                     self.kill(record)
-                raise DriverStartError(self._failure_message(record, self._status_of_run(record.run_id)))
+                final = self._status_of_run(record.run_id)
+                raise DriverStartError(self._failure_message(record, final),
+                                       error_class=(final.last_exception or {}).get("error_class") if final else None,
+                                       exit_code=(final.exit or {}).get("code") if final else None)
             if time.monotonic() > deadline:
                 self.kill(record)
                 raise DriverStartError(
                     f"stream {record.stream!r} did not report progress within {timeout:.0f}s; the driver was "
-                    f"stopped. Last driver output:\n{self.log_tail(record.run_id)}"
+                    f"stopped. Last driver output:\n{self.log_tail(record.run_id)}", timed_out=True
                 )
             if lock is not None:
                 lock.ensure()

@@ -14,7 +14,9 @@ Plain Python: no Airflow, no Spark. The notifiers in :mod:`.webhook` and :mod:`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import html
 import json
 import logging
 import re
@@ -372,6 +374,23 @@ def event_from_context(context: Mapping[str, Any]) -> StreamEvent:
                        dag_id=dag_id, task_id=task_id)
 
 
+def render_html(event: StreamEvent, prefix: str | None = SUBJECT_PREFIX) -> str:
+    """The plain-text body of :func:`render_text` as a small HTML document (escaped, redacted)."""
+    subject, body = render_text(event, prefix)
+    return (f"<html><body><h3>{html.escape(subject)}</h3>"
+            f"<pre style=\"font-family: monospace\">{html.escape(body)}</pre></body></html>")
+
+
+def event_template_context(context: Mapping[str, Any], prefix: str | None = SUBJECT_PREFIX) -> dict[str, Any]:
+    """What a notifier's templates may use about the event of ``context`` (see :func:`event_from_context`):
+    ``stream_event`` (the :class:`StreamEvent`), ``stream_event_subject``, ``stream_event_text`` (the
+    plain-text body), ``stream_event_html`` and ``stream_event_json`` (:func:`render_json`). All redacted."""
+    event = event_from_context(context)
+    subject, body = render_text(event, prefix)
+    return {"stream_event": event, "stream_event_subject": subject, "stream_event_text": body,
+            "stream_event_html": render_html(event, prefix), "stream_event_json": render_json(event, prefix)}
+
+
 # --------------------------------------------------------------------------------------------------
 # Flap protection
 
@@ -456,6 +475,14 @@ class NotificationGate:
         return event
 
 
+def call_notifier(notifier: Any, context: Mapping[str, Any]) -> None:
+    """Deliver one event through an Airflow notifier the way Airflow calls a callback: ``notifier(context)``,
+    which renders its templated fields against ``context`` before ``notify``. The call is made on a
+    shallow copy, because rendering replaces the fields in place: the caller's notifier keeps its
+    templates (``{{ stream_event.stream }}``...) for the next event."""
+    copy.copy(notifier)(dict(context))
+
+
 def send_event(event: StreamEvent | Mapping[str, Any], notifiers: list[Any],
                gate: NotificationGate | None = None, now: float | None = None) -> StreamEvent | None:
     """Pass ``event`` through ``gate`` (if any) and call each notifier with ``{"stream_event": event}``.
@@ -472,7 +499,7 @@ def send_event(event: StreamEvent | Mapping[str, Any], notifiers: list[Any],
     first_error: BaseException | None = None
     for notifier in notifiers:
         try:
-            notifier({"stream_event": admitted})
+            call_notifier(notifier, {"stream_event": admitted})
         except Exception as exc:  # noqa: BLE001 - try the other notifiers, then raise
             log.warning("notifier %s failed for %s %s: %s", type(notifier).__name__, admitted.stream,
                         admitted.kind.value, exc)

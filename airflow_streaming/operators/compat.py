@@ -17,7 +17,8 @@ from airflow_streaming.ui.links import STREAM_LINKS
 class SparkStreamCompatibilityCheckOperator(BaseOperator):
     """Check a candidate job version against the stream's live checkpoint, without touching the stream.
 
-    Fails the task on INCOMPATIBLE, and on COMPATIBLE_WITH_WARNINGS unless ``allow_warnings``. The
+    Fails the task (without retries) on INCOMPATIBLE, and on COMPATIBLE_WITH_WARNINGS unless
+    ``allow_warnings``; a check that could not run (checkpoint unreadable, Spark error) is retried. The
     findings are logged one per line (rule, both sides) and the full report is returned (XCom).
 
     :param spec: the candidate: the stream's spec with the new application / version / args / conf
@@ -38,6 +39,12 @@ class SparkStreamCompatibilityCheckOperator(BaseOperator):
         self.dry_run = dry_run
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_streaming.task_failures import fail_fast_on_permanent_errors
+
+        with fail_fast_on_permanent_errors():
+            return self._check()
+
+    def _check(self) -> dict[str, Any]:
         spec = as_spec(self.spec)
         report = run_check(spec, self.allow_warnings, self.dry_run)
         verdict = report["verdict"]

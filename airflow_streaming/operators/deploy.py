@@ -16,7 +16,11 @@ class SparkStreamDeployOperator(BaseOperator):
     """Submit a stream's driver (detached) through the Spark provider and wait for its first progress.
 
     Refuses before submitting when the stream already runs, the application file is missing or Java
-    is not usable. Fails with the driver's own error when the driver dies while starting.
+    is not usable. Fails with the driver's own error when the driver dies while starting. Those
+    failures, an invalid spec and a driver that fails deterministically at start (bad code,
+    configuration or checkpoint) fail the task without Airflow retries; a transient failure (storage,
+    cluster, a driver lost for another reason, a start that timed out) is retried per ``retries``. A try
+    that died mid-deploy is resumed from the stream's lifecycle record by the next try.
     Returns (XCom) the run's identity: stream, version, run_id, submit_pid, driver_pid, app_id,
     spark_ui, control_dir, log_path.
 
@@ -43,6 +47,12 @@ class SparkStreamDeployOperator(BaseOperator):
         self.startup_timeout = startup_timeout
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_streaming.task_failures import fail_fast_on_permanent_errors
+
+        with fail_fast_on_permanent_errors():
+            return self._deploy(context)
+
+    def _deploy(self, context: Context) -> dict[str, Any]:
         from airflow_streaming.lifecycle.operations import deploy_stream
         from airflow_streaming.lifecycle.runner import LifecycleOptions
 

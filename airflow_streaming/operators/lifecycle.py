@@ -32,7 +32,8 @@ class SparkStreamUpgradeOperator(BaseOperator):
     :param probation_window: how long it has to get there (seconds or a duration string).
     :param warm_start: prepare the new driver (JVM, session, planned query) beside the running one and
         stop the old one only once it is ready: shorter downtime, two drivers' memory for a while.
-    :param notifiers: Airflow notifiers; they get ``stream_event`` (UPGRADE_SUCCEEDED / UPGRADE_ROLLED_BACK).
+    :param notifiers: Airflow notifiers; each is called like a callback (templated fields rendered) with the
+        task context plus ``stream_event`` (UPGRADE_SUCCEEDED / UPGRADE_ROLLED_BACK).
     """
 
     template_fields: Sequence[str] = ("spec", "current")
@@ -51,11 +52,17 @@ class SparkStreamUpgradeOperator(BaseOperator):
         self.notifiers = list(notifiers)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_streaming.task_failures import fail_fast_on_permanent_errors
+
+        with fail_fast_on_permanent_errors():
+            return self._run(context)
+
+    def _run(self, context: Context) -> dict[str, Any]:
         from airflow_streaming.hooks.streaming_job import StreamingJobHook
         from airflow_streaming.lifecycle.operations import LifecycleOutcomeError, result_of
         from airflow_streaming.lifecycle.record import Action, Probation
         from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner, restart_spec, resume_target
-        from airflow_streaming.notifications.events import StreamEvent
+        from airflow_streaming.notifications.events import StreamEvent, call_notifier
 
         action = Action(self.action)
         ti = context["ti"]
@@ -75,7 +82,7 @@ class SparkStreamUpgradeOperator(BaseOperator):
         def notify(event: dict[str, Any]) -> None:
             for notifier in self.notifiers:
                 try:
-                    notifier.notify({**context, "stream_event": StreamEvent.from_dict(event)})
+                    call_notifier(notifier, {**context, "stream_event": StreamEvent.from_dict(event)})
                 except Exception:  # noqa: BLE001 - one broken channel must not hide the outcome
                     self.log.exception("notifier %s failed", type(notifier).__name__)
 
@@ -84,7 +91,5 @@ class SparkStreamUpgradeOperator(BaseOperator):
         for line in result["steps"]:
             self.log.info("%s", line)
         if record.step.value != "SUCCEEDED":
-            from airflow.sdk.exceptions import AirflowFailException
-
-            raise AirflowFailException(str(LifecycleOutcomeError(result)))
+            raise LifecycleOutcomeError(result)  # recorded as finished: not retried (task_failures)
         return result

@@ -17,7 +17,9 @@ class SparkStreamStopOperator(BaseOperator):
 
     Returns (XCom) the stop report: graceful, killed, exit_code, last_planned_batch,
     last_committed_batch, clean (the last planned batch is committed), next_batch_id, seconds.
-    Stopping a stream that is not running succeeds and says so.
+    Stopping a stream that is not running succeeds and says so. A stop refused because another action
+    holds the stream, or storage that cannot be read, is retried per ``retries``; an invalid spec, a
+    refused or failed stop action and (with ``fail_if_not_graceful``) a kill fail the task at once.
 
     :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a path to a YAML spec.
     :param stop_timeout: seconds to wait for the graceful stop; default: the spec's ``stop_timeout``.
@@ -45,6 +47,12 @@ class SparkStreamStopOperator(BaseOperator):
         self.fail_if_not_graceful = fail_if_not_graceful
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_streaming.task_failures import fail_fast_on_permanent_errors
+
+        with fail_fast_on_permanent_errors():
+            return self._stop(context)
+
+    def _stop(self, context: Context) -> dict[str, Any]:
         from airflow_streaming.lifecycle.operations import stop_stream
         from airflow_streaming.lifecycle.runner import LifecycleOptions
 

@@ -24,10 +24,12 @@ class SparkStreamSupervisorOperator(BaseOperator):
 
     :param specs: the streams (each a :class:`StreamSpec`, a dict (templated) or a YAML path).
     :param restart_policy: overrides of :class:`RestartPolicy` fields, for every stream.
-    :param notifiers: Airflow notifiers (ours or any ``BaseNotifier``); they get the task context
-        plus ``stream_event`` (a ``StreamEvent``).
+    :param notifiers: Airflow notifiers (ours, the SMTP/Slack/HTTP providers' adapters in
+        :mod:`airflow_streaming.notifications`, or any ``BaseNotifier``); each is called like a callback
+        (templated fields rendered) with the task context plus ``stream_event`` (a ``StreamEvent``).
     :param repeat_window_s: flap protection: a repeat of the last message within this window is
-        suppressed and summarised in the next one.
+        suppressed and summarised in the next one; default ``[airflow_streaming] notification_repeat_window``
+        (900 s).
     :param max_wait_s: a restart whose backoff ends within this many seconds waits in this pass.
     """
 
@@ -37,18 +39,24 @@ class SparkStreamSupervisorOperator(BaseOperator):
 
     def __init__(self, *, specs: Sequence[StreamSpec | Mapping[str, Any] | str],
                  restart_policy: Mapping[str, Any] | None = None, notifiers: Sequence[BaseNotifier] = (),
-                 repeat_window_s: float = 900.0, max_wait_s: float = 30.0, **kwargs: Any) -> None:
+                 repeat_window_s: float | None = None, max_wait_s: float = 30.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.specs = list(specs)
         self.restart_policy = dict(restart_policy or {})
         self.notifiers = list(notifiers)
-        self.repeat_window_s = repeat_window_s
+        if repeat_window_s is None:
+            from airflow_streaming.config import get_float
+
+            repeat_window_s = get_float("notification_repeat_window")
+        self.repeat_window_s = float(repeat_window_s)
         self.max_wait_s = max_wait_s
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         from airflow_streaming.supervision.policy import RestartPolicy
+        from airflow_streaming.task_failures import fail_fast_on_permanent_errors
 
-        policy = RestartPolicy.from_mapping(self.restart_policy)
+        with fail_fast_on_permanent_errors():  # an invalid policy fails at once; a failed pass is retried
+            policy = RestartPolicy.from_mapping(self.restart_policy)
         try:
             log_url = getattr(context["ti"], "log_url", None)
         except Exception:  # noqa: BLE001 - no task instance (direct call)
@@ -72,7 +80,7 @@ class SparkStreamSupervisorOperator(BaseOperator):
         return results
 
     def _supervise_one(self, raw: Any, policy: Any, log_url: Any, context: Context) -> dict[str, Any]:
-        from airflow_streaming.notifications.events import NotificationGate
+        from airflow_streaming.notifications.events import NotificationGate, call_notifier
         from airflow_streaming.supervision.supervisor import supervise
 
         hook = StreamingJobHook(as_spec(raw))
@@ -86,7 +94,7 @@ class SparkStreamSupervisorOperator(BaseOperator):
                 return
             for notifier in self.notifiers:
                 try:
-                    notifier.notify({**context, "stream_event": admitted})
+                    call_notifier(notifier, {**context, "stream_event": admitted})
                 except Exception:  # noqa: BLE001 - one broken channel must not hide the others
                     self.log.exception("notifier %s failed", type(notifier).__name__)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
@@ -11,22 +13,23 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow_streaming.exceptions import StreamFailedError
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.spec import StreamSpec, as_spec
+from airflow_streaming.task_failures import fail_fast_on_permanent_errors
 from airflow_streaming.triggers.health import MODES, REPORT, WATCH, StreamingHealthTrigger, decide
 from airflow_streaming.ui.links import STREAM_LINKS
 
+DEFAULT_FAIL_ON = ("FALLING_BEHIND", "STALLED", "FAILED", "STOPPED")
 
-def _default_deferrable() -> bool:
-    try:
-        from airflow.configuration import conf
 
-        return conf.getboolean("operators", "default_deferrable", fallback=True)
-    except Exception:  # noqa: BLE001
-        return True
+def default_deferrable() -> bool:
+    """``[operators] default_deferrable`` (False when unset), as Airflow's own deferrable operators read it."""
+    from airflow.providers.common.compat.sdk import conf
+
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
 
 
 def emit_metrics(verdict: dict[str, Any]) -> None:
     """Per-stream gauges through Airflow's metrics (StatsD/OTel when configured; a no-op otherwise)."""
-    from airflow.sdk.observability.stats import Stats
+    from airflow.providers.common.compat.sdk import Stats
 
     from airflow_streaming.health.verdict import STATE_GAUGE, HealthState
 
@@ -39,75 +42,132 @@ def emit_metrics(verdict: dict[str, Any]) -> None:
                 tags={"stream": stream})
 
 
+def _split_modes(mode: str | None, health_mode: str | None) -> tuple[str, str]:
+    """``(Airflow sensor mode, health mode)`` from the arguments, accepting the old spelling ``mode="watch"``.
+
+    Until 0.1 the health mode was passed as ``mode``, which shadowed ``BaseSensorOperator.mode``. The
+    three health words and Airflow's two modes do not overlap, so an old ``mode="watch"`` is mapped to
+    ``health_mode="watch"`` with a :class:`DeprecationWarning`; giving both spellings is an error.
+    """
+    if mode in MODES:
+        if health_mode is not None:
+            raise ValueError(f"mode={mode!r} is a health mode, and health_mode={health_mode!r} is given too: the "
+                             "health mode is health_mode=; mode= is Airflow's sensor mode (poke or reschedule)")
+        warnings.warn(f"StreamingHealthSensor(mode={mode!r}) is deprecated: use health_mode={mode!r}. mode= is "
+                      "Airflow's sensor mode (poke or reschedule).", DeprecationWarning, stacklevel=3)
+        return "poke", mode
+    health_mode = "wait_healthy" if health_mode is None else health_mode
+    if health_mode not in MODES:
+        raise ValueError(f"health_mode: must be one of {', '.join(MODES)}, got {health_mode!r}")
+    return mode or "poke", health_mode
+
+
 class StreamingHealthSensor(BaseSensorOperator):
     """Judge a stream from its own ``status`` and ``recentProgress`` (see ``airflow_streaming.health``).
 
-    Modes:
+    Health modes (``health_mode``):
 
     - ``wait_healthy`` (default): succeed once HEALTHY or IDLE; fail if FAILED or STOPPED.
     - ``watch``: watch for ``watch_seconds`` and fail on the first verdict in ``fail_on``
       (FALLING_BEHIND, STALLED, FAILED, STOPPED by default); succeed when the window ends.
     - ``report``: one verdict, pushed to XCom, never fails on health.
 
-    Deferrable by default (the triggerer polls; no worker slot is held); ``deferrable=False`` pokes.
+    How it waits is Airflow's business, as for any sensor: ``mode="poke"`` (default) holds a worker
+    slot and polls every ``poke_interval``; ``mode="reschedule"`` frees the slot between polls;
+    ``deferrable=True`` computes one verdict in the worker and, if that does not decide, hands the
+    polling to the triggerer (no worker slot held) with a deferral timeout of ``timeout``. The default
+    of ``deferrable`` is ``[operators] default_deferrable`` (False unless configured), like Airflow's
+    own deferrable operators. ``timeout`` (Airflow's sensor timeout, default ``[sensors]
+    default_timeout``) bounds the whole wait in every mode; in ``watch`` it must cover the window.
+
     Each poll logs one line: stream, state, reasons. The verdict dict is returned (XCom), and per-stream
     gauges (input/processing rate, batch duration, state rows, watermark lag, health state) are emitted.
+    A FAILED or STOPPED stream (or a bad verdict in ``watch``) fails the task without retries.
 
     :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a YAML path.
-    :param mode: ``wait_healthy`` | ``watch`` | ``report``.
-    :param watch_seconds: ``watch`` mode: length of the window.
-    :param fail_on: ``watch`` mode: the states that fail the task.
-    :param deferrable: poll from the triggerer (default from ``[operators] default_deferrable``, True).
+    :param health_mode: ``wait_healthy`` | ``watch`` | ``report``. (The old spelling ``mode="watch"``
+        still works, with a DeprecationWarning.)
+    :param watch_seconds: ``watch``: length of the window.
+    :param fail_on: ``watch``: the states that fail the task.
+    :param deferrable: poll from the triggerer; default ``[operators] default_deferrable``.
+    :param poke_interval: seconds between verdicts; default ``[airflow_streaming] health_poll_interval`` (10).
     """
 
     template_fields: Sequence[str] = ("spec",)
     operator_extra_links = STREAM_LINKS
 
-    def __init__(self, *, spec: StreamSpec | Mapping[str, Any] | str, mode: str = "wait_healthy",
-                 watch_seconds: float = 300.0,
-                 fail_on: Sequence[str] = ("FALLING_BEHIND", "STALLED", "FAILED", "STOPPED"),
+    def __init__(self, *, spec: StreamSpec | Mapping[str, Any] | str, health_mode: str | None = None,
+                 watch_seconds: float = 300.0, fail_on: Sequence[str] = DEFAULT_FAIL_ON,
                  deferrable: bool | None = None, **kwargs: Any) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
-        kwargs.setdefault("poke_interval", 10)
-        super().__init__(**kwargs)
+        sensor_mode, health_mode = _split_modes(kwargs.pop("mode", None), health_mode)
+        if "poke_interval" not in kwargs:
+            from airflow_streaming.config import get_float
+
+            kwargs["poke_interval"] = get_float("health_poll_interval")
+        super().__init__(mode=sensor_mode, **kwargs)
+        if health_mode == WATCH and watch_seconds > self.timeout:
+            raise ValueError(f"watch_seconds ({watch_seconds:g}s) is longer than the sensor's timeout "
+                             f"({self.timeout:g}s): the window could never end; raise timeout=")
         self.spec = spec
-        self.health_mode = mode
+        self.health_mode = health_mode
         self.watch_seconds = watch_seconds
         self.fail_on = tuple(fail_on)
-        self.deferrable = _default_deferrable() if deferrable is None else deferrable
-        self._started: float | None = None
+        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
-            self._started = time.time()
             return super().execute(context)
-        spec = as_spec(self.spec)
+        # One verdict here first (like Airflow's deferrable sensors): a stream that is already healthy,
+        # failed or reported needs no trip through the triggerer.
+        started = time.time()
+        with fail_fast_on_permanent_errors():
+            spec = as_spec(self.spec)
+            verdict = self._verdict(spec)
+            event = decide(self.health_mode, verdict, started, time.time(), self.watch_seconds, self.fail_on)
+            self._log_verdict(verdict)
+            if event is not None:
+                return self._finish(event)
         self.defer(trigger=StreamingHealthTrigger(spec.to_dict(), self.health_mode, float(self.poke_interval),
-                                                  self.watch_seconds, self.fail_on),
-                   method_name="execute_complete")
+                                                  self.watch_seconds, self.fail_on, started=started),
+                   method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
 
     def poke(self, context: Context) -> PokeReturnValue:
-        spec = as_spec(self.spec)
-        verdict = StreamingJobHook(spec).health().to_dict()
-        event = decide(self.health_mode, verdict, self._started or time.time(), time.time(), self.watch_seconds,
-                       self.fail_on)
-        self._log_verdict(verdict)
-        if event is None:
-            return PokeReturnValue(is_done=False)
-        return PokeReturnValue(is_done=True, xcom_value=self._finish(event))
+        with fail_fast_on_permanent_errors():
+            verdict = self._verdict(as_spec(self.spec))
+            event = decide(self.health_mode, verdict, self._started_at(context), time.time(), self.watch_seconds,
+                           self.fail_on)
+            self._log_verdict(verdict)
+            if event is None:
+                return PokeReturnValue(is_done=False)
+            return PokeReturnValue(is_done=True, xcom_value=self._finish(event))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") == "error":
-            raise StreamFailedError(f"health watch failed: {event.get('message')}")
-        self._log_verdict(event["verdict"])
-        return self._finish(event)
+            # The trigger could not compute a verdict (storage or cluster unreachable): retryable.
+            raise RuntimeError(f"health watch failed: {event.get('message')}")
+        with fail_fast_on_permanent_errors():
+            self._log_verdict(event["verdict"])
+            return self._finish(event)
+
+    @staticmethod
+    def _verdict(spec: StreamSpec) -> dict[str, Any]:
+        return StreamingJobHook(spec).health().to_dict()
+
+    def _started_at(self, context: Context) -> float:
+        """When the watch began: the first poke of this try (``poke``) or of the first reschedule."""
+        if self.reschedule:
+            first = context["ti"].get_first_reschedule_date(context)
+            if first is not None:
+                return first.timestamp()
+        if getattr(self, "_poke_started", None) is None:
+            self._poke_started = time.time()
+        return self._poke_started
 
     def _log_verdict(self, verdict: dict[str, Any]) -> None:
         reasons = "; ".join(r["message"] for r in verdict.get("reasons", []))
-        warnings = "; ".join(w["message"] for w in verdict.get("warnings", []))
+        warnings_text = "; ".join(w["message"] for w in verdict.get("warnings", []))
         self.log.info("stream %s: %s - %s%s", verdict.get("stream"), verdict["state"], reasons,
-                      f" | warnings: {warnings}" if warnings else "")
+                      f" | warnings: {warnings_text}" if warnings_text else "")
 
     def _finish(self, event: dict[str, Any]) -> dict[str, Any]:
         verdict = event["verdict"]

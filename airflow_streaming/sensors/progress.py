@@ -20,11 +20,15 @@ class SparkStreamProgressSensor(BaseSensorOperator):
     """Succeed once the stream's current run has completed ``min_batches`` micro-batches and read at
     least ``min_input_rows`` rows; fail at once if its driver failed or exited.
 
-    Pushes the run's totals (batches, input_rows, quarantined_rows) and last batch id to XCom.
+    Pushes the run's totals (batches, input_rows, quarantined_rows) and last batch id to XCom. A failed
+    or exited driver fails the task without retries (waiting again cannot help); unreadable control
+    files are polled again, within the sensor's ``timeout``. ``mode="reschedule"`` frees the worker
+    slot between pokes.
 
     :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a path to a YAML spec.
     :param min_batches: completed micro-batches required in this run.
     :param min_input_rows: input rows required in this run (e.g. the number of events fed).
+    :param poke_interval: seconds between pokes; default ``[airflow_streaming] progress_poll_interval`` (2).
     """
 
     template_fields: Sequence[str] = ("spec", "min_input_rows")
@@ -38,14 +42,22 @@ class SparkStreamProgressSensor(BaseSensorOperator):
         min_input_rows: int = 0,
         **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("poke_interval", 2)
+        if "poke_interval" not in kwargs:
+            from airflow_streaming.config import get_float
+
+            kwargs["poke_interval"] = get_float("progress_poll_interval")
         super().__init__(**kwargs)
         self.spec = spec
         self.min_batches = min_batches
         self.min_input_rows = min_input_rows
 
     def poke(self, context: Context) -> PokeReturnValue:
-        spec = as_spec(self.spec)
+        from airflow_streaming.task_failures import fail_fast_on_permanent_errors
+
+        with fail_fast_on_permanent_errors():
+            return self._poke(as_spec(self.spec))
+
+    def _poke(self, spec: StreamSpec) -> PokeReturnValue:
         hook = StreamingJobHook(spec)
         try:
             doc = hook.status()

@@ -83,7 +83,7 @@ from airflow.sdk import DAG
 from airflow_streaming.sensors.health import StreamingHealthSensor
 
 with DAG("idle_watch", schedule=None, start_date=datetime(2026, 1, 1)):
-    StreamingHealthSensor(task_id="watch", spec={spec!r}, mode="watch", watch_seconds={seconds},
+    StreamingHealthSensor(task_id="watch", spec={spec!r}, health_mode="watch", watch_seconds={seconds},
                           poke_interval=5, deferrable=True)
 """
 

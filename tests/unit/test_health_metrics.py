@@ -19,16 +19,34 @@ def statsd_listener(monkeypatch):
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_HOST", "127.0.0.1")
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PORT", str(sock.getsockname()[1]))
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PREFIX", "airflow")
-    from airflow.sdk._shared.observability.metrics import stats
-    from airflow.sdk.observability.metrics import stats_utils
-
-    stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=True)
+    reinitialize = _stats_reinitializer()
+    reinitialize()
     try:
         yield sock
     finally:
         monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "False")
-        stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=True)
+        reinitialize()
         sock.close()
+
+
+def _stats_reinitializer():
+    """A function that makes Airflow's ``Stats`` read the ``[metrics]`` settings again (3.2+: the task
+    SDK's stats module; 3.1: the core's ``airflow.stats``, whose logger factory is picked at import)."""
+    try:
+        from airflow.sdk._shared.observability.metrics import stats
+        from airflow.sdk.observability.metrics import stats_utils
+    except ImportError:  # Airflow 3.1
+        from airflow.configuration import conf
+        from airflow.metrics.base_stats_logger import NoStatsLogger
+        from airflow.metrics.statsd_logger import get_statsd_logger
+        from airflow.stats import Stats
+
+        def reinitialize_core() -> None:
+            type(Stats).factory = get_statsd_logger if conf.getboolean("metrics", "statsd_on") else NoStatsLogger
+            Stats.instance = None  # the logger is cached on the class itself on first use
+
+        return reinitialize_core
+    return lambda: stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=True)
 
 
 def test_gauges_reach_statsd_with_the_stream_in_the_name(statsd_listener):

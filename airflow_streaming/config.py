@@ -1,0 +1,117 @@
+"""The provider's ``[airflow_streaming]`` configuration section: its options, defaults and how they are read.
+
+One table (:data:`OPTIONS`) is the single source of the options: :func:`provider_config` turns it into
+the ``config`` entry of the provider info (what ``airflow config list`` shows, with descriptions and
+defaults), and :func:`get_option` reads an option through Airflow's configuration (``airflow.cfg`` or
+``AIRFLOW__AIRFLOW_STREAMING__<OPTION>``) with the same default as fallback - so a value is the same
+whether or not Airflow has loaded the providers' configuration in this process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SECTION = "airflow_streaming"
+VERSION_ADDED = "0.1.0"
+#: The environment variable the example DAGs read the desired-state file from (kept for compatibility).
+DESIRED_STATE_ENV = "AIRFLOW_STREAMING_DESIRED_STATE"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of the ``[airflow_streaming]`` section.
+
+    :param name: the option's key.
+    :param type: ``string``, ``boolean``, ``integer`` or ``float`` (the provider-info schema's types).
+    :param default: the default, as Airflow's configuration stores it (a string).
+    :param description: what it does, for ``airflow config list`` and the docs.
+    :param example: an example value.
+    """
+
+    name: str
+    type: str
+    default: str
+    description: str
+    example: str | None = None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("desired_state_file", "string", "",
+           "Path of the desired-state YAML file (streams, versions, wanted version) read by the upgrade-window "
+           "and operations DAGs. Empty: the AIRFLOW_STREAMING_DESIRED_STATE environment variable, else "
+           "dags/specs/desired_state.yaml beside the example DAGs.",
+           "/opt/airflow/dags/specs/desired_state.yaml"),
+    Option("control_locations", "string", "",
+           "Comma-separated control locations (local paths or hdfs:// / webhdfs:// URLs) whose streams the "
+           "Streams UI lists, in addition to those of the desired-state file.",
+           "/data/control,hdfs://namenode:8020/streams/control"),
+    Option("health_poll_interval", "float", "10",
+           "Default poke_interval (seconds) of StreamingHealthSensor: how often a verdict is computed, in the "
+           "worker or, when deferred, in the triggerer.", "30"),
+    Option("progress_poll_interval", "float", "2",
+           "Default poke_interval (seconds) of SparkStreamProgressSensor.", "5"),
+    Option("notification_repeat_window", "float", "900",
+           "Default repeat_window_s (seconds) of SparkStreamSupervisorOperator: a repeat of the last message "
+           "about a stream within this window is suppressed and counted in the next one.", "3600"),
+)
+_BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def provider_config() -> dict[str, Any]:
+    """The ``config`` entry of :func:`airflow_streaming.get_provider_info.get_provider_info`."""
+    return {
+        SECTION: {
+            "description": "Defaults of the airflow-streaming provider (Spark Structured Streaming lifecycle).",
+            "options": {
+                o.name: {"description": o.description, "version_added": VERSION_ADDED, "type": o.type,
+                         "example": o.example, "default": o.default}
+                for o in OPTIONS
+            },
+        }
+    }
+
+
+def _conf() -> Any:
+    """Airflow's configuration: ``airflow.sdk``'s on 3.2+, resolved for older versions by common-compat."""
+    from airflow.providers.common.compat.sdk import conf
+
+    return conf
+
+
+def get_option(name: str) -> str:
+    """The value of ``[airflow_streaming] <name>`` (its documented default when unset)."""
+    option = _BY_NAME.get(name)
+    if option is None:
+        raise KeyError(f"[{SECTION}] has no option {name!r} (known: {', '.join(sorted(_BY_NAME))})")
+    value = _conf().get(SECTION, name, fallback=option.default)
+    return option.default if value is None else str(value)
+
+
+def get_float(name: str) -> float:
+    """A ``float`` option; a value that is not a number raises :class:`ValueError` naming the option."""
+    raw = get_option(name)
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"[{SECTION}] {name} must be a number of seconds, got {raw!r}") from None
+
+
+def desired_state_file(dags_folder: str | os.PathLike[str] | None = None) -> str:
+    """The desired-state file: ``[airflow_streaming] desired_state_file``, else ``$AIRFLOW_STREAMING_DESIRED_STATE``,
+    else ``specs/desired_state.yaml`` in ``dags_folder`` (the example DAGs pass their own folder)."""
+    configured = get_option("desired_state_file").strip()
+    if configured:
+        return configured
+    from_env = os.environ.get(DESIRED_STATE_ENV, "").strip()
+    if from_env:
+        return from_env
+    base = Path(dags_folder) if dags_folder is not None else Path.cwd()
+    return str(base / "specs" / "desired_state.yaml")
+
+
+def control_locations() -> list[str]:
+    """``[airflow_streaming] control_locations`` as a list (empty entries dropped)."""
+    return [part.strip() for part in get_option("control_locations").split(",") if part.strip()]
