@@ -79,8 +79,8 @@ class Fault:
     """An injected fault: requests whose HDFS path matches ``pattern`` (a regex, ``re.search``) and whose
     operation is in ``ops`` (any when empty) on ``endpoint`` (``nn``, ``dn`` or ``any``) get ``action``:
     ``error`` (``status`` with a ``RemoteException`` of ``exception``), ``drop`` (the connection is
-    closed without an answer) or ``hang`` (sleep ``seconds``, then answer normally). ``times``: how
-    many requests it hits (``None``: all)."""
+    closed without an answer) or ``hang`` (sleep ``seconds``, then answer normally). ``after``: how
+    many matching requests pass untouched first; ``times``: how many it hits then (``None``: all)."""
 
     pattern: str
     ops: frozenset[str] = frozenset()
@@ -90,7 +90,9 @@ class Fault:
     exception: str = "RuntimeException"
     seconds: float = 60.0
     times: int | None = None
+    after: int = 0
     hits: int = 0
+    seen: int = 0
 
     def matches(self, endpoint: str, op: str, path: str) -> bool:
         if self.times is not None and self.hits >= self.times:
@@ -229,6 +231,9 @@ class WebHdfsStandIn:
         with self.lock:
             for fault in self.faults:
                 if fault.matches(endpoint, op, path):
+                    fault.seen += 1
+                    if fault.seen <= fault.after:
+                        continue
                     fault.hits += 1
                     return fault
         return None

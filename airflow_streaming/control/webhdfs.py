@@ -48,6 +48,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from airflow_streaming import faults
+from airflow_streaming.control.hdfs_errors import hint_for
 from airflow_streaming.control.storage import ControlStorage, StorageError, TreeEntry, describe_os_error
 
 log = logging.getLogger(__name__)
@@ -59,20 +60,6 @@ READ_TIMEOUT = 30.0
 #: Built clients are reused (one HTTP session, keep-alive) for this long, then the connection is read again.
 CLIENT_CACHE_SECONDS = 300.0
 
-_HINTS: dict[str, tuple[int, str]] = {
-    "AccessControlException": (errno.EACCES, "check the HDFS permissions of {path} and its parents for user {user}"),
-    "SecurityException": (errno.EACCES, "check the HDFS permissions of {path} for user {user}"),
-    "SafeModeException": (errno.EROFS, "the NameNode is in safe mode (read-only): wait until it leaves it"),
-    "StandbyException": (errno.EHOSTUNREACH, "no configured NameNode is active: check HA failover and the "
-                                             "connection's host list"),
-    "RetriableException": (errno.EAGAIN, "the NameNode asked to retry later (starting up or overloaded)"),
-    "FileAlreadyExistsException": (errno.EEXIST, "the path already exists"),
-    "ParentNotDirectoryException": (errno.ENOTDIR, "a parent of this path is a file: check the configured location"),
-    "PathIsNotEmptyDirectoryException": (errno.ENOTEMPTY, "it is a non-empty directory"),
-    "FileNotFoundException": (errno.ENOENT, "it, or a parent directory, does not exist (or vanished meanwhile)"),
-    "DSQuotaExceededException": (errno.EDQUOT, "an HDFS space quota is exceeded: free space or raise the quota"),
-    "NSQuotaExceededException": (errno.EDQUOT, "an HDFS name quota is exceeded: remove files or raise the quota"),
-}
 
 
 @dataclass(frozen=True)
@@ -206,7 +193,6 @@ class WebHdfsStorage(ControlStorage):
         return text.replace(self._secret, "***") if self._secret else text
 
     def _error(self, doing: str, path: str, code: int, reason: str, hint: str, via: str | None = None) -> StorageError:
-        hint = hint.format(path=path, user=self.settings.effective_user)
         where = f"{path} (through the temporary file {via})" if via else path
         return StorageError(code, f"cannot {doing} {where} on {self.namenode}: {self._scrub(reason)}; {hint}")
 
@@ -227,7 +213,7 @@ class WebHdfsStorage(ControlStorage):
             if exception is None and "Authentication" in message:
                 raise self._error(doing, path, errno.EACCES, message, "check the connection's login/password or "
                                   "the Kerberos ticket", via=via) from exc
-            code, hint = _HINTS.get(exception or "", (errno.EIO, "check the NameNode's health and logs"))
+            code, hint = hint_for([exception or ""], path, self.settings.effective_user)
             raise self._error(doing, path, code, f"{exception or 'error'}: {message}", hint, via=via) from exc
         except requests.exceptions.Timeout as exc:
             raise self._error(doing, path, errno.ETIMEDOUT, f"no answer within {self.settings.read_timeout:.0f}s "
@@ -249,7 +235,7 @@ class WebHdfsStorage(ControlStorage):
         if res.status_code == 401:
             raise self._error(doing, path, errno.EACCES, "HTTP 401", "check the connection's login/password or the "
                               "Kerberos ticket", via=via)
-        code, hint = _HINTS.get(exception or "", (errno.EIO, "check the NameNode's health and logs"))
+        code, hint = hint_for([exception or ""], path, self.settings.effective_user)
         if exception is None or res.status_code >= 500:
             hint = f"the NameNode answered HTTP {res.status_code}: check its health and logs"
         raise self._error(doing, path, code, f"HTTP {res.status_code} {exception or ''}: {message}".replace("  ", " "),

@@ -467,9 +467,10 @@ class LifecycleRunner:
         location = self.home.checkpoint_locations()[0]
         snapshot_dir = self._snapshot_dir(record)
         try:
-            manifest = snapshots.take_snapshot(location, snapshot_dir, record.sink_path)
+            manifest = snapshots.take_snapshot(location, snapshot_dir, record.sink_path, resolve=self.home.storage_of,
+                                               snapshot_storage=self.storage)
         except OSError as exc:
-            snapshots.discard_incomplete(snapshot_dir)
+            snapshots.discard_incomplete(snapshot_dir, self.storage)
             raise LifecycleError(f"the snapshot of {location} into {snapshot_dir} failed: {exc}") from exc
         record.snapshot = manifest.to_dict()
         # The snapshot is self-describing: the spec that ran on it restarts it (also in the record).
@@ -642,7 +643,8 @@ class LifecycleRunner:
         detail = "the checkpoint is untouched (no snapshot was restored: the new version never ran on it)"
         if record.snapshot is not None:
             report = snapshots.restore_snapshot(snapshots.SnapshotManifest.from_dict(record.snapshot),
-                                                f".rolled-back-{record.id}")
+                                                f".rolled-back-{record.id}", resolve=self.home.storage_of,
+                                                snapshot_storage=self.storage)
             detail = f"checkpoint restored to batch {report['batch_id']}" + (
                 ", file sink log restored" if report.get("sink_metadata_restored") else "")
         self._advance(record, Step.RESTORED, detail)
