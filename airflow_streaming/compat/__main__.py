@@ -2,7 +2,7 @@
 
     python -m airflow_streaming.compat --checkpoint PATH --application APP [--conf KEY=VALUE ...]
         [--stream NAME] [--trigger-seconds S] [--master local[1]] [--no-dry-run] [--json]
-        [--allow-warnings] [-- APP ARGS...]
+        [--allow-warnings] [--storage-conn-id CONN] [-- APP ARGS...]
 
 Exit codes: 0 compatible (or compatible with warnings and --allow-warnings), 1 incompatible,
 2 compatible with warnings (not allowed), 3 the check itself failed (bad checkpoint, bad app...).
@@ -32,6 +32,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-dry-run", action="store_true")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--allow-warnings", action="store_true")
+    parser.add_argument("--storage-conn-id", default=None,
+                        help="Airflow webhdfs connection for an hdfs:// checkpoint (default webhdfs_default)")
     parser.add_argument("app_args", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)
     if ns.app_args and ns.app_args[0] == "--":
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         report = check_compatibility(
             spark, ns.checkpoint, ns.application, ns.app_args,
             spark_conf=dict(item.split("=", 1) for item in ns.conf), stream=ns.stream,
-            trigger_seconds=ns.trigger_seconds, dry_run=not ns.no_dry_run)
+            trigger_seconds=ns.trigger_seconds, dry_run=not ns.no_dry_run, storage_conn_id=ns.storage_conn_id)
     except (CheckpointError, FileNotFoundError, OSError, ValueError) as exc:
         print(json.dumps({"error": str(exc), "error_type": type(exc).__name__}) if ns.json else f"error: {exc}")
         return EXIT_ERROR

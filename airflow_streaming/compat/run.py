@@ -35,6 +35,8 @@ def run_check(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True, time
            "--application", spec.application, "--stream", spec.name,
            "--trigger-seconds", str(spec.trigger_interval)]
     cmd += [arg for key, value in spec.spark_conf.items() for arg in ("--conf", f"{key}={value}")]
+    if spec.storage_conn_id:
+        cmd += ["--storage-conn-id", spec.storage_conn_id]
     if allow_warnings:
         cmd.append("--allow-warnings")
     if not dry_run:
