@@ -235,6 +235,9 @@ def main() -> int:
             figures["batches"] = batches
             figures["spark_checkpoint_nn_per_s"] = round(ckpt_nn.total("nn") / seconds, 3)
             figures["spark_checkpoint_requests_per_batch"] = round(ckpt_nn.total() / max(1, batches), 1)
+            figures["spark_checkpoint_ops_per_batch"] = {
+                f"{endpoint}:{op}": round(n / max(1, batches), 2) for endpoint in ("nn", "dn")
+                for op, n in sorted(ckpt_nn.counts(endpoint).items())}
             figures["unsupported"] = control_nn.unsupported + ckpt_nn.unsupported
             windows.append(figures)
             print(f"window {run + 1}: NameNode {figures['nn_per_s']}/s (driver {figures['driver_nn_per_s']}, "
