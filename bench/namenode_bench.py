@@ -109,6 +109,8 @@ def window_figures(log: list[Any], seconds: float) -> dict[str, Any]:
     marker_checks = sum(n for (who, ep, op, f), n in by.items() if (who, ep, op, f) == ("driver", "nn",
                                                                                         "GETFILESTATUS", "RUNNING"))
     driver_by_file = {f: sum(n for (who, _, _, ff), n in by.items() if who == "driver" and ff == f) for f in files}
+    driver_nn_by_file = {f: sum(n for (who, ep, _, ff), n in by.items() if (who, ep, ff) == ("driver", "nn", f))
+                         for f in files}
     return {
         "seconds": seconds,
         "nn_per_s": rate(lambda who, ep, op, f: ep == "nn"),
@@ -122,7 +124,7 @@ def window_figures(log: list[Any], seconds: float) -> dict[str, Any]:
         "nn_ops_per_s": {op: round(n / seconds, 4) for op, n in sorted(nn_ops.items())},
         "per_file_per_s": {f: rate(lambda who, ep, op, ff, f=f: ff == f) for f in files},
         "status_writes": status_writes, "lease_renewals": renewals, "marker_checks": marker_checks,
-        "driver_requests_by_file": driver_by_file,
+        "driver_requests_by_file": driver_by_file, "driver_nn_by_file": driver_nn_by_file,
         "unknown_clients": sorted({k[0] for k in by if k[0] not in ("driver", "airflow")}),
     }
 
@@ -130,20 +132,24 @@ def window_figures(log: list[Any], seconds: float) -> dict[str, Any]:
 def before_model(windows: list[dict[str, Any]], trigger: float, heartbeat: float, ttl: float) -> dict[str, Any]:
     """Requests per second the local-file defaults would cost on HDFS, from measured per-operation costs."""
     total = {k: sum(w[k] for w in windows) for k in ("status_writes", "lease_renewals", "marker_checks")}
-    req = Counter()
-    for w in windows:
-        req.update(w["driver_requests_by_file"])
-    per_status = req["status.json"] / max(1, total["status_writes"])
-    per_renewal = (req["lease.json"] + req["lease.json.cas"]) / max(1, total["lease_renewals"])
-    per_marker = req["RUNNING"] / max(1, total["marker_checks"])
     old = {"marker_per_s": 1.0 / 1.0, "status_per_s": 1.0 / heartbeat + 1.0 / trigger,
            "renewals_per_s": 1.0 / max(1.0, min(heartbeat, ttl / 6))}
-    driver = old["marker_per_s"] * per_marker + old["status_per_s"] * per_status + old["renewals_per_s"] * per_renewal
-    airflow = statistics.median(w["airflow_total_per_s"] for w in windows)
-    return {"requests_per_marker_check": round(per_marker, 2), "requests_per_status_write": round(per_status, 2),
-            "requests_per_lease_renewal": round(per_renewal, 2), "old_rates": old,
-            "driver_total_per_s": round(driver, 3), "airflow_total_per_s": airflow,
-            "total_per_s": round(driver + airflow, 3)}
+    out: dict[str, Any] = {"old_rates": old}
+    for scope in ("nn", "all"):
+        req = Counter()
+        for w in windows:
+            req.update(w["driver_nn_by_file" if scope == "nn" else "driver_requests_by_file"])
+        per_status = req["status.json"] / max(1, total["status_writes"])
+        per_renewal = (req["lease.json"] + req["lease.json.cas"]) / max(1, total["lease_renewals"])
+        per_marker = req["RUNNING"] / max(1, total["marker_checks"])
+        driver = old["marker_per_s"] * per_marker + old["status_per_s"] * per_status + \
+            old["renewals_per_s"] * per_renewal
+        airflow = statistics.median(w["airflow_nn_per_s" if scope == "nn" else "airflow_total_per_s"] for w in windows)
+        out[scope] = {"requests_per_marker_check": round(per_marker, 2),
+                      "requests_per_status_write": round(per_status, 2),
+                      "requests_per_lease_renewal": round(per_renewal, 2), "driver_per_s": round(driver, 3),
+                      "airflow_per_s": airflow, "per_stream_per_s": round(driver + airflow, 3)}
+    return out
 
 
 def machine() -> dict[str, Any]:

@@ -221,8 +221,8 @@ class WebHdfsStorage(ControlStorage):
             code, hint = hint_for([exception or ""], path, self.settings.effective_user)
             raise self._error(doing, path, code, f"{exception or 'error'}: {message}", hint, via=via) from exc
         except requests.exceptions.Timeout as exc:
-            raise self._error(doing, path, errno.ETIMEDOUT, f"no answer within {self.settings.read_timeout:.0f}s "
-                              f"({type(exc).__name__})", "check the NameNode's health and load (the connection's "
+            limits = f"{self.settings.connect_timeout:g}s to connect, {self.settings.read_timeout:g}s to answer"
+            raise self._error(doing, path, errno.ETIMEDOUT, f"no answer in time ({limits}; {type(exc).__name__})", "check the NameNode's health and load (the connection's "
                               "extra 'timeout' raises the limit)", via=via) from exc
         except requests.exceptions.RequestException as exc:
             refused = "refused" in str(exc).lower()
@@ -245,6 +245,14 @@ class WebHdfsStorage(ControlStorage):
             hint = f"the NameNode answered HTTP {res.status_code}: check its health and logs"
         raise self._error(doing, path, code, f"HTTP {res.status_code} {exception or ''}: {message}".replace("  ", " "),
                           hint, via=via)
+
+    def _field(self, res: Any, key: str, doing: str, path: str) -> Any:
+        """``key`` of a JSON reply; :class:`StorageError` when the reply is not what WebHDFS sends."""
+        try:
+            return res.json()[key]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise self._error(doing, path, errno.EPROTO, f"unexpected reply without {key!r} ({type(exc).__name__})",
+                              "is this address a WebHDFS endpoint?") from exc
 
     def _fault(self, point: str, path: str, doing: str) -> None:
         try:
@@ -323,7 +331,7 @@ class WebHdfsStorage(ControlStorage):
             if exc.errno == errno.ENOTEMPTY:
                 return False  # a directory is not a file: see delete_tree
             raise
-        return bool(_json(res, "boolean"))
+        return bool(self._field(res, "boolean", "delete", path))
 
     def delete_tree(self, path: str) -> None:
         self._fault("storage.delete", path, "delete")
@@ -338,7 +346,7 @@ class WebHdfsStorage(ControlStorage):
         res = self._call("list", path, lambda: self.client._list_status(path, strict=False), absent=True)
         if res is None:
             return []
-        statuses = _json(res, "FileStatuses")["FileStatus"]
+        statuses = self._field(res, "FileStatuses", "list", path).get("FileStatus") or []
         if len(statuses) == 1 and statuses[0].get("pathSuffix") == "" and statuses[0].get("type") == "FILE":
             raise self._error("list", path, errno.ENOTDIR, "it is a file, not a directory",
                               "check the configured location")
@@ -365,7 +373,7 @@ class WebHdfsStorage(ControlStorage):
     def makedirs(self, path: str) -> None:
         self._fault("storage.write", path, "create the directory")
         res = self._call("create the directory", path, lambda: self.client._mkdirs(path, strict=False))
-        if not _json(res, "boolean"):
+        if not self._field(res, "boolean", "create the directory", path):
             raise self._error("create the directory", path, errno.EIO, "MKDIRS answered false",
                               "check the path and its parents")
 
@@ -388,8 +396,6 @@ def _remote_exception(res: Any) -> tuple[str | None, str]:
         return None, res.text[:200] if res.text else f"HTTP {res.status_code}"
 
 
-def _json(res: Any, key: str) -> Any:
-    return res.json()[key]
 
 
 # --------------------------------------------------------------------------- from a location

@@ -232,7 +232,7 @@ def test_dropped_connection_and_timeout_are_errors(nn):
     nn.inject("RUNNING", action="hang", seconds=2, times=1)
     with pytest.raises(StorageError) as err:
         st.exists("/c/RUNNING")
-    assert err.value.errno == errno.ETIMEDOUT and "no answer within" in str(err.value)
+    assert err.value.errno == errno.ETIMEDOUT and "no answer in time" in str(err.value)
     assert st.exists("/c/RUNNING") is True  # both faults were one-shot
 
 
@@ -245,6 +245,12 @@ def test_permission_denied_names_the_user_and_a_reply_that_is_not_webhdfs_is_an_
     nn.inject("/proxy", status=404, exception="NotAWebHdfsError", times=1)  # a 404 that is not FileNotFound
     with pytest.raises(StorageError):
         st.read_bytes("/proxy/x")
+    nn.inject("/garbage", status=200, times=2)  # a 200 that is not a WebHDFS answer
+    with pytest.raises(StorageError) as garbage:
+        st.list_dir("/garbage")
+    assert garbage.value.errno == errno.EPROTO and "WebHDFS endpoint" in str(garbage.value)
+    with pytest.raises(StorageError):
+        st.delete("/garbage/x")
 
 
 def test_ha_skips_a_dead_namenode_and_standby_everywhere_is_an_error(nn):
