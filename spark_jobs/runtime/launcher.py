@@ -474,4 +474,10 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ns = parse_args(argv)
-    return Driver(ns).run()
+    try:
+        driver = Driver(ns)
+    except StorageError as exc:  # e.g. a Hadoop file system that cannot be set up for the control dir
+        print(f"airflow-streaming: cannot start stream {ns.stream!r}: its control location {ns.control_dir} "
+              f"cannot be used: {exc}", file=sys.stderr, flush=True)
+        return EXIT_STARTUP_FAILED
+    return driver.run()
