@@ -108,6 +108,10 @@ def main() -> int:
                     "nn_requests": nn.total("nn"), "dn_requests": nn.total("dn"), "threads": threads}
 
         takes = [snap(f"/snapshots/s{i}", 8) for i in range(args.runs)]
+        kept_checkpoint = tree_size(nn.local("/snapshots/s0/checkpoint"))
+        kept_sink = tree_size(nn.local("/snapshots/s0/sink_metadata"))
+        state_whole = tree_size(nn.local("/checkpoints/signals/state"))
+        state_kept = tree_size(nn.local("/snapshots/s0/checkpoint/state"))
         single = snap("/snapshots/single", 1)
         from airflow_streaming.lifecycle.snapshot import load_manifest
 
@@ -132,6 +136,10 @@ def main() -> int:
             "batch_id": n,
             "checkpoint_tree": {"files": whole[0], "bytes": whole[1]},
             "sink_log_tree": {"files": sink_whole[0], "bytes": sink_whole[1]},
+            "state_tree": {"files": state_whole[0], "bytes": state_whole[1]},
+            "kept": {"checkpoint_files": kept_checkpoint[0], "checkpoint_bytes": kept_checkpoint[1],
+                     "state_files": state_kept[0], "state_bytes": state_kept[1],
+                     "sink_log_files": kept_sink[0], "sink_log_bytes": kept_sink[1]},
             "take": takes, "take_single_thread": single, "restore": restores,
             "median": {"take_seconds": med(takes, "seconds"), "take_files": med(takes, "files"),
                        "take_bytes": med(takes, "bytes"), "take_nn_requests": med(takes, "nn_requests"),
@@ -140,7 +148,8 @@ def main() -> int:
             "local_hardlink_snapshot": {"seconds": round(local_seconds, 4), "files": local.files, "bytes": local.bytes},
         })
         result["meta"]["loadavg_end"] = os.getloadavg()
-        print(json.dumps({k: result[k] for k in ("batch_id", "checkpoint_tree", "sink_log_tree", "median",
+        print(json.dumps({k: result[k] for k in ("batch_id", "checkpoint_tree", "sink_log_tree", "state_tree", "kept",
+                                                  "median",
                                                   "take_single_thread", "local_hardlink_snapshot")}, indent=1))
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
         print(f"wrote {args.json}")
