@@ -41,6 +41,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_streaming.operators.compat",
                     "airflow_streaming.operators.supervise",
                     "airflow_streaming.operators.lifecycle",
+                    "airflow_streaming.operators.deferral",
                 ],
             }
         ],
@@ -51,7 +52,8 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.hooks.streaming_job"]}
         ],
         "triggers": [
-            {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.triggers.health"]}
+            {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.triggers.health",
+                                                                                   "airflow_streaming.triggers.lifecycle"]}
         ],
         "extra-links": ["airflow_streaming.ui.links.SparkUILink", "airflow_streaming.ui.links.StreamDashboardLink"],
         "notifications": [

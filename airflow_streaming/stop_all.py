@@ -10,10 +10,11 @@ import argparse
 import logging
 import os
 import sys
+from urllib.parse import urlparse
 
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlPaths
-from airflow_streaming.control.storage import storage_for
+from airflow_streaming.control.storage import local_path, storage_for
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.spec import StreamSpec
 
@@ -51,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=60.0)
     ns = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    if not os.path.isdir(ns.control_location):
-        return 0
+    if urlparse(ns.control_location).scheme in ("", "file") and not os.path.isdir(local_path(ns.control_location)):
+        return 0  # never created: nothing ran (remote locations, hdfs:// and webhdfs://, are listed as they are)
     for name in stop_all(ns.control_location, ns.timeout):
         print(f"stopped stream {name}")
     return 0

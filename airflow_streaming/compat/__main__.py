@@ -2,7 +2,7 @@
 
     python -m airflow_streaming.compat --checkpoint PATH --application APP [--conf KEY=VALUE ...]
         [--conf-stdin] [--stream NAME] [--trigger-seconds S] [--master local[1]] [--no-dry-run] [--json]
-        [--allow-warnings] [-- APP ARGS...]
+        [--allow-warnings] [--storage-conn-id CONN] [-- APP ARGS...]
 
 Secret conf (passwords, keys, tokens) does not belong on a command line, which every user of the
 machine can read: pass it with --conf-stdin as a JSON object on stdin, e.g.
@@ -44,6 +44,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="also write {id, report|error} to this control-storage location (a detached check)")
     parser.add_argument("--report-id", default=None, help="the id written with --report-to")
     parser.add_argument("--run-id", default=None, help="identifies this process (a detached check's token)")
+    parser.add_argument("--storage-conn-id", default=None,
+                        help="Airflow webhdfs connection for an hdfs:// checkpoint (default webhdfs_default)")
     parser.add_argument("app_args", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)
     if ns.app_args and ns.app_args[0] == "--":
@@ -114,7 +116,7 @@ def _main(ns: argparse.Namespace, outcome: dict[str, object]) -> int:
         report = check_compatibility(
             spark, ns.checkpoint, ns.application, ns.app_args,
             spark_conf=conf, stream=ns.stream,
-            trigger_seconds=ns.trigger_seconds, dry_run=not ns.no_dry_run)
+            trigger_seconds=ns.trigger_seconds, dry_run=not ns.no_dry_run, storage_conn_id=ns.storage_conn_id)
     except (CheckpointError, FileNotFoundError, OSError, ValueError) as exc:
         message = redact_text(str(exc))
         outcome["error"] = message

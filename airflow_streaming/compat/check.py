@@ -115,11 +115,12 @@ def checkpoint_facts(info: CheckpointInfo) -> CheckpointFacts:
     )
 
 
-def file_sink_committed_batch(path: str | None, storage: ControlStorage | None = None) -> int | None:
+def file_sink_committed_batch(path: str | None, storage: ControlStorage | None = None,
+                              storage_conn_id: str | None = None) -> int | None:
     """Latest batch id in a file sink's ``_spark_metadata`` log (None when there is none)."""
     if not path:
         return None
-    store, root = (storage, path) if storage is not None else storage_for(path)
+    store, root = (storage, path) if storage is not None else storage_for(path, storage_conn_id)
     names = store.list_dir(f"{root}/_spark_metadata")
     ids = [int(n.split(".")[0]) for n in names if n.isdigit() or (n.endswith(".compact") and n[:-8].isdigit())]
     return max(ids) if ids else None
@@ -224,12 +225,14 @@ def check_compatibility(
     stream: str = "candidate",
     trigger_seconds: float = 5.0,
     dry_run: bool = True,
+    storage_conn_id: str | None = None,
 ) -> CompatibilityReport:
-    """Check whether ``application`` (bundled job or script) may restart on ``checkpoint``."""
+    """Check whether ``application`` (bundled job or script) may restart on ``checkpoint``
+    (``storage_conn_id``: the Airflow webhdfs connection for an ``hdfs://`` checkpoint)."""
     from airflow_streaming.compat.candidate import capture_query, plan_candidate
 
     started = time.monotonic()
-    storage, root = storage_for(checkpoint)
+    storage, root = storage_for(checkpoint, storage_conn_id)
     info = read_checkpoint(root, storage)
     for key, value in (spark_conf or {}).items():
         # Only runtime (SQL) confs shape the plan; static/core ones (spark.ui.enabled, memory...) cannot
@@ -242,7 +245,7 @@ def check_compatibility(
         application=application,
         sources=tuple(SourceFacts(s.index, s.kind, s.path) for s in plan.sources),
         sink=SinkFacts(plan.sink.format, plan.sink.path, plan.sink.output_mode,
-                       file_sink_committed_batch(plan.sink.path)),
+                       file_sink_committed_batch(plan.sink.path, storage_conn_id=storage_conn_id)),
         conf=plan.conf,
         operators=tuple(dataclasses.replace(operator_facts(op), key_expressions=tuple(plan.key_expressions.get(op.id, ())))
                         for op in plan.operators),

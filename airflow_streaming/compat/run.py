@@ -41,6 +41,8 @@ def check_command(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True) 
     cmd += [arg for key, value in plain.items() for arg in ("--conf", f"{key}={value}")]
     if secret:
         cmd.append("--conf-stdin")
+    if spec.storage_conn_id:
+        cmd += ["--storage-conn-id", spec.storage_conn_id]
     if allow_warnings:
         cmd.append("--allow-warnings")
     if not dry_run:

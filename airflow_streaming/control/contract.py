@@ -56,6 +56,29 @@ TERMINAL_STATES = frozenset({STOPPED, FAILED})
 RECENT_PROGRESS_LIMIT = 20
 
 
+#: Pacing on remote control storage (HDFS and other Hadoop stores), where every check or write is a
+#: NameNode request: the driver checks the run marker every REMOTE_MARKER_POLL_SECONDS, writes
+#: ``status.json`` at most every REMOTE_MIN_HEARTBEAT_SECONDS (progress between two heartbeats is
+#: written with the next one) and renews its lease every ttl/6. One watched stream then costs at most
+#: ~1 NameNode request per second (see docs/hdfs.md and bench/namenode_bench.py). Local files: no pacing.
+REMOTE_MARKER_POLL_SECONDS = 5.0
+REMOTE_MIN_HEARTBEAT_SECONDS = 10.0
+LEASE_RENEWALS_PER_TTL = 6
+
+
+def heartbeat_seconds(heartbeat_interval: float, remote: bool) -> float:
+    """How often the driver writes ``status.json``: the spec's interval, at least
+    ``REMOTE_MIN_HEARTBEAT_SECONDS`` on remote storage. The health check uses the same figure."""
+    return max(float(heartbeat_interval), REMOTE_MIN_HEARTBEAT_SECONDS) if remote else float(heartbeat_interval)
+
+
+def lease_renew_seconds(heartbeat: float, ttl: float, remote: bool) -> float:
+    """How often the driver renews its lease: every heartbeat (at most ttl/6) on local files, every ttl/6
+    on remote storage (a renewal is a compare-and-swap: ~6 NameNode requests)."""
+    per_ttl = ttl / LEASE_RENEWALS_PER_TTL
+    return max(1.0, per_ttl if remote else min(float(heartbeat), per_ttl))
+
+
 def new_run_id() -> str:
     """A sortable, unique id for one submission of a stream."""
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 
 from airflow_streaming import faults
-from airflow_streaming.control.storage import ControlStorage, StorageError, describe_os_error
+from airflow_streaming.control.storage import ControlStorage, StorageError, TreeEntry, describe_os_error
 
 #: errnos that mean "this path does not exist" - and nothing else does.
 _ABSENT = (errno.ENOENT,)
@@ -120,12 +120,47 @@ class LocalStorage(ControlStorage):
                 return []  # a file has no entries (a parent that is a file is an error, below)
             raise describe_os_error(path, exc, "list") from exc
 
+    def list_tree(self, path: str) -> list[TreeEntry]:
+        entries: list[TreeEntry] = []
+
+        def fail(exc: OSError) -> None:
+            raise exc
+
+        try:
+            faults.hit("storage.list", path)
+            if not os.path.lexists(path):
+                return []
+            if not os.path.isdir(path):
+                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", path)
+            for dirpath, dirnames, filenames in os.walk(path, onerror=fail):
+                rel_dir = os.path.relpath(dirpath, path)
+                for name in dirnames:
+                    entries.append(TreeEntry(_rel(rel_dir, name), True, 0))
+                for name in filenames:
+                    entries.append(TreeEntry(_rel(rel_dir, name), False, os.path.getsize(os.path.join(dirpath, name))))
+        except OSError as exc:
+            raise describe_os_error(path, exc, "list the tree") from exc
+        return sorted(entries)
+
+    def move(self, src: str, dst: str) -> None:
+        try:
+            faults.hit("storage.write", dst)
+            if os.path.lexists(dst):
+                raise FileExistsError(errno.EEXIST, "File exists", dst)
+            os.rename(src, dst)
+        except OSError as exc:
+            raise describe_os_error(f"{src} -> {dst}", exc, "move") from exc
+
     def makedirs(self, path: str) -> None:
         try:
             faults.hit("storage.write", path)
             os.makedirs(path, exist_ok=True)
         except OSError as exc:
             raise describe_os_error(path, exc, "create the directory") from exc
+
+
+def _rel(rel_dir: str, name: str) -> str:
+    return name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
 
 
 def _unlink_quietly(path: str) -> None:

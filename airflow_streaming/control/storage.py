@@ -26,7 +26,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 from urllib.parse import urlparse
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,16 @@ def _user() -> str:
         return str(os.getuid()) if hasattr(os, "getuid") else "?"
 
 
+class TreeEntry(NamedTuple):
+    """One entry under a directory, as :meth:`ControlStorage.list_tree` reports it."""
+
+    path: str
+    """Relative to the listed directory, ``/``-separated."""
+    is_dir: bool
+    size: int
+    """Bytes (0 for a directory)."""
+
+
 class ControlStorage(abc.ABC):
     """Whole-file storage with atomic replace, exclusive create and compare-and-swap.
 
@@ -118,6 +128,26 @@ class ControlStorage(abc.ABC):
             if not self.delete(child):
                 self.delete_tree(child)
         self.delete(path)
+
+    def list_tree(self, path: str) -> list[TreeEntry]:
+        """Every directory and file under directory ``path`` (recursively, sorted by path); ``[]`` when
+        it does not exist. Used to copy checkpoints (snapshots); optional for a backend."""
+        raise StorageError(errno.ENOSYS, f"cannot list the tree {path}: {self.describe()} does not list trees")
+
+    def move(self, src: str, dst: str) -> None:
+        """Rename the file or directory ``src`` to ``dst`` in one step; ``dst`` must not exist
+        (:class:`StorageError` with ``EEXIST`` otherwise). Optional for a backend."""
+        raise StorageError(errno.ENOSYS, f"cannot move {src} to {dst}: {self.describe()} cannot rename")
+
+    def write_once(self, path: str, data: bytes) -> None:
+        """Create ``path`` with ``data``; :class:`StorageError` (``EEXIST``) if it exists.
+
+        Unlike :meth:`create_exclusive`, a reader may see the file before all of ``data`` is in it: for
+        bulk copies whose completeness is recorded elsewhere (a snapshot's manifest, written last).
+        Backends where this is cheaper than an exclusive create (one request less on WebHDFS) override it.
+        """
+        if not self.create_exclusive(path, data):
+            raise StorageError(errno.EEXIST, f"cannot create {path}: it already exists")
 
     def read_text(self, path: str) -> str | None:
         """The file decoded as UTF-8, ``None`` when it does not exist."""

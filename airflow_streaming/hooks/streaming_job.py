@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -148,6 +149,29 @@ class StreamingJobHook(BaseHook):
         self.checkpoint_storage = storage or checkpoint_storage
         self._target = target
         self._resolved: StreamSpec | None = None
+
+    @property
+    def remote_storage(self) -> bool:
+        """Whether the control files live on remote storage (HDFS...): the driver paces its requests there
+        (see ``contract.heartbeat_seconds``) and a local target keeps its driver log on this host."""
+        from airflow_streaming.control.local import LocalStorage
+
+        return not isinstance(self.storage, LocalStorage)
+
+    def storage_of(self, location: str) -> tuple[ControlStorage, str]:
+        """The storage holding ``location`` (a checkpoint, a file sink's output) and the path inside it,
+        through the spec's storage connection."""
+        return storage_for(location, self.spec.storage_conn_id)
+
+    def driver_log_path(self, run_id: str) -> str:
+        """Where the submitting host writes a run's spark-submit output: ``logs/<run_id>.log`` in the control
+        dir on local storage; a local file on remote storage (a process's output cannot go to HDFS):
+        ``$AIRFLOW_STREAMING_LOG_DIR`` (default ``<tmp>/airflow-streaming-logs``) ``/<stream>/<run_id>.log``."""
+        if not self.remote_storage:
+            return self.paths.log(run_id)
+        base = os.environ.get("AIRFLOW_STREAMING_LOG_DIR") or os.path.join(tempfile.gettempdir(),
+                                                                           "airflow-streaming-logs")
+        return os.path.join(base, self.spec.name, f"{run_id}.log")
 
     @property
     def resolved_spec(self) -> StreamSpec:
@@ -351,7 +375,10 @@ class StreamingJobHook(BaseHook):
             if record is not None and record.run_id == run_id:
                 text = self.target_of(record).log_tail(record, lines)
             else:
-                text = "\n".join((self.storage.read_text(self.paths.log(run_id)) or "").splitlines()[-lines:])
+                from airflow_streaming.control.local import LocalStorage
+
+                logs = LocalStorage() if self.remote_storage else self.storage
+                text = "\n".join((logs.read_text(self.driver_log_path(run_id)) or "").splitlines()[-lines:])
         except StorageError as exc:
             text = f"(the driver log cannot be read: {exc})"
         return self.redact(text)
@@ -405,7 +432,7 @@ class StreamingJobHook(BaseHook):
             verdict = evaluate(
                 None if doc is None else doc_dict, now=time.time() if now is None else now,
                 driver_alive=alive, trigger_interval=self.spec.trigger_interval,
-                heartbeat_interval=self.spec.heartbeat_interval,
+                heartbeat_interval=contract.heartbeat_seconds(self.spec.heartbeat_interval, self.remote_storage),
                 thresholds=thresholds or HealthThresholds.from_mapping(self.spec.health), unreadable=unreadable,
                 liveness_note=liveness_note)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:  # garbage that passed validation
@@ -489,7 +516,8 @@ class StreamingJobHook(BaseHook):
         ]
         conf, secret = split_conf({**DEFAULT_SPARK_CONF, **spec.spark_conf})
         register_secrets(secret.values())
-        return self.target.plan(self.resolved_spec, run_id, LAUNCHER, runtime_args, conf, secret, self.paths.log(run_id), standby)
+        return self.target.plan(self.resolved_spec, run_id, LAUNCHER, runtime_args, conf, secret,
+                                self.driver_log_path(run_id), standby)
 
     def command_for(self, run_id: str) -> tuple[list[str], str]:
         """The spark-submit command a local/client submission of ``run_id`` runs, and its one-line record
@@ -543,7 +571,8 @@ class StreamingJobHook(BaseHook):
             plan = self.launch_plan(run_id, standby=standby)
             plan = dataclasses.replace(plan, env={**self._environment(), **plan.env})
             self.storage.makedirs(self.paths.root)
-            self.storage.makedirs(os.path.dirname(self.paths.log(run_id)))
+            if not self.remote_storage:
+                self.storage.makedirs(os.path.dirname(self.paths.log(run_id)))
             held.ensure()
             if not standby:
                 contract.write_marker(self.storage, self.paths, run_id, self.spec.version)

@@ -584,9 +584,10 @@ class LifecycleRunner:
         location = self.home.checkpoint_locations()[0]
         snapshot_dir = self._snapshot_dir(record)
         try:
-            manifest = snapshots.take_snapshot(location, snapshot_dir, record.sink_path)
+            manifest = snapshots.take_snapshot(location, snapshot_dir, record.sink_path, resolve=self.home.storage_of,
+                                               snapshot_storage=self.storage)
         except OSError as exc:
-            snapshots.discard_incomplete(snapshot_dir)
+            snapshots.discard_incomplete(snapshot_dir, self.storage)
             cause = exc if isinstance(exc, StorageError) else describe_os_error(snapshot_dir, exc,
                                                                                  "write the snapshot into")
             raise LifecycleError(f"the snapshot failed: {exc.strerror or exc}: {cause}") from exc
@@ -776,7 +777,8 @@ class LifecycleRunner:
         detail = "the checkpoint is untouched (no snapshot was restored: the new version never ran on it)"
         if record.snapshot is not None:
             report = snapshots.restore_snapshot(snapshots.SnapshotManifest.from_dict(record.snapshot),
-                                                f".rolled-back-{record.id}")
+                                                f".rolled-back-{record.id}", resolve=self.home.storage_of,
+                                                snapshot_storage=self.storage)
             detail = f"checkpoint restored to batch {report['batch_id']}" + (
                 ", file sink log restored" if report.get("sink_metadata_restored") else "")
         self._advance(record, Step.RESTORED, detail)

@@ -14,6 +14,12 @@ because Spark never modifies a checkpoint or sink-log file in place: it writes a
 renames it over the final name, and removes old files by deleting them. Either gives the live path
 another inode or none, and leaves the snapshot's inode and bytes untouched.
 
+Checkpoints (or sink logs, or snapshot directories) that are not local files - HDFS has no hard
+links - are snapshotted by :mod:`.snapshot_copy` instead: through :class:`ControlStorage`, copying
+exactly the files a restart at N+1 reads (``method: "copy"`` in the manifest), with the same layout,
+manifest-last rule and resumable restore. Pass ``resolve`` (location -> storage and path, e.g.
+``StreamingJobHook.storage_of``) and ``snapshot_storage`` (where ``snapshot_dir`` is) for those.
+
 A snapshot directory holds::
 
     checkpoint/       the checkpoint tree at batch N
@@ -35,8 +41,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from urllib.parse import urlparse
+
 from airflow_streaming.checkpoint.batches import read_batch_position
-from airflow_streaming.control.storage import LocalStorage, local_path
+from airflow_streaming.control.storage import ControlStorage, LocalStorage, local_path, storage_for
+from airflow_streaming.lifecycle import snapshot_copy
 
 MANIFEST_NAME = "manifest.json"
 SINK_LOG_NAME = "_spark_metadata"
@@ -51,6 +60,8 @@ _LOG_ENTRY = re.compile(r"\.?(\d+)(?:\.|$)")
 # "12_<uuid>.zip", "12_<uuid>.zip.crc", "12.changelog", "12_<uuid>.changelog".
 _STATE_FILE = re.compile(r"\.?(\d+)(?:_[^.]*)?\.(?:delta|snapshot|zip|changelog)(?:\.|$)")
 _FILE_SINK = re.compile(r"FileSink\[(.+)\]")
+_REMOTE_SCHEMES = ("hdfs", "webhdfs")
+Resolver = snapshot_copy.Resolver
 
 
 class SnapshotError(Exception):
@@ -69,25 +80,34 @@ class SnapshotManifest:
     bytes: int
     linked: bool
     created_at: float
+    method: str = "link"
+    """``link``: a local snapshot (hard links, or copies); ``copy``: taken through ``ControlStorage`` by
+    :mod:`.snapshot_copy` (``checkpoint`` and ``sink_metadata`` are then locations as given, URIs)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SnapshotManifest:
-        names = [field.name for field in dataclasses.fields(cls)]
-        missing = [name for name in names if name not in d]
+        fields = dataclasses.fields(cls)
+        missing = [f.name for f in fields if f.name not in d and f.default is dataclasses.MISSING]
         if missing:
             raise SnapshotError(f"snapshot manifest lacks {', '.join(missing)}: {d!r}")
-        return cls(**{name: d[name] for name in names})
+        return cls(**{f.name: d[f.name] for f in fields if f.name in d})
 
 
-def take_snapshot(checkpoint: str, snapshot_dir: str, sink_path: str | None = None) -> SnapshotManifest:
+def take_snapshot(checkpoint: str, snapshot_dir: str, sink_path: str | None = None, *,
+                  resolve: Resolver | None = None, snapshot_storage: ControlStorage | None = None,
+                  copy_threads: int = snapshot_copy.COPY_THREADS) -> SnapshotManifest:
     """Snapshot a clean checkpoint (and ``<sink_path>/_spark_metadata`` if it exists) into ``snapshot_dir``.
 
     Idempotent: a complete snapshot of the same checkpoint at the same batch is returned as is; an
-    incomplete one (no manifest: a crash mid-snapshot) is deleted and taken again.
+    incomplete one (no manifest: a crash mid-snapshot) is deleted and taken again. Local checkpoints
+    into a local ``snapshot_dir`` are hard-linked; anything else is copied (see the module docstring).
     """
+    if not _all_local(checkpoint, sink_path, snapshot_storage):
+        return _take_copy(checkpoint, snapshot_dir, sink_path, resolve or storage_for,
+                          snapshot_storage or LocalStorage(), copy_threads)
     checkpoint = os.path.abspath(local_path(checkpoint))
     snapshot_dir = os.path.abspath(snapshot_dir)
     if not os.path.isdir(checkpoint):
@@ -119,8 +139,39 @@ def take_snapshot(checkpoint: str, snapshot_dir: str, sink_path: str | None = No
     return manifest
 
 
-def discard_incomplete(snapshot_dir: str) -> None:
+def _all_local(checkpoint: str, sink_path: str | None, snapshot_storage: ControlStorage | None) -> bool:
+    local = ("", "file")
+    return (urlparse(checkpoint).scheme in local and (sink_path is None or urlparse(sink_path).scheme in local)
+            and (snapshot_storage is None or isinstance(snapshot_storage, LocalStorage)))
+
+
+def _take_copy(checkpoint: str, snapshot_dir: str, sink_path: str | None, resolve: Resolver,
+               snap: ControlStorage, threads: int) -> SnapshotManifest:
+    existing = load_manifest(snapshot_dir, snap)
+    if existing is not None:
+        position = read_batch_position(*resolve(checkpoint))
+        if (existing.checkpoint, existing.batch_id) == (checkpoint, position.last_committed) and position.clean:
+            return existing
+        raise SnapshotError(
+            f"{snapshot_dir} already holds a snapshot of {existing.checkpoint} at batch {existing.batch_id}, "
+            f"not of {checkpoint} at batch {position.last_committed}; refusing to overwrite it")
+    if snap.exists(snapshot_dir):  # no manifest: what a crash mid-snapshot left
+        snap.delete_tree(snapshot_dir)
+    fields = snapshot_copy.take_copy(checkpoint, snapshot_dir, sink_path, resolve, snap, SnapshotError, threads)
+    manifest = SnapshotManifest(**fields)
+    snapshot_copy.write_json(snap, f"{snapshot_dir}/{MANIFEST_NAME}", manifest.to_dict())
+    return manifest
+
+
+def discard_incomplete(snapshot_dir: str, storage: ControlStorage | None = None) -> None:
     """Remove what a failed snapshot left in ``snapshot_dir`` (only when it has no manifest). Never raises."""
+    if storage is not None and not isinstance(storage, LocalStorage):
+        try:
+            if storage.exists(snapshot_dir) and not storage.exists(f"{snapshot_dir}/{MANIFEST_NAME}"):
+                storage.delete_tree(snapshot_dir)
+        except OSError:
+            pass
+        return
     try:
         if os.path.isdir(snapshot_dir) and not os.path.exists(os.path.join(snapshot_dir, MANIFEST_NAME)):
             shutil.rmtree(snapshot_dir, ignore_errors=True)
@@ -128,7 +179,9 @@ def discard_incomplete(snapshot_dir: str) -> None:
         pass
 
 
-def restore_snapshot(manifest: SnapshotManifest, aside_suffix: str) -> dict[str, Any]:
+def restore_snapshot(manifest: SnapshotManifest, aside_suffix: str, *, resolve: Resolver | None = None,
+                     snapshot_storage: ControlStorage | None = None,
+                     copy_threads: int = snapshot_copy.COPY_THREADS) -> dict[str, Any]:
     """Make the live checkpoint (and sink log) exactly the snapshot; the live ones are moved aside.
 
     The checkpoint goes to ``<checkpoint><aside_suffix>`` and the sink log to
@@ -137,10 +190,14 @@ def restore_snapshot(manifest: SnapshotManifest, aside_suffix: str) -> dict[str,
     restore that crashed midway ends, when called again, with the checkpoint equal to the snapshot
     (a partial copy is replaced, the moved-aside original is kept). A completed restore writes
     ``restored.json``; calling it again while the checkpoint still stands at the snapshot's batch
-    does nothing and returns the same report.
+    does nothing and returns the same report. A ``copy`` snapshot is restored through ``resolve`` and
+    ``snapshot_storage`` (see :func:`take_snapshot`).
     """
     if not aside_suffix or os.sep in aside_suffix:
         raise SnapshotError(f"aside suffix {aside_suffix!r} must be a non-empty file name suffix")
+    if manifest.method == "copy":
+        return snapshot_copy.restore_copy(manifest, aside_suffix, resolve or storage_for,
+                                          snapshot_storage or LocalStorage(), SnapshotError, copy_threads)
     snapshot_dir = manifest.snapshot_dir
     source = os.path.join(snapshot_dir, _CHECKPOINT_COPY)
     if not os.path.isfile(os.path.join(snapshot_dir, MANIFEST_NAME)) or not os.path.isdir(source):
@@ -170,10 +227,11 @@ def restore_snapshot(manifest: SnapshotManifest, aside_suffix: str) -> dict[str,
     return report
 
 
-def load_manifest(snapshot_dir: str) -> SnapshotManifest | None:
-    """The manifest of the complete snapshot in ``snapshot_dir``, or ``None`` if there is none."""
-    path = os.path.join(snapshot_dir, MANIFEST_NAME)
-    data = _read_json(path)
+def load_manifest(snapshot_dir: str, storage: ControlStorage | None = None) -> SnapshotManifest | None:
+    """The manifest of the complete snapshot in ``snapshot_dir`` (on ``storage``, default local files),
+    or ``None`` if there is none."""
+    path = f"{snapshot_dir.rstrip('/')}/{MANIFEST_NAME}"
+    data = snapshot_copy.read_json(storage or LocalStorage(), path, SnapshotError)
     if data is None:
         return None
     try:
@@ -185,13 +243,16 @@ def load_manifest(snapshot_dir: str) -> SnapshotManifest | None:
 def sink_path_from_description(description: str | None) -> str | None:
     """The output directory of a file sink from its progress description ``FileSink[<path>]``.
 
-    ``None`` for any other sink, and for a path that is not a local absolute path (another
-    filesystem's URI, or a path relative to the driver's working directory).
+    A local absolute path, or an ``hdfs://`` / ``webhdfs://`` URI as given. ``None`` for any other
+    sink, another file system's URI, or a path relative to the driver's working directory.
     """
     match = _FILE_SINK.fullmatch((description or "").strip())
     if match is None:
         return None
     path = match.group(1)
+    parsed = urlparse(path)
+    if parsed.scheme in _REMOTE_SCHEMES and parsed.path.startswith("/"):
+        return path
     if path.startswith("file:"):
         path = local_path(path)
     return path if os.path.isabs(path) else None

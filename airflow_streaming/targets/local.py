@@ -1,7 +1,8 @@
 """Drivers that run on the submitting host: ``local[N]`` and standalone/YARN **client** mode.
 
 spark-submit is started detached, in its own session (process group), with its output in the
-control directory's log. The driver is identified by the spark-submit pid, its start time and the
+control directory's log (a local log directory when the control files are on HDFS, see
+``StreamingJobHook.driver_log_path``). The driver is identified by the spark-submit pid, its start time and the
 run id on its command line (``--run-id``); its JVM and Python driver carry the same run id. A kill
 signals only processes that still carry that run id (and their descendants): a recycled pid, or a
 process group that is not ours, is "gone", never signalled.
@@ -171,6 +172,13 @@ class LocalTarget(DriverTarget):
 
     def reap(self) -> None:
         reap_children()
+
+    def log_tail(self, record: DriverRecord, lines: int) -> str:
+        """The driver's output is a file on this host (also when the control files are on HDFS)."""
+        from airflow_streaming.control.local import LocalStorage
+
+        data = LocalStorage().read_text(record.log_path) if record.log_path else None
+        return "\n".join((data or "").splitlines()[-lines:])
 
     def urls(self, record: DriverRecord) -> dict[str, str]:
         return {"driver_log": record.log_path}

@@ -37,7 +37,8 @@ from airflow_streaming.control.contract import (
     ControlPaths,
     StatusDocument,
 )
-from airflow_streaming.control.storage import StorageError, storage_for
+from airflow_streaming.control.storage import StorageError
+from spark_jobs.runtime.hadoop_storage import driver_storage
 
 log = logging.getLogger("airflow_streaming.runtime")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -86,7 +87,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--heartbeat-seconds", type=float, default=5.0)
     parser.add_argument("--lease-ttl", type=float, default=120.0)
     parser.add_argument("--marker-poll-seconds", type=float, default=None,
-                        help="how often the run marker is checked (default 0.05 on local files, 1 on remote storage)")
+                        help="how often the run marker is checked (default 0.05 on local files, "
+                             f"{contract.REMOTE_MARKER_POLL_SECONDS:g} on remote storage)")
     parser.add_argument("--standby", action="store_true",
                         help="prepare (session, planned query, warm-up) and wait until the run marker names this run")
     parser.add_argument("--standby-timeout", type=float, default=3600.0,
@@ -106,7 +108,7 @@ class Driver:
 
     def __init__(self, ns: argparse.Namespace):
         self.ns = ns
-        self.storage, control_dir = storage_for(ns.control_dir)
+        self.storage, control_dir = driver_storage(ns.control_dir)  # local files, or the JVM's Hadoop FileSystem
         self.paths = ControlPaths(control_dir)
         self.stop_requested = threading.Event()
         self.abort = threading.Event()
@@ -122,7 +124,9 @@ class Driver:
         self.unresumable: str | None = None
         """Why a user script's query could never be resumed from its checkpoint (the run is refused)."""
         local = type(self.storage).__name__ == "LocalStorage"
-        self.marker_poll = ns.marker_poll_seconds if ns.marker_poll_seconds is not None else (0.05 if local else 1.0)
+        self.remote_storage = not local
+        self.marker_poll = ns.marker_poll_seconds if ns.marker_poll_seconds is not None else (
+            0.05 if local else contract.REMOTE_MARKER_POLL_SECONDS)
         self._next_marker_check = 0.0
         self._marker_errors = 0
 
@@ -240,7 +244,7 @@ class Driver:
                 self._report_standby("EXPIRED")
                 log.info("standby run %s was not promoted: exiting without touching the checkpoint", ns.run_id)
                 return EXIT_GRACEFUL
-            time.sleep(0.05)
+            time.sleep(1.0 if self.remote_storage else 0.05)  # remote: one NameNode request a second
 
     def run(self) -> int:
         ns = self.ns
@@ -268,7 +272,9 @@ class Driver:
         )
         from spark_jobs.runtime.reporter import StatusReporter
 
-        self.reporter = StatusReporter(self.storage, self.paths, doc, lease, ns.heartbeat_seconds)
+        self.reporter = StatusReporter(self.storage, self.paths, doc, lease,
+                                       contract.heartbeat_seconds(ns.heartbeat_seconds, self.remote_storage),
+                                       remote=self.remote_storage)
         self.reporter.on_lease_lost = self._on_lease_lost
         self.reporter.on_new_query = self._check_resumable
         if ns.progress_kafka_bootstrap:
@@ -505,4 +511,10 @@ def main(argv: list[str]) -> int:
     handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     ns = parse_args(argv)
-    return Driver(ns).run()
+    try:
+        driver = Driver(ns)
+    except StorageError as exc:  # e.g. a Hadoop file system that cannot be set up for the control dir
+        print(f"airflow-streaming: cannot start stream {ns.stream!r}: its control location {ns.control_dir} "
+              f"cannot be used: {exc}", file=sys.stderr, flush=True)
+        return EXIT_STARTUP_FAILED
+    return driver.run()

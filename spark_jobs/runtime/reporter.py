@@ -102,6 +102,7 @@ class StatusReporter:
         lease: Lease,
         heartbeat_seconds: float,
         recent_limit: int = contract.RECENT_PROGRESS_LIMIT,
+        remote: bool = False,
     ):
         self.storage = storage
         self.paths = paths
@@ -119,7 +120,9 @@ class StatusReporter:
         could not be renewed for half its ttl (another host may judge it stale soon)."""
         self.on_new_query: Any = lambda query, checkpoint: None
         """Called once per query when it is first seen, with its resolved checkpoint root."""
-        self.lease_renew_seconds = max(1.0, min(float(heartbeat_seconds), lease.ttl / 6))
+        self.remote = remote
+        """Remote storage (HDFS...): progress is written with the next heartbeat, not on every event."""
+        self.lease_renew_seconds = contract.lease_renew_seconds(heartbeat_seconds, lease.ttl, remote)
         self._lease_ok_at = time.monotonic()
         self.progress_sinks: list[Any] = []
         """Callables given every progress dict after the status write (e.g. a Kafka exporter); errors are logged."""
@@ -189,8 +192,9 @@ class StatusReporter:
             totals["input_rows"] += int(progress.get("numInputRows") or 0)
             for metrics in (progress.get("observedMetrics") or {}).values():
                 totals["quarantined_rows"] += int(metrics.get(QUARANTINE_METRIC) or 0)
-            self.doc.ready = True
-            self.write()
+            was_ready, self.doc.ready = self.doc.ready, True
+            if not (self.remote and was_ready):  # remote: the next heartbeat carries it (docs/hdfs.md)
+                self.write()
         for sink in list(self.progress_sinks):
             try:
                 sink(progress)

@@ -219,10 +219,18 @@ class TestLocations:
         assert isinstance(backend, LocalStorage)
         assert path == expected
 
-    @pytest.mark.parametrize("location", ["hdfs://namenode:8020/data/ctl", "webhdfs://nn:9870/x", "s3://bucket/x"])
-    def test_other_schemes_are_rejected_naming_the_location(self, location):
+    @pytest.mark.parametrize("location", ["hdfs://namenode:8020/data/ctl", "s3://bucket/x"])
+    def test_other_schemes_are_rejected_naming_the_location(self, location, monkeypatch):
+        monkeypatch.delenv("AIRFLOW_CONN_WEBHDFS_DEFAULT", raising=False)  # hdfs:// needs that connection
         with pytest.raises(StorageError, match=re.escape(location)):
             storage_for(location)
+
+    def test_a_webhdfs_uri_is_a_webhdfs_storage_of_its_namenode(self):
+        from airflow_streaming.control.webhdfs import WebHdfsStorage
+
+        backend, path = storage_for("webhdfs://nn:9870/x/y")
+        assert isinstance(backend, WebHdfsStorage) and path == "/x/y"
+        assert backend.settings.urls == ["http://nn:9870"]
 
     def test_storage_for_file_uri_reaches_the_same_files(self, tmp_path):
         backend, path = storage_for("file://" + str(tmp_path))

@@ -1,0 +1,167 @@
+#!/usr/bin/env python
+"""Cost of a checkpoint snapshot and restore on HDFS (copy path), for a real stateful checkpoint.
+
+Usage (from the project root; it starts Spark, so under the heavy-tests lock)::
+
+    flock /tmp/heavy-tests.lock .venv/bin/python bench/hdfs_snapshot_bench.py [--runs 3] [--batches 40] \
+        [--partitions 20] [--json bench/results/hdfs_snapshot.json]
+
+No NameNode can run here: HDFS is the WebHDFS-protocol STAND-IN of the tests (tests/webhdfs_standin.py),
+an HTTP server over a local directory on this machine (loopback, no replication, no real disks in the
+path): the seconds below are a floor for a real cluster, the request counts are what a NameNode would
+serve.
+
+1. The bundled stateful ``device_signals`` job (1-minute windows per device, 30 s watermark, file sink)
+   runs with its checkpoint AND its output on the stand-in, ``--partitions`` shuffle partitions (state
+   stores), one input file per batch for ``--batches`` batches, Spark's default state maintenance
+   (a ``.snapshot`` every 10 deltas, maintenance every 60 s); then a graceful stop.
+2. ``take_snapshot`` into a fresh directory on the stand-in, ``--runs`` times (copy threads 8), and once
+   with 1 copy thread: files, bytes, seconds, NameNode and DataNode requests; what the whole checkpoint
+   tree holds, for comparison.
+3. ``restore_snapshot`` of one of them, ``--runs`` times (each moves the live checkpoint aside and copies
+   the snapshot back).
+4. For scale: the local hard-link snapshot of the same checkpoint copied to a local directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for path in (ROOT, ROOT / "tests"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+from airflow_streaming.control.storage import storage_for  # noqa: E402
+from airflow_streaming.hooks.streaming_job import StreamingJobHook  # noqa: E402
+from airflow_streaming.lifecycle.snapshot import restore_snapshot, take_snapshot  # noqa: E402
+from airflow_streaming.spec import StreamSpec  # noqa: E402
+from signals import DEVICES, START, STEP  # noqa: E402
+from spark_jobs.event_generator import generate_events  # noqa: E402
+from webhdfs_standin import WebHdfsStandIn  # noqa: E402
+
+
+def tree_size(root: str) -> tuple[int, int]:
+    files = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+    return len(files), sum(os.path.getsize(f) for f in files)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument("--partitions", type=int, default=20)
+    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "hdfs_snapshot.json"))
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="hdfs-snapshot-bench-"))
+    nn = WebHdfsStandIn(str(work / "hdfs")).start()
+    inp = work / "in"
+    spec = StreamSpec.from_dict({
+        "name": "signals", "application": "device_signals", "master": "local[2]",
+        "control_location": str(work / "control"), "checkpoint_location": f"{nn.uri}/checkpoints/signals",
+        "application_args": ["--input", str(inp), "--output", f"{nn.uri}/out/signals", "--window", "1 minute",
+                             "--watermark", "30 seconds", "--max-files-per-trigger", "1"],
+        "trigger_interval": 1, "heartbeat_interval": 1, "startup_timeout": 300, "stop_timeout": 120,
+        "spark_conf": {"spark.sql.shuffle.partitions": args.partitions, "spark.ui.enabled": "false"}})
+    hook = StreamingJobHook(spec)
+    record = None
+    result: dict[str, Any] = {"meta": {"runs": args.runs, "batches": args.batches, "partitions": args.partitions,
+                                       "namenode": "WebHDFS-protocol stand-in on loopback, not a real NameNode",
+                                       "nproc": os.cpu_count(), "loadavg_start": os.getloadavg()}}
+    try:
+        for i in range(args.batches):
+            seq = i * 40
+            generate_events(str(inp), count=40, files=1, run="sig", start_seq=seq, devices=DEVICES * 25,
+                            event_time_start=START + timedelta(seconds=seq * STEP), event_time_step=STEP,
+                            file_start_index=i)
+        record = hook.submit()
+        hook.wait_until_ready(record, timeout=300)
+        deadline = time.monotonic() + 900
+        while (hook.batch_position().last_committed or 0) < args.batches - 1 and time.monotonic() < deadline:
+            time.sleep(2)
+        report = hook.stop()
+        n = report.position.last_committed
+        print(f"checkpoint at batch {n} (graceful={report.graceful})", flush=True)
+        storage, _ = storage_for(f"{nn.uri}/x")
+        whole = tree_size(nn.local("/checkpoints/signals"))
+        sink_whole = tree_size(nn.local("/out/signals/_spark_metadata"))
+        location, sink = f"{nn.uri}/checkpoints/signals", f"{nn.uri}/out/signals"
+
+        def snap(target: str, threads: int) -> dict[str, Any]:
+            nn.reset()
+            t0 = time.perf_counter()
+            manifest = take_snapshot(location, target, sink, snapshot_storage=storage, copy_threads=threads)
+            seconds = time.perf_counter() - t0
+            return {"seconds": round(seconds, 3), "files": manifest.files, "bytes": manifest.bytes,
+                    "nn_requests": nn.total("nn"), "dn_requests": nn.total("dn"), "threads": threads}
+
+        takes = [snap(f"/snapshots/s{i}", 8) for i in range(args.runs)]
+        kept_checkpoint = tree_size(nn.local("/snapshots/s0/checkpoint"))
+        kept_sink = tree_size(nn.local("/snapshots/s0/sink_metadata"))
+        state_whole = tree_size(nn.local("/checkpoints/signals/state"))
+        state_kept = tree_size(nn.local("/snapshots/s0/checkpoint/state"))
+        single = snap("/snapshots/single", 1)
+        from airflow_streaming.lifecycle.snapshot import load_manifest
+
+        manifest = load_manifest("/snapshots/s0", storage)
+        restores = []
+        for i in range(args.runs):
+            nn.reset()
+            t0 = time.perf_counter()
+            restore_snapshot(manifest, f".aside-{i}", snapshot_storage=storage)
+            restores.append({"seconds": round(time.perf_counter() - t0, 3), "nn_requests": nn.total("nn"),
+                             "dn_requests": nn.total("dn")})
+            storage.delete(f"{manifest.snapshot_dir}/restored.json")  # the next call restores again
+
+        local_copy = work / "local-ckpt"
+        shutil.copytree(nn.local("/checkpoints/signals.aside-0"), local_copy)
+        t0 = time.perf_counter()
+        local = take_snapshot(str(local_copy), str(work / "local-snap"))
+        local_seconds = time.perf_counter() - t0
+
+        med = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731
+        result.update({
+            "batch_id": n,
+            "checkpoint_tree": {"files": whole[0], "bytes": whole[1]},
+            "sink_log_tree": {"files": sink_whole[0], "bytes": sink_whole[1]},
+            "state_tree": {"files": state_whole[0], "bytes": state_whole[1]},
+            "kept": {"checkpoint_files": kept_checkpoint[0], "checkpoint_bytes": kept_checkpoint[1],
+                     "state_files": state_kept[0], "state_bytes": state_kept[1],
+                     "sink_log_files": kept_sink[0], "sink_log_bytes": kept_sink[1]},
+            "take": takes, "take_single_thread": single, "restore": restores,
+            "median": {"take_seconds": med(takes, "seconds"), "take_files": med(takes, "files"),
+                       "take_bytes": med(takes, "bytes"), "take_nn_requests": med(takes, "nn_requests"),
+                       "take_dn_requests": med(takes, "dn_requests"), "restore_seconds": med(restores, "seconds"),
+                       "restore_nn_requests": med(restores, "nn_requests")},
+            "local_hardlink_snapshot": {"seconds": round(local_seconds, 4), "files": local.files, "bytes": local.bytes},
+        })
+        result["meta"]["loadavg_end"] = os.getloadavg()
+        print(json.dumps({k: result[k] for k in ("batch_id", "checkpoint_tree", "sink_log_tree", "state_tree", "kept",
+                                                  "median",
+                                                  "take_single_thread", "local_hardlink_snapshot")}, indent=1))
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
+        print(f"wrote {args.json}")
+        return 0
+    finally:
+        if record is not None:
+            live = hook.driver_record()
+            if live is not None and hook.alive(live):
+                print(hook.kill(live, grace=5))
+        nn.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
