@@ -190,7 +190,7 @@
         el("span", { class: "muted" }, Object.entries(counts).map(([k, v]) => `${v} ${k.toLowerCase().replaceAll("_", " ")}`).join(" · "))),
       (data.errors || []).map((e) => el("div", { class: "err" }, e)),
       rows.length ? el("table", { id: "streams" }, el("thead", {}, head), el("tbody", {}, rows.map(overviewRow)))
-        : el("p", { class: "muted" }, "No managed streams found. Configure [streaming] desired_state or control_locations (docs/ui.md)."));
+        : el("p", { class: "muted" }, "No managed streams found. Configure [airflow_streaming] desired_state_file or control_locations (docs/ui.md)."));
   }
   async function overview() {
     document.getElementById("crumb").textContent = "";
