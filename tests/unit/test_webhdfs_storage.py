@@ -23,7 +23,7 @@ from airflow_streaming.checkpoint.reader import read_checkpoint
 from airflow_streaming.control import webhdfs
 from airflow_streaming.control.local import LocalStorage
 from airflow_streaming.control.storage import StorageError, storage_for
-from airflow_streaming.control.webhdfs import WebHdfsSettings, WebHdfsStorage, settings_for, webhdfs_storage
+from airflow_streaming.control.webhdfs import WebHdfsSettings, WebHdfsStorage, settings_for
 from webhdfs_standin import WebHdfsStandIn
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
