@@ -48,6 +48,13 @@ OPTIONS: tuple[Option, ...] = (
            "Comma-separated control locations (local paths or hdfs:// / webhdfs:// URLs) whose streams the "
            "Streams UI lists, in addition to those of the desired-state file.",
            "/data/control,hdfs://namenode:8020/streams/control"),
+    Option("ui_refresh_seconds", "float", "5",
+           "How often (seconds) the Streams UI page refreshes its data while it is open.", "10"),
+    Option("ui_actions", "boolean", "False",
+           "Offer stop/restart/upgrade/rollback buttons on a stream's page of the Streams UI. Each opens the "
+           "operations DAG's trigger form (an audited DAG run); the page itself never changes a stream.", "True"),
+    Option("operations_dag_id", "string", "stream_operations",
+           "The DAG the Streams UI's action buttons trigger.", "stream_operations"),
     Option("health_poll_interval", "float", "10",
            "Default poke_interval (seconds) of StreamingHealthSensor: how often a verdict is computed, in the "
            "worker or, when deferred, in the triggerer.", "30"),
@@ -88,6 +95,17 @@ def get_option(name: str) -> str:
         raise KeyError(f"[{SECTION}] has no option {name!r} (known: {', '.join(sorted(_BY_NAME))})")
     value = _conf().get(SECTION, name, fallback=option.default)
     return option.default if value is None else str(value)
+
+
+def get_bool(name: str) -> bool:
+    """A boolean option (``true``/``false``, ``1``/``0``, ``yes``/``no``, any case); anything else raises
+    :class:`ValueError` naming the option."""
+    raw = get_option(name).strip().lower()
+    if raw in ("true", "1", "yes", "on"):
+        return True
+    if raw in ("false", "0", "no", "off", ""):
+        return False
+    raise ValueError(f"[{SECTION}] {name} must be true or false, got {raw!r}")
 
 
 def get_float(name: str) -> float:

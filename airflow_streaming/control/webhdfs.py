@@ -342,19 +342,21 @@ class WebHdfsStorage(ControlStorage):
         return self._call("check", path, lambda: self.client._get_file_status(path, strict=False), absent=True) \
             is not None
 
-    def _statuses(self, path: str) -> list[dict[str, Any]]:
+    def _statuses(self, path: str, file_ok: bool = False) -> list[dict[str, Any]]:
         res = self._call("list", path, lambda: self.client._list_status(path, strict=False), absent=True)
         if res is None:
             return []
         statuses = self._field(res, "FileStatuses", "list", path).get("FileStatus") or []
         if len(statuses) == 1 and statuses[0].get("pathSuffix") == "" and statuses[0].get("type") == "FILE":
+            if file_ok:
+                return []  # the interface's rule: a file has no entries
             raise self._error("list", path, errno.ENOTDIR, "it is a file, not a directory",
                               "check the configured location")
         return statuses
 
     def list_dir(self, path: str) -> list[str]:
         self._fault("storage.list", path, "list")
-        return sorted(s["pathSuffix"] for s in self._statuses(path))
+        return sorted(s["pathSuffix"] for s in self._statuses(path, file_ok=True))
 
     def list_tree(self, path: str) -> list[TreeEntry]:
         self._fault("storage.list", path, "list the tree")

@@ -55,7 +55,6 @@ from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockLost
 from airflow_streaming.lifecycle.waits import CAUGHT_UP, FILE, GONE, PROBATION, READY, STANDBY, Wait, WaitNeeded, wait_over
 from airflow_streaming.lifecycle.record import (
     IN_PLACE_CHANGES,
-    TERMINAL,
     Action,
     LifecycleRecord,
     Probation,

@@ -42,9 +42,9 @@ class SparkStreamCompatibilityCheckOperator(BaseOperator):
         from airflow_streaming.task_failures import fail_fast_on_permanent_errors
 
         with fail_fast_on_permanent_errors():
-            return self._check()
+            return self._check(context)
 
-    def _check(self) -> dict[str, Any]:
+    def _check(self, context: Context) -> dict[str, Any]:
         spec = as_spec(self.spec)
         report = run_check(spec, self.allow_warnings, self.dry_run)
         verdict = report["verdict"]

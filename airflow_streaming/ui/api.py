@@ -27,6 +27,7 @@ from fastapi.staticfiles import StaticFiles
 from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep
+from airflow_streaming import config
 from airflow_streaming.ui import views
 from airflow_streaming.ui.streams import configured_sources, discover, read_stream
 
@@ -39,13 +40,13 @@ URL_PREFIX = "/streaming"
 
 
 def settings() -> dict[str, Any]:
-    """The page's settings from ``[streaming]`` in Airflow's config (see ``docs/ui.md``)."""
+    """The page's settings from ``[airflow_streaming]`` in Airflow's config (see ``docs/ui.md``)."""
     from airflow.configuration import conf
 
     return {
-        "refresh_s": conf.getfloat("streaming", "ui_refresh_seconds", fallback=5.0),
-        "actions_enabled": conf.getboolean("streaming", "ui_actions", fallback=False),
-        "operations_dag_id": conf.get("streaming", "operations_dag_id", fallback="stream_operations"),
+        "refresh_s": config.get_float("ui_refresh_seconds"),
+        "actions_enabled": config.get_bool("ui_actions"),
+        "operations_dag_id": config.get_option("operations_dag_id"),
         "airflow_root": urlsplit(conf.get("api", "base_url", fallback="") or "/").path.rstrip("/"),
     }
 

@@ -2,9 +2,9 @@
 
 Streams come from the deployment's own knowledge, in this order:
 
-1. the desired-state file (``[streaming] desired_state`` or ``AIRFLOW_STREAMING_DESIRED_STATE``):
+1. the desired-state file (``[airflow_streaming] desired_state_file`` or ``AIRFLOW_STREAMING_DESIRED_STATE``):
    every listed stream, with its wanted version;
-2. control locations (``[streaming] control_locations``, comma separated): every sub-directory
+2. control locations (``[airflow_streaming] control_locations``, comma separated): every sub-directory
    holding a stream's control files (``status.json``, ``driver.json``, ``deployed.json``,
    ``lifecycle.json`` or ``history.json``) that the file did not list already.
 
@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_streaming import config
 from airflow_streaming.spec import BUNDLED_JOBS, StreamSpec
 
 log = logging.getLogger(__name__)
@@ -77,18 +78,10 @@ class StreamSnapshot:
 
 
 def configured_sources() -> tuple[str | None, list[str]]:
-    """``(desired-state file, control locations)`` from Airflow's config and the environment."""
-    desired: str | None = None
-    locations: list[str] = []
-    try:
-        from airflow.configuration import conf
-
-        desired = conf.get("streaming", "desired_state", fallback=None) or None
-        locations = [x.strip() for x in (conf.get("streaming", "control_locations", fallback="") or "").split(",")]
-    except Exception:  # noqa: BLE001 - outside Airflow (tests, CLI): the environment only
-        locations = [x.strip() for x in os.environ.get("AIRFLOW__STREAMING__CONTROL_LOCATIONS", "").split(",")]
-    desired = desired or os.environ.get("AIRFLOW_STREAMING_DESIRED_STATE") or None
-    return desired, [x for x in locations if x]
+    """``(desired-state file, control locations)`` from ``[airflow_streaming]`` (airflow.cfg or
+    ``AIRFLOW__AIRFLOW_STREAMING__*``) and ``AIRFLOW_STREAMING_DESIRED_STATE``; no file when neither names one."""
+    desired = config.get_option("desired_state_file").strip() or os.environ.get(config.DESIRED_STATE_ENV, "").strip()
+    return desired or None, config.control_locations()
 
 
 def _stand_in(name: str, location: str, application: str | None = None, checkpoint: str | None = None) -> StreamSpec:

@@ -9,7 +9,6 @@ Spark silently ignores a change -> COMPATIBLE_WITH_WARNINGS naming the rule.
 from __future__ import annotations
 
 import hashlib
-import os
 import runpy
 import shutil
 import sys

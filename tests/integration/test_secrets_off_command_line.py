@@ -10,7 +10,6 @@ import hashlib
 import json
 import shutil
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 

@@ -48,9 +48,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _json(url: str) -> dict | None:
+def _json(url: str, timeout: float = 2) -> dict | None:
     try:
-        with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback
             return json.load(resp)
     except (OSError, ValueError):
         return None
@@ -134,7 +134,9 @@ def test_cluster_mode_deploy_stop_restart_kill_find_is_exactly_once(standalone_c
     # The driver runs on the worker: its Python process is the child of the worker's DriverWrapper JVM.
     assert "org.apache.spark.deploy.worker.DriverWrapper" in psutil.Process(doc.pid).parent().cmdline()
     # The secret reached the driver's SparkConf (Spark's UI shows it redacted) and no command line.
-    env = _json(f"{doc.spark_ui}/api/v1/applications/{doc.app_id}/environment") or {}
+    assert doc.spark_ui, doc  # a loaded machine can take seconds to answer the UI's first REST call
+    env = wait_for(lambda: _json(f"{doc.spark_ui}/api/v1/applications/{doc.app_id}/environment", timeout=10), 60,
+                   "the driver's Spark UI REST API")
     assert ["spark.hadoop.airflow.streaming.test.password", "*********(redacted)"] in env.get("sparkProperties", [])
     assert all(SECRET not in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
     assert f'"--run-id" "{record.run_id}"' in _launch_commands(cluster.work_dir)

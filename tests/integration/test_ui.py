@@ -119,9 +119,9 @@ def airflow_stack_options(ui_root: Path) -> StackOptions:
     (other / "broken-stream" / "status.json").write_text("{ this is not json")
     return StackOptions(dags_folder=str(dags), env={
         "AIRFLOW_STREAMING_DESIRED_STATE": desired,
-        "AIRFLOW__STREAMING__CONTROL_LOCATIONS": f"{ui_root}/control,{other}",
-        "AIRFLOW__STREAMING__UI_ACTIONS": "True",
-        "AIRFLOW__STREAMING__UI_REFRESH_SECONDS": "2",
+        "AIRFLOW__AIRFLOW_STREAMING__CONTROL_LOCATIONS": f"{ui_root}/control,{other}",
+        "AIRFLOW__AIRFLOW_STREAMING__UI_ACTIONS": "True",
+        "AIRFLOW__AIRFLOW_STREAMING__UI_REFRESH_SECONDS": "2",
     })
 
 

@@ -8,10 +8,8 @@ ENOTDIR). Lock holders are real processes. Each test states the fault and the ou
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading

@@ -66,10 +66,34 @@ def test_config_options_are_documented_with_defaults():
     assert set(section["options"]) == {o.name for o in config.OPTIONS}
     for name, option in section["options"].items():
         assert option["description"] and option["default"] is not None, name
-        assert option["type"] in ("string", "float"), name
+        assert option["type"] in ("string", "float", "boolean"), name
     docs = (REPO / "docs" / "configuration.md").read_text()
     for name, option in section["options"].items():
         assert f"`{name}`" in docs, f"{name} is not in docs/configuration.md"
+
+
+def test_boolean_options_accept_airflows_spellings_and_name_the_option_otherwise(monkeypatch):
+    monkeypatch.delenv("AIRFLOW__AIRFLOW_STREAMING__UI_ACTIONS", raising=False)
+    assert config.get_bool("ui_actions") is False
+    for raw, expected in (("True", True), ("1", True), ("false", False), ("0", False)):
+        monkeypatch.setenv("AIRFLOW__AIRFLOW_STREAMING__UI_ACTIONS", raw)
+        assert config.get_bool("ui_actions") is expected
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_STREAMING__UI_ACTIONS", "maybe")
+    with pytest.raises(ValueError, match=r"\[airflow_streaming\] ui_actions must be true or false"):
+        config.get_bool("ui_actions")
+
+
+def test_the_ui_reads_its_sources_from_the_providers_section(monkeypatch):
+    from airflow_streaming.ui.streams import configured_sources
+
+    monkeypatch.delenv("AIRFLOW__AIRFLOW_STREAMING__DESIRED_STATE_FILE", raising=False)
+    monkeypatch.delenv(config.DESIRED_STATE_ENV, raising=False)
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_STREAMING__CONTROL_LOCATIONS", "/a, ,hdfs://nn:8020/b")
+    assert configured_sources() == (None, ["/a", "hdfs://nn:8020/b"])  # no desired-state file guessed
+    monkeypatch.setenv(config.DESIRED_STATE_ENV, "/etc/streams.yaml")
+    assert configured_sources()[0] == "/etc/streams.yaml"
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_STREAMING__DESIRED_STATE_FILE", "/opt/desired.yaml")
+    assert configured_sources()[0] == "/opt/desired.yaml"
 
 
 def test_options_read_airflows_configuration_with_the_documented_default(monkeypatch):

@@ -210,9 +210,9 @@ def test_actions_are_off_unless_enabled(monkeypatch, setting, expected):
     from airflow_streaming.ui.api import settings
 
     if setting is None:
-        monkeypatch.delenv("AIRFLOW__STREAMING__UI_ACTIONS", raising=False)
+        monkeypatch.delenv("AIRFLOW__AIRFLOW_STREAMING__UI_ACTIONS", raising=False)
     else:
-        monkeypatch.setenv("AIRFLOW__STREAMING__UI_ACTIONS", setting)
+        monkeypatch.setenv("AIRFLOW__AIRFLOW_STREAMING__UI_ACTIONS", setting)
     assert settings()["actions_enabled"] is expected
 
 

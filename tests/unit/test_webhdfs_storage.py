@@ -23,7 +23,7 @@ from airflow_streaming.checkpoint.reader import read_checkpoint
 from airflow_streaming.control import webhdfs
 from airflow_streaming.control.local import LocalStorage
 from airflow_streaming.control.storage import StorageError, storage_for
-from airflow_streaming.control.webhdfs import WebHdfsSettings, WebHdfsStorage, settings_for, webhdfs_storage
+from airflow_streaming.control.webhdfs import WebHdfsSettings, WebHdfsStorage, settings_for
 from webhdfs_standin import WebHdfsStandIn
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
@@ -68,6 +68,9 @@ def test_every_operation_round_trip(standin):
     assert st.create_exclusive("/c/s/lease.json", b"theirs") is False
     assert st.read_bytes("/c/s/lease.json") == b"mine"
     assert st.list_dir("/c/s") == ["lease.json", "status.json"]  # no temp files left behind
+    assert st.list_dir("/c/s/lease.json") == []  # as on local files: a file has no entries (tree walks rely on it)
+    with pytest.raises(StorageError, match="not a directory"):
+        st.list_tree("/c/s/lease.json")  # a tree rooted at a file is a configuration error
     assert sorted(os.listdir(standin.local("/c/s"))) == ["lease.json", "status.json"]
 
     assert st.delete("/c/s/lease.json") is True and st.delete("/c/s/lease.json") is False

@@ -190,7 +190,7 @@
         el("span", { class: "muted" }, Object.entries(counts).map(([k, v]) => `${v} ${k.toLowerCase().replaceAll("_", " ")}`).join(" · "))),
       (data.errors || []).map((e) => el("div", { class: "err" }, e)),
       rows.length ? el("table", { id: "streams" }, el("thead", {}, head), el("tbody", {}, rows.map(overviewRow)))
-        : el("p", { class: "muted" }, "No managed streams found. Configure [streaming] desired_state or control_locations (docs/ui.md)."));
+        : el("p", { class: "muted" }, "No managed streams found. Configure [airflow_streaming] desired_state_file or control_locations (docs/ui.md)."));
   }
   async function overview() {
     document.getElementById("crumb").textContent = "";
@@ -408,8 +408,11 @@
     const panels = document.getElementById("panels");
     const open = new Set([...panels.querySelectorAll("details[open]")].map((x) => x.dataset.key));
     const det = (key, title, body) => el("details", { "data-key": key, open: open.has(key) || null }, el("summary", {}, title), body);
+    // The actions panel is built once per page: a refresh must not reset a person's choice, an armed
+    // confirmation or the link to the run they just triggered.
+    if (first || !state.actionsPanel) state.actionsPanel = actionsPanel(d);
     panels.replaceChildren(
-      el("section", {}, el("h2", {}, "Actions"), actionsPanel(d)),
+      el("section", {}, el("h2", {}, "Actions"), state.actionsPanel),
       el("section", {}, el("h2", {}, "Lifecycle history"), historyTable(d.actions || [])),
       el("section", {}, el("h2", {}, "Last checkpoint compatibility report"), compatPanel(d.compat)),
       el("section", {}, el("h2", {}, "DAG runs that acted on this stream"), (d.dag_runs || []).length ? el("ul", { id: "dag-runs" },
@@ -423,7 +426,7 @@
           d.exit ? el("p", { class: "small" }, `exit: ${JSON.stringify(d.exit)}`) : null))));
   }
   async function detail(name) {
-    state.points = new Map(); state.charts = {}; state.detailName = name;
+    state.points = new Map(); state.charts = {}; state.detailName = name; state.actionsPanel = null;
     let first = true;
     const load = async () => {
       const d = await getJSON(`/api/streams/${encodeURIComponent(name)}`);
