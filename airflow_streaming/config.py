@@ -60,6 +60,9 @@ OPTIONS: tuple[Option, ...] = (
            "worker or, when deferred, in the triggerer.", "30"),
     Option("progress_poll_interval", "float", "2",
            "Default poke_interval (seconds) of SparkStreamProgressSensor.", "5"),
+    Option("lifecycle_poll_interval", "float", "2",
+           "Default poll_interval (seconds) of the deferrable lifecycle operators (deploy, stop, upgrade, "
+           "operation): how often the triggerer checks whether a deferred action's wait is over.", "5"),
     Option("notification_repeat_window", "float", "900",
            "Default repeat_window_s (seconds) of SparkStreamSupervisorOperator: a repeat of the last message "
            "about a stream within this window is suppressed and counted in the next one.", "3600"),

@@ -6,7 +6,9 @@ wanted one) / ``rollback`` (to the version before the last successful upgrade) /
 rejects unknown streams and actions; a version the stream does not list fails with the list of its
 versions. Upgrades, restarts and rollbacks go through the same gated, snapshotted, resumable machinery
 as the upgrade window (``docs/upgrades.md``); triggering the same operation again after a crash
-resumes it.
+resumes it. The task is :class:`~airflow_streaming.operators.lifecycle.SparkStreamOperationOperator`:
+with ``[operators] default_deferrable = True`` every wait (the gate's report, a driver's exit, a start,
+probation) runs in the triggerer and the task holds a worker slot only for the short steps.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Param, dag
 
 from airflow_streaming.config import desired_state_file
+from airflow_streaming.operators.lifecycle import SparkStreamOperationOperator
 
 # [airflow_streaming] desired_state_file, else $AIRFLOW_STREAMING_DESIRED_STATE, else specs/ beside this file.
 DESIRED_STATE = desired_state_file(Path(__file__).resolve().parent)
@@ -55,22 +58,10 @@ ACTIONS = ["status", "deploy", "stop", "restart", "upgrade", "rollback"]
     doc_md=__doc__,
 )
 def stream_operations():
-    @task
-    def operate() -> dict:
-        from airflow_streaming.lifecycle.desired_state import load_desired_state
-        from airflow_streaming.lifecycle.operations import operate as run_operation
-
-        ctx = get_current_context()
-        p, ti = ctx["params"], ctx["ti"]
-        result = run_operation(load_desired_state(p["desired_state"]), p["stream"], p["action"],
-                               p["version"] or None, allow_warnings=bool(p["allow_warnings"]),
-                               owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}")
-        for line in result.get("steps", []):
-            print(line)
-        print({k: v for k, v in result.items() if k != "steps"})
-        return result
-
-    operate()
+    SparkStreamOperationOperator(
+        task_id="operate", stream="{{ params.stream }}", action="{{ params.action }}",
+        version="{{ params.version }}", allow_warnings="{{ params.allow_warnings }}",
+        desired_state="{{ params.desired_state }}")
 
 
 stream_operations()

@@ -279,12 +279,7 @@ class AirflowStack:
             self.timings["migrate_s"] = round(time.monotonic() - t, 1)
             t = time.monotonic()
             for service in self.options.services:
-                args = ["--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"] if service == "api-server" else []
-                log = open(self.logs / f"{service}.log", "ab")  # noqa: SIM115 - closed with the process
-                self.processes[service] = subprocess.Popen(
-                    [sys.executable, "-m", "airflow", service, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, cwd=self.root, start_new_session=True)
-                log.close()
+                self._start_service(service)
             self.wait_healthy(self.options.startup_timeout)
             self.timings["services_s"] = round(time.monotonic() - t, 1)
             self.timings["total_s"] = round(time.monotonic() - started, 1)
@@ -293,6 +288,22 @@ class AirflowStack:
         except BaseException:
             self.stop()
             raise
+
+    def _start_service(self, service: str) -> subprocess.Popen[Any]:
+        args = ["--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"] if service == "api-server" else []
+        log = open(self.logs / f"{service}.log", "ab")  # noqa: SIM115 - closed with the process
+        self.processes[service] = subprocess.Popen(
+            [sys.executable, "-m", "airflow", service, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, cwd=self.root, start_new_session=True)
+        log.close()
+        return self.processes[service]
+
+    def restart(self, service: str) -> tuple[int, int]:
+        """Stop one service (SIGTERM to its process group, by pid, SIGKILL after 30 s) and start it again;
+        returns ``(old pid, new pid)``. Its log keeps growing in the same file."""
+        old = self.processes[service]
+        stop_process_group(old, service)
+        return old.pid, self._start_service(service).pid
 
     def stop(self) -> None:
         """Stop every service (process group, by pid) and PostgreSQL. Never raises; safe to call twice."""

@@ -32,15 +32,30 @@ def default_deferrable() -> bool:
         return False
 
 
+def lifecycle_poll_interval() -> float:
+    """``[airflow_streaming] lifecycle_poll_interval``: the trigger's poll interval (seconds)."""
+    from airflow_streaming.config import get_float
+
+    return get_float("lifecycle_poll_interval")
+
+
 class DeferrableLifecycleMixin:
     """Runs ``self._action(context, resume)`` and defers while it waits (``self.deferrable``).
 
     Operators using it define ``_action(context, resume: dict | None)`` (``resume``: the locks handed
-    back by the trigger) and have ``deferrable`` and ``poll_interval`` attributes.
+    back by the trigger; ``None`` on the first run), call :meth:`_set_deferrable` in ``__init__``, run
+    their action with ``LifecycleOptions(defer=self.deferrable)`` and return ``self._run_deferrable(context)``
+    from ``execute``. Not deferrable: ``_action`` runs once and waits in the worker, as before.
     """
 
     deferrable: bool
     poll_interval: float
+
+    def _set_deferrable(self, deferrable: bool | None, poll_interval: float | None) -> None:
+        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
+        self.poll_interval = lifecycle_poll_interval() if poll_interval is None else float(poll_interval)
+        if self.poll_interval <= 0:
+            raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
 
     def _action(self, context: Any, resume: dict[str, str] | None) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError

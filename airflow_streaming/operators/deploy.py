@@ -8,11 +8,12 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.ui.links import STREAM_LINKS
 
 
-class SparkStreamDeployOperator(BaseOperator):
+class SparkStreamDeployOperator(DeferrableLifecycleMixin, BaseOperator):
     """Submit a stream's driver (detached) through the Spark provider and wait for its first progress.
 
     Refuses before submitting when the stream already runs, the application file is missing or Java
@@ -27,6 +28,10 @@ class SparkStreamDeployOperator(BaseOperator):
     :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a path to a YAML spec.
     :param wait_for_progress: wait until the query reports progress (default) or return after submit.
     :param startup_timeout: seconds to wait for progress; default: the spec's ``startup_timeout``.
+    :param deferrable: wait for the progress in the triggerer (no worker slot held meanwhile); default
+        ``[operators] default_deferrable``.
+    :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
+        lifecycle_poll_interval``.
     """
 
     template_fields: Sequence[str] = ("spec",)
@@ -39,29 +44,37 @@ class SparkStreamDeployOperator(BaseOperator):
         spec: StreamSpec | Mapping[str, Any] | str,
         wait_for_progress: bool = True,
         startup_timeout: float | None = None,
+        deferrable: bool | None = None,
+        poll_interval: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.spec = spec
         self.wait_for_progress = wait_for_progress
         self.startup_timeout = startup_timeout
+        self._set_deferrable(deferrable, poll_interval)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        return self._run_deferrable(context)
+
+    def _action(self, context: Context, resume: dict[str, str] | None) -> dict[str, Any]:
         from airflow_streaming.task_failures import fail_fast_on_permanent_errors
 
         with fail_fast_on_permanent_errors():
-            return self._deploy(context)
+            return self._deploy(context, resume)
 
-    def _deploy(self, context: Context) -> dict[str, Any]:
+    def _deploy(self, context: Context, resume: dict[str, str] | None = None) -> dict[str, Any]:
         from airflow_streaming.lifecycle.operations import deploy_stream
         from airflow_streaming.lifecycle.runner import LifecycleOptions
 
         spec = as_spec(self.spec)
         ti = context["ti"]
         options = LifecycleOptions(owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}",
-                                   startup_timeout=self.startup_timeout if self.wait_for_progress else 1e9)
+                                   startup_timeout=self.startup_timeout if self.wait_for_progress else 1e9,
+                                   defer=self.deferrable)
         self._spec = spec
-        identity = deploy_stream(spec, options) if self.wait_for_progress else self._submit_only(spec, options)
+        identity = (deploy_stream(spec, options, resume) if self.wait_for_progress
+                    else self._submit_only(spec, options))
         self.log.info("stream %s %s is running: run %s, app %s, Spark UI %s, log %s", spec.name, spec.version,
                       identity.get("run_id"), identity.get("app_id"), identity.get("spark_ui"), identity.get("log_path"))
         return identity

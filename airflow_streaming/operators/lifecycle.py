@@ -7,11 +7,12 @@ from typing import Any
 
 from airflow.sdk import BaseNotifier, BaseOperator, Context
 
+from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
 from airflow_streaming.spec import StreamSpec, as_spec, parse_duration
 from airflow_streaming.ui.links import STREAM_LINKS
 
 
-class SparkStreamUpgradeOperator(BaseOperator):
+class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
     """Move a stream to ``spec`` safely (see ``docs/upgrades.md``).
 
     ``action="upgrade"`` (default): compatibility gate against the live checkpoint, graceful stop at a
@@ -34,6 +35,11 @@ class SparkStreamUpgradeOperator(BaseOperator):
         stop the old one only once it is ready: shorter downtime, two drivers' memory for a while.
     :param notifiers: Airflow notifiers; each is called like a callback (templated fields rendered) with the
         task context plus ``stream_event`` (UPGRADE_SUCCEEDED / UPGRADE_ROLLED_BACK).
+    :param deferrable: run every wait (the gate's report, the old driver's exit, the new one's start,
+        probation) in the triggerer, so the task holds a worker slot only for the short steps; default
+        ``[operators] default_deferrable``.
+    :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
+        lifecycle_poll_interval``.
     """
 
     template_fields: Sequence[str] = ("spec", "current")
@@ -44,20 +50,24 @@ class SparkStreamUpgradeOperator(BaseOperator):
                  current: StreamSpec | Mapping[str, Any] | str | None = None, allow_warnings: bool = False,
                  probation_min_batches: int = 2, probation_window: float | str = "5 minutes",
                  dry_run: bool = True, warm_start: bool = False, notifiers: Sequence[BaseNotifier] = (),
-                 **kwargs: Any) -> None:
+                 deferrable: bool | None = None, poll_interval: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.spec, self.action, self.current = spec, action, current
         self.allow_warnings, self.dry_run, self.warm_start = allow_warnings, dry_run, warm_start
         self.probation_min_batches, self.probation_window = probation_min_batches, probation_window
         self.notifiers = list(notifiers)
+        self._set_deferrable(deferrable, poll_interval)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        return self._run_deferrable(context)
+
+    def _action(self, context: Context, resume: dict[str, str] | None) -> dict[str, Any]:
         from airflow_streaming.task_failures import fail_fast_on_permanent_errors
 
         with fail_fast_on_permanent_errors():
-            return self._run(context)
+            return self._run(context, resume)
 
-    def _run(self, context: Context) -> dict[str, Any]:
+    def _run(self, context: Context, resume: dict[str, str] | None = None) -> dict[str, Any]:
         from airflow_streaming.hooks.streaming_job import StreamingJobHook
         from airflow_streaming.lifecycle.operations import LifecycleOutcomeError, result_of
         from airflow_streaming.lifecycle.record import Action, Probation
@@ -69,7 +79,8 @@ class SparkStreamUpgradeOperator(BaseOperator):
         options = LifecycleOptions(
             allow_warnings=self.allow_warnings, dry_run=self.dry_run,
             probation=Probation(self.probation_min_batches, parse_duration(self.probation_window, "probation_window")),
-            owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}", warm_start=self.warm_start)
+            owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}", warm_start=self.warm_start,
+            defer=self.deferrable)
         current = as_spec(self.current) if self.current is not None else None
         target = as_spec(self.spec) if self.spec is not None else None
         resumed = resume_target(StreamingJobHook(current or target), action) if action in (  # type: ignore[arg-type]
@@ -86,10 +97,94 @@ class SparkStreamUpgradeOperator(BaseOperator):
                 except Exception:  # noqa: BLE001 - one broken channel must not hide the outcome
                     self.log.exception("notifier %s failed", type(notifier).__name__)
 
-        record = LifecycleRunner(target, action, options, current=current, notify=notify).run()
+        record = LifecycleRunner(target, action, options, current=current, notify=notify, resume=resume).run()
         result = result_of(record)
         for line in result["steps"]:
             self.log.info("%s", line)
         if record.step.value != "SUCCEEDED":
             raise LifecycleOutcomeError(result)  # recorded as finished: not retried (task_failures)
+        return result
+
+
+def _as_bool(value: bool | str | None) -> bool | None:
+    """A templated boolean ("True" / "false" / "" once rendered) or a real one; ``None`` stays ``None``."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("", "none"):
+        return None
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"allow_warnings: expected a boolean, got {value!r}")
+
+
+class SparkStreamOperationOperator(DeferrableLifecycleMixin, BaseOperator):
+    """One operation on one stream of a desired-state file: what the ``stream_operations`` form runs,
+    and what the ``stream_upgrade_window`` DAG maps over its pending changes.
+
+    ``action``: ``status`` / ``deploy`` / ``stop`` / ``restart`` / ``upgrade`` (to ``version``, default the
+    wanted one) / ``rollback`` - see :func:`airflow_streaming.lifecycle.operations.operate`. Every argument
+    is templated (``"{{ params.stream }}"``). Returns (XCom) the operation's result; a deploy's result
+    carries ``outcome: DEPLOYED``. An invalid choice, or an action that ends REFUSED / ROLLED_BACK / FAILED,
+    fails the task without retries - unless ``fail_on_outcome=False``, which returns that outcome
+    (``outcome``, ``error``, ``steps``) instead, for a summary task to report.
+
+    :param stream: the stream's name in the desired-state file.
+    :param action: one of :data:`airflow_streaming.lifecycle.operations.ACTIONS`.
+    :param version: the version to deploy / upgrade to (empty: the deployed, resp. wanted, one).
+    :param allow_warnings: let COMPATIBLE_WITH_WARNINGS pass the gate (default: the file's setting).
+    :param desired_state: path of the desired-state YAML.
+    :param fail_on_outcome: fail the task when the action ends REFUSED / ROLLED_BACK / FAILED (default).
+    :param deferrable: run every wait in the triggerer; default ``[operators] default_deferrable``.
+    :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
+        lifecycle_poll_interval``.
+    """
+
+    template_fields: Sequence[str] = ("stream", "action", "version", "allow_warnings", "desired_state")
+    operator_extra_links = STREAM_LINKS
+    ui_color = "#c9f2d0"
+
+    def __init__(self, *, stream: str, action: str = "status", version: str | None = None,
+                 allow_warnings: bool | str | None = None, desired_state: str, fail_on_outcome: bool = True,
+                 deferrable: bool | None = None, poll_interval: float | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stream, self.action, self.version = stream, action, version
+        self.allow_warnings, self.desired_state = allow_warnings, desired_state
+        self.fail_on_outcome = fail_on_outcome
+        self._set_deferrable(deferrable, poll_interval)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        return self._run_deferrable(context)
+
+    def _action(self, context: Context, resume: dict[str, str] | None) -> dict[str, Any]:
+        from airflow_streaming.lifecycle.operations import LifecycleOutcomeError
+        from airflow_streaming.task_failures import fail_fast_on_permanent_errors
+
+        try:
+            with fail_fast_on_permanent_errors():
+                result = self._operate(context, resume)
+        except Exception as exc:  # noqa: BLE001 - only a recorded outcome is returned, see fail_on_outcome
+            outcome = exc if isinstance(exc, LifecycleOutcomeError) else exc.__cause__
+            if self.fail_on_outcome or not isinstance(outcome, LifecycleOutcomeError):
+                raise
+            result = dict(outcome.result)
+            self.log.error("%s", outcome)
+        for line in result.get("steps", []):
+            self.log.info("%s", line)
+        self.log.info("%s", {k: v for k, v in result.items() if k != "steps"})
+        return result
+
+    def _operate(self, context: Context, resume: dict[str, str] | None) -> dict[str, Any]:
+        from airflow_streaming.lifecycle.desired_state import load_desired_state
+        from airflow_streaming.lifecycle.operations import operate
+
+        ti = context["ti"]
+        result = operate(load_desired_state(self.desired_state), self.stream, self.action, self.version or None,
+                         allow_warnings=_as_bool(self.allow_warnings),
+                         owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}",
+                         defer=self.deferrable, resume=resume)
+        if self.action == "deploy":
+            result.setdefault("outcome", "DEPLOYED")
         return result

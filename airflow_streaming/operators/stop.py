@@ -8,11 +8,12 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_streaming.exceptions import StreamFailedError
+from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.ui.links import STREAM_LINKS
 
 
-class SparkStreamStopOperator(BaseOperator):
+class SparkStreamStopOperator(DeferrableLifecycleMixin, BaseOperator):
     """Ask the stream's driver to stop between micro-batches; kill it after the timeout.
 
     Returns (XCom) the stop report: graceful, killed, exit_code, last_planned_batch,
@@ -25,6 +26,10 @@ class SparkStreamStopOperator(BaseOperator):
     :param stop_timeout: seconds to wait for the graceful stop; default: the spec's ``stop_timeout``.
     :param kill_on_timeout: kill the driver when the timeout passes (default) or fail the task.
     :param fail_if_not_graceful: fail the task when the stream had to be killed (default False).
+    :param deferrable: wait for the driver's exit in the triggerer (no worker slot held meanwhile);
+        default ``[operators] default_deferrable``.
+    :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
+        lifecycle_poll_interval``.
     """
 
     template_fields: Sequence[str] = ("spec",)
@@ -38,6 +43,8 @@ class SparkStreamStopOperator(BaseOperator):
         stop_timeout: float | None = None,
         kill_on_timeout: bool = True,
         fail_if_not_graceful: bool = False,
+        deferrable: bool | None = None,
+        poll_interval: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -45,22 +52,27 @@ class SparkStreamStopOperator(BaseOperator):
         self.stop_timeout = stop_timeout
         self.kill_on_timeout = kill_on_timeout
         self.fail_if_not_graceful = fail_if_not_graceful
+        self._set_deferrable(deferrable, poll_interval)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        return self._run_deferrable(context)
+
+    def _action(self, context: Context, resume: dict[str, str] | None) -> dict[str, Any]:
         from airflow_streaming.task_failures import fail_fast_on_permanent_errors
 
         with fail_fast_on_permanent_errors():
-            return self._stop(context)
+            return self._stop(context, resume)
 
-    def _stop(self, context: Context) -> dict[str, Any]:
+    def _stop(self, context: Context, resume: dict[str, str] | None = None) -> dict[str, Any]:
         from airflow_streaming.lifecycle.operations import stop_stream
         from airflow_streaming.lifecycle.runner import LifecycleOptions
 
         spec = as_spec(self.spec)
         ti = context["ti"]
         options = LifecycleOptions(owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}",
-                                   stop_timeout=self.stop_timeout, kill_on_timeout=self.kill_on_timeout)
-        result = stop_stream(spec, options)
+                                   stop_timeout=self.stop_timeout, kill_on_timeout=self.kill_on_timeout,
+                                   defer=self.deferrable)
+        result = stop_stream(spec, options, resume)
         self.log.info("stream %s stop: graceful=%s killed=%s last committed batch=%s clean=%s", spec.name,
                       result.get("graceful"), result.get("killed"), result.get("last_committed_batch"),
                       result.get("clean"))

@@ -1,0 +1,375 @@
+"""The lifecycle on real Airflow services, driven through the REST API as the UI drives it.
+
+One real Airflow (PostgreSQL, api-server, scheduler with LocalExecutor, dag-processor, triggerer: see
+``tests/airflow_stack.py``) with ``[operators] default_deferrable = True``, and one real stream (the
+bundled ``events_etl`` job, then ``events_etl_v2``) fed with events throughout. In order:
+
+a. a deploy DAG run: the deploy task and the health sensor reach DEFERRED (their waits run in the real
+   triggerer, no worker slot held) and come back to succeed;
+b. the triggerer is restarted while the deploy is deferred: the new triggerer re-creates the trigger
+   from the database, the task resumes and succeeds; one deploy, one driver - nothing lost;
+c. the real ``stream_operations`` DAG, triggered with a conf (upgrade to v2), defers at its waits and
+   succeeds; the task log shows the upgrade's steps and the gate's verdict, the lifecycle record says
+   SUCCEEDED with that verdict;
+d. the driver is SIGKILLed (its process group) and a supervisor DAG run restarts it from the checkpoint.
+
+Finally the operations DAG stops the stream gracefully and the sink's output is compared with what was
+fed: every event exactly once. The deploy and supervisor DAGs are small test DAGs using the provider's
+operators (the example ``device_signals_deploy`` waits for HEALTHY, which a running stream already is,
+so its sensor decides in the worker and would not show a deferral; ``stream_supervisor`` is scheduled
+every minute over a fixed spec file). Every process started is stopped by pid at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_stack import AirflowStack, StackOptions, airflow_stack  # noqa: F401 - the fixture
+from airflow_streaming.lifecycle.desired_state import load_desired_state
+from spark_jobs.event_generator import generate_events
+from spark_jobs.outputs import read_etl_output
+from streams import StreamRegistry, wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.airflow]
+
+REPO = Path(__file__).resolve().parents[2]
+STREAM = "e2e-etl"
+LIFECYCLE_TRIGGER = "airflow_streaming.triggers.lifecycle.LifecycleWaitTrigger"
+HEALTH_TRIGGER = "airflow_streaming.triggers.health.StreamingHealthTrigger"
+
+DEPLOY_DAG = '''
+import os
+import pendulum
+from airflow.sdk import dag
+from airflow_streaming.lifecycle.desired_state import load_desired_state
+from airflow_streaming.operators.deploy import SparkStreamDeployOperator
+from airflow_streaming.sensors.health import StreamingHealthSensor
+
+SPEC = load_desired_state(os.environ["AIRFLOW_STREAMING_DESIRED_STATE"]).target("e2e-etl").spec.to_dict()
+
+
+@dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
+def e2e_deploy():
+    # deferrable: [operators] default_deferrable = True in this stack
+    deploy = SparkStreamDeployOperator(task_id="deploy", spec=SPEC, poll_interval=1)
+    deploy >> StreamingHealthSensor(task_id="health", spec=SPEC, health_mode="watch", watch_seconds=25,
+                                    fail_on=["FAILED", "STOPPED"], poke_interval=3, timeout=300)
+
+
+e2e_deploy()
+'''
+
+SUPERVISOR_DAG = '''
+import os
+import pendulum
+from airflow.sdk import dag
+from airflow_streaming.lifecycle.desired_state import load_desired_state
+from airflow_streaming.operators.supervise import SparkStreamSupervisorOperator
+
+SPEC = load_desired_state(os.environ["AIRFLOW_STREAMING_DESIRED_STATE"]).target("e2e-etl").spec.to_dict()
+
+
+@dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
+def e2e_supervisor():
+    SparkStreamSupervisorOperator(task_id="supervise", specs=[SPEC], max_wait_s=30,
+                                  restart_policy={"max_attempts": 3, "backoff_initial_s": 1, "backoff_max_s": 5})
+
+
+e2e_supervisor()
+'''
+
+
+def _desired_state(root: Path) -> str:
+    args = f"[--input, {root}/input, --output, {root}/output, --quarantine, {root}/quarantine]"
+    path = root / "desired_state.yaml"
+    path.write_text(f"""
+defaults:
+  control_location: {root}/control
+  master: local[2]
+  trigger_interval: 2 seconds
+  heartbeat_interval: 1 second
+  stop_timeout: 60 seconds
+  startup_timeout: 240 seconds
+  spark_conf:
+    spark.sql.shuffle.partitions: 2
+    spark.ui.enabled: "false"
+streams:
+  {STREAM}:
+    version: v1
+    probation: {{min_batches: 1, window: 3 minutes}}
+    spec: {{checkpoint_location: {root}/checkpoints/{STREAM}}}
+    versions:
+      v1: {{application: events_etl, application_args: {args}}}
+      v2: {{application: events_etl_v2, application_args: {args}}}
+""")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def e2e_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("e2e")
+
+
+@pytest.fixture(scope="module")
+def airflow_stack_options(e2e_root: Path) -> StackOptions:
+    dags = e2e_root / "dags"
+    dags.mkdir()
+    (dags / "e2e_deploy.py").write_text(DEPLOY_DAG)
+    (dags / "e2e_supervisor.py").write_text(SUPERVISOR_DAG)
+    shutil.copy(REPO / "dags" / "stream_operations.py", dags / "stream_operations.py")  # the real example DAG
+    return StackOptions(dags_folder=str(dags), env={
+        "AIRFLOW_STREAMING_DESIRED_STATE": _desired_state(e2e_root),
+        "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
+        "AIRFLOW__AIRFLOW_STREAMING__LIFECYCLE_POLL_INTERVAL": "1",
+    })
+
+
+class Feed:
+    """Writes event files into the stream's input (a background thread between ``start`` and ``stop``)."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.batches: list[Any] = []
+        self.index = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def write(self, count: int, files: int = 1) -> None:
+        self.batches.append(generate_events(self.directory, count=count, files=files, run=f"f{self.index}",
+                                            file_start_index=self.index))
+        self.index += files
+
+    def start(self, every_s: float = 2.0) -> None:
+        def loop() -> None:
+            while not self._stop.wait(every_s) and self.index < 1000:  # bounded
+                self.write(20)
+
+        self._thread = threading.Thread(target=loop, name="e2e-feeder", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    @property
+    def event_ids(self) -> set[str]:
+        return {i for b in self.batches for i in b.event_ids}
+
+
+@pytest.fixture(scope="module")
+def stream(e2e_root: Path, airflow_stack: AirflowStack) -> Iterator[dict[str, Any]]:
+    """The stream's spec, hook and feeder; whatever driver the DAGs start is killed by pid at the end."""
+    spec = load_desired_state(str(e2e_root / "desired_state.yaml")).target(STREAM).spec
+    registry = StreamRegistry(e2e_root)
+    hook = registry.hook(spec)
+    feed = Feed(str(e2e_root / "input"))
+    try:
+        yield {"spec": spec, "hook": hook, "feed": feed}
+    finally:
+        feed.stop()
+        registry.kill_all()
+
+
+def _tis(stack: AirflowStack, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+    body = stack.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+    return {ti["task_id"]: ti for ti in body["task_instances"]}
+
+
+class Watch:
+    """Polls a DAG run's task instances (as the UI's grid does) and keeps each task's state sequence."""
+
+    def __init__(self, stack: AirflowStack, dag_id: str, run_id: str):
+        self.stack, self.dag_id, self.run_id = stack, dag_id, run_id
+        self.states: dict[str, list[str]] = {}
+        self.triggers: dict[str, set[str]] = {}
+        self.last: dict[str, dict[str, Any]] = {}
+
+    def poll(self) -> dict[str, dict[str, Any]]:
+        self.stack.check_alive()
+        self.last = _tis(self.stack, self.dag_id, self.run_id)
+        for task, ti in self.last.items():
+            seq = self.states.setdefault(task, [])
+            state = ti.get("state") or "none"
+            if not seq or seq[-1] != state:
+                seq.append(state)
+            if ti.get("trigger"):
+                self.triggers.setdefault(task, set()).add(ti["trigger"]["classpath"])
+        return self.last
+
+    def until(self, task: str, states: tuple[str, ...], timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ti = self.poll().get(task) or {}
+            if ti.get("state") in states:
+                return ti
+            if ti.get("state") in ("failed", "upstream_failed") and ti.get("state") not in states:
+                raise AssertionError(f"{self.dag_id}.{task} {ti.get('state')}: {self.states}\n"
+                                     f"{self.task_log(task)[-4000:]}")
+            time.sleep(0.5)
+        raise TimeoutError(f"{self.dag_id}.{task} not in {states} after {timeout:.0f}s: {self.states}")
+
+    def task_log(self, task: str, try_number: int = 1) -> str:
+        """The task's log through the REST API (what the UI's log view shows), as one text."""
+        resp = self.stack.api("GET", f"/api/v2/dags/{self.dag_id}/dagRuns/{self.run_id}/taskInstances/{task}/logs/"
+                              f"{try_number}?full_content=true", headers={"Accept": "application/json"}, expect=None)
+        if resp.status_code != 200:
+            return f"(log: {resp.status_code} {resp.text[:300]})"
+        lines = []
+        for item in resp.json().get("content", []):
+            lines.append(item if isinstance(item, str) else " ".join(
+                str(item.get(k)) for k in ("event", "logger", "error_detail") if item.get(k)))
+        return "\n".join(lines)
+
+    def xcom(self, task: str) -> Any:
+        body = self.stack.api("GET", f"/api/v2/dags/{self.dag_id}/dagRuns/{self.run_id}/taskInstances/{task}/"
+                              "xcomEntries/return_value?deserialize=true&stringify=false")
+        value = body["value"]
+        return json.loads(value) if isinstance(value, str) and value[:1] in "{[" else value
+
+
+def _lock(hook: Any) -> dict[str, Any] | None:
+    path = Path(hook.paths.root, "lifecycle.lock")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _history(hook: Any) -> list[dict[str, Any]]:
+    return json.loads(Path(hook.paths.root, "history.json").read_text())
+
+
+def test_lifecycle_through_the_rest_api_on_real_airflow_services(airflow_stack: AirflowStack,
+                                                                  stream: dict[str, Any], e2e_root: Path):
+    hook, feed, spec = stream["hook"], stream["feed"], stream["spec"]
+    started = time.monotonic()
+    marks: dict[str, float] = {}
+    feed.write(300, files=3)
+    for dag_id in ("e2e_deploy", "stream_operations", "e2e_supervisor"):
+        airflow_stack.wait_for_dag(dag_id)
+    marks["dags_parsed"] = time.monotonic() - started
+
+    # (a) deploy: the deploy task defers (waiting for the first progress) to the real triggerer.
+    run_id = airflow_stack.trigger("e2e_deploy")
+    deploy = Watch(airflow_stack, "e2e_deploy", run_id)
+    ti = deploy.until("deploy", ("deferred",), 240)
+    assert ti["trigger"]["classpath"] == LIFECYCLE_TRIGGER, ti
+    first_job = wait_for(lambda: (deploy.poll()["deploy"].get("triggerer_job") or {}).get("id"), 30,
+                         "the triggerer job running the deploy's trigger", interval=0.2)
+    lock = _lock(hook)
+    assert lock and lock["deferred"] and lock["pid"] == 0, lock  # no worker process holds the stream's lock
+    marks["deploy_deferred"] = time.monotonic() - started
+
+    # (b) restart the triggerer while the deploy is deferred.
+    triggerer_log = airflow_stack.logs / "triggerer.log"
+    offset = triggerer_log.stat().st_size
+    old_pid, new_pid = airflow_stack.restart("triggerer")
+    assert deploy.poll()["deploy"]["state"] == "deferred"  # the task did not notice: still deferred
+    jobs = set()
+    deadline = time.monotonic() + 300
+    while (ti := deploy.poll()["deploy"])["state"] == "deferred" and time.monotonic() < deadline:
+        job = ti.get("triggerer_job") or ti.get("queued_by_job") or {}
+        jobs.add((job.get("id"), job.get("state")))
+        time.sleep(0.3)
+    print(f"triggerer jobs seen serving the deferred deploy after the restart: {jobs}", file=sys.stderr)
+    ti = deploy.until("deploy", ("success",), 300)
+    marks["deploy_done"] = time.monotonic() - started
+    after_restart = triggerer_log.read_bytes()[offset:].decode(errors="replace")
+    # The new triggerer ran the trigger: the task instance named a triggerer job other than the first one
+    # while deferred, or the new triggerer's log shows the trigger starting.
+    served_by_new = {j for j, _ in jobs if j is not None and j != first_job}
+    started_in_log = [line for line in after_restart.splitlines() if "trigger" in line and "starting" in line]
+    print(f"first triggerer job {first_job}, seen after the restart {jobs}; new triggerer log: {started_in_log}",
+          file=sys.stderr)
+    assert served_by_new or started_in_log, after_restart[-3000:]
+    assert deploy.states["deploy"][-1] == "success" and "deferred" in deploy.states["deploy"], deploy.states
+    deploy_log = deploy.task_log("deploy")
+    assert "waiting in the triggerer for ready" in deploy_log, deploy_log[-3000:]
+    identity = deploy.xcom("deploy")
+    record = hook.driver_record()
+    assert identity["run_id"] == record.run_id and hook.alive(record)
+    assert [(h["action"], h["outcome"]) for h in _history(hook)] == [("deploy", "SUCCEEDED")]
+    assert len(list(Path(hook.paths.root, "logs").glob("*.log"))) == 1  # one driver submitted, nothing redone
+
+    # (a) the health sensor watches in the triggerer (served by the restarted one) and succeeds.
+    ti = deploy.until("health", ("deferred",), 120)
+    assert ti["trigger"]["classpath"] == HEALTH_TRIGGER, ti
+    assert airflow_stack.wait_for_run("e2e_deploy", run_id, timeout=180) == "success"
+    deploy.poll()
+    assert deploy.states["health"][-1] == "success" and "deferred" in deploy.states["health"], deploy.states
+    marks["deploy_run_done"] = time.monotonic() - started
+    print(f"deploy DAG run: {deploy.states}; triggerer restarted pid {old_pid} -> {new_pid}", file=sys.stderr)
+
+    # (c) upgrade to v2 with the real operations DAG, triggered with a conf as the UI's form does.
+    feed.start()
+    op_run = airflow_stack.trigger("stream_operations", conf={"stream": STREAM, "action": "upgrade", "version": "v2"})
+    upgrade = Watch(airflow_stack, "stream_operations", op_run)
+    upgrade.until("operate", ("deferred",), 120)
+    assert upgrade.last["operate"]["trigger"]["classpath"] == LIFECYCLE_TRIGGER
+    assert airflow_stack.wait_for_run("stream_operations", op_run, timeout=420) == "success", \
+        upgrade.task_log("operate")[-4000:]
+    upgrade.poll()
+    marks["upgrade_done"] = time.monotonic() - started
+    log = upgrade.task_log("operate")
+    record = json.loads(Path(hook.paths.root, "lifecycle.json").read_text())
+    assert record["action"] == "upgrade" and record["to_spec"]["version"] == "v2" and record["step"] == "SUCCEEDED", record
+    verdict = record["verdict"]
+    assert verdict and str(verdict).startswith("COMPATIBLE"), record
+    steps = [s["step"] for s in record["steps"] if s["step"] != "RESUMED"]
+    assert steps == ["PLANNED", "CHECKED", "STOPPING", "STOPPED", "SNAPSHOTTED", "STARTING", "PROBATION",
+                     "SUCCEEDED"], steps
+    for text in ("waiting in the triggerer for file", "waiting in the triggerer for probation", "CHECKED",
+                 verdict, "SUCCEEDED"):
+        assert text in log, f"{text!r} not in the task log:\n{log[-4000:]}"
+    assert [(h["action"], h["to_version"], h["outcome"]) for h in _history(hook)][-1] == ("upgrade", "v2", "SUCCEEDED")
+    assert hook.deployed()["spec"]["version"] == "v2"
+    print(f"upgrade task states {upgrade.states}, verdict {verdict}", file=sys.stderr)
+
+    # (d) the driver dies (SIGKILL to its process group); a supervisor DAG run restarts it.
+    killed = hook.driver_record()
+    wait_for(lambda: (d := hook.status()) is not None and d.run_id == killed.run_id and d.totals["batches"] >= 1,
+             120, "v2 processing batches")
+    os.killpg(killed.submit_pid, signal.SIGKILL)
+    wait_for(lambda: hook.health().state.value == "FAILED", 60, "the FAILED verdict")
+    sup_run = airflow_stack.trigger("e2e_supervisor")
+    assert airflow_stack.wait_for_run("e2e_supervisor", sup_run, timeout=300) == "success"
+    supervisor = Watch(airflow_stack, "e2e_supervisor", sup_run)
+    result = supervisor.xcom("supervise")
+    assert result[0]["action"] == "RESTARTED" and result[0]["stream"] == STREAM, result
+    restarted = hook.driver_record()
+    assert restarted.run_id != killed.run_id and restarted.version == "v2" and hook.alive(restarted)
+    wait_for(lambda: (d := hook.status()) is not None and d.run_id == restarted.run_id and d.state == "RUNNING", 180,
+             "the restarted driver running")
+    marks["supervisor_done"] = time.monotonic() - started
+
+    # Everything fed is in the sink once; then the operations DAG stops the stream gracefully.
+    feed.stop()
+    fed = feed.event_ids
+    wait_for(lambda: set(read_etl_output(str(e2e_root / "output")).event_ids) >= fed, 240, "every event in the sink")
+    stop_run = airflow_stack.trigger("stream_operations", conf={"stream": STREAM, "action": "stop"})
+    assert airflow_stack.wait_for_run("stream_operations", stop_run, timeout=240) == "success"
+    report = Watch(airflow_stack, "stream_operations", stop_run).xcom("operate")
+    assert report["graceful"] and report["clean"], report
+    assert hook.running_driver() is None and _lock(hook) is None
+    output = read_etl_output(str(e2e_root / "output"))
+    assert output.duplicates == {}, f"{len(output.duplicates)} duplicated events"
+    assert set(output.event_ids) == fed and output.rows == len(fed), (len(fed), output.rows)
+    # The supervisor's restart is recorded as a recovery, like every other change of the stream.
+    assert [(h["action"], h["to_version"], h["outcome"]) for h in _history(hook)] == [
+        ("deploy", "v1", "SUCCEEDED"), ("upgrade", "v2", "SUCCEEDED"), ("recover", "v2", "SUCCEEDED"),
+        ("stop", "v2", "SUCCEEDED")]
+    marks["total"] = time.monotonic() - started
+    print(f"E2E on real Airflow: {len(fed)} events in, {output.rows} out, no duplicates; "
+          f"{ {k: round(v) for k, v in marks.items()} } s; stack {airflow_stack.timings}", file=sys.stderr)
