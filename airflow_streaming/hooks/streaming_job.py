@@ -364,9 +364,10 @@ class StreamingJobHook(BaseHook):
         state = self.target_of(record).state(record)
         if not (state.gone and state.exited):
             return None
-        return (f"{state.detail}; the lease it held (pid {lease.pid} on {lease.host}, renewed "
-                f"{max(0.0, time.time() - lease.renewed_at):.0f}s ago) is left over: a next driver on {lease.host} takes "
-                f"it over at once, one on another host after its ttl ({lease.ttl:.0f}s)")
+        age = max(0.0, time.time() - lease.renewed_at)
+        return (f"{state.detail}; the lease it held (pid {lease.pid} on {lease.host}, renewed {age:.0f}s ago) is "
+                f"left over: a next driver on {lease.host} takes it over at once, one on another host after its ttl "
+                f"({lease.ttl:.0f}s)")
 
     def _terminal_status_of(self, run_id: str) -> bool:
         try:
