@@ -84,7 +84,8 @@ def standalone_cluster(tmp_path: Path, host: str = "127.0.0.1", cores: int = 2, 
         wait_for(lambda: cluster.master_json() is not None, 90, "the master's web UI")
         wait_for(lambda: fetch_json(f"{cluster.rest}/v1/submissions/status/none") is not None, 60, "the REST server")
         cluster.procs.append(subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master, "--host", host,
+            [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master,
+             *([] if host == "127.0.0.1" else ["--host", host]),  # loopback: exactly as before the extraction
              "--cores", str(cores), "--memory", memory, "--webui-port", str(worker_ui)], env=env,
             start_new_session=True, stdout=open(tmp_path / "worker.log", "wb"), stderr=subprocess.STDOUT))
         wait_for(lambda: (cluster.master_json() or {}).get("aliveworkers") == 1, 90, "the worker")
