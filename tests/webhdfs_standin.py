@@ -121,10 +121,13 @@ class WebHdfsStandIn:
     :param user: the user reported as owner and home directory.
     :param json_content_type: send ``Content-Type`` headers (a real NameNode does; pip pyspark's
         ``WebHdfsFileSystem`` then fails, see the module docstring).
+    :param host: the address both endpoints listen on and name in URIs and DataNode redirects (loopback
+        by default; a test with several network namespaces uses an address they all reach).
     """
 
-    def __init__(self, root: str, user: str = "tester", json_content_type: bool = False):
+    def __init__(self, root: str, user: str = "tester", json_content_type: bool = False, host: str = "127.0.0.1"):
         self.root = os.path.abspath(root)
+        self.host = host
         os.makedirs(self.root, exist_ok=True)
         self.user = user
         self.json_content_type = json_content_type
@@ -141,7 +144,7 @@ class WebHdfsStandIn:
     # ------------------------------------------------------------------ lifecycle
     def start(self, nn_port: int = 0, dn_port: int = 0) -> WebHdfsStandIn:
         for endpoint, port in ((NN, nn_port), (DN, dn_port)):
-            server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self, endpoint))
+            server = ThreadingHTTPServer((self.host, port), _handler_for(self, endpoint))
             server.daemon_threads = True
             thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                                       name=f"webhdfs-standin-{endpoint}", daemon=True)
@@ -184,12 +187,12 @@ class WebHdfsStandIn:
     @property
     def url(self) -> str:
         """The NameNode's HTTP address (what an Airflow ``webhdfs`` connection names)."""
-        return f"http://127.0.0.1:{self.nn_port}"
+        return f"http://{self.host}:{self.nn_port}"
 
     @property
     def uri(self) -> str:
-        """The Hadoop URI of the namespace root, for Spark: ``webhdfs://127.0.0.1:<port>``."""
-        return f"webhdfs://127.0.0.1:{self.nn_port}"
+        """The Hadoop URI of the namespace root, for Spark: ``webhdfs://<host>:<port>``."""
+        return f"webhdfs://{self.host}:{self.nn_port}"
 
     def local(self, hdfs_path: str) -> str:
         """The local file behind an HDFS path (for assertions)."""
@@ -464,8 +467,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _datanode_url(self, path: str, params: dict[str, str]) -> str:
         query = {k: v for k, v in params.items() if k != "noredirect"}
-        query["namenoderpcaddress"] = f"127.0.0.1:{self.standin.nn_port}"
-        return f"http://127.0.0.1:{self.standin.dn_port}{PREFIX}{quote(path)}?{urlencode(query)}"
+        query["namenoderpcaddress"] = f"{self.standin.host}:{self.standin.nn_port}"
+        return f"http://{self.standin.host}:{self.standin.dn_port}{PREFIX}{quote(path)}?{urlencode(query)}"
 
     def _rename(self, path: str, params: dict[str, str]) -> None:
         s = self.standin
@@ -536,13 +539,13 @@ class _Handler(BaseHTTPRequestHandler):
                 if os.path.isdir(local):
                     raise RemoteError("FileAlreadyExistsException", f"{path} already exists as a directory")
                 if os.path.exists(local) and not overwrite:
-                    raise RemoteError("FileAlreadyExistsException", f"{path} for client 127.0.0.1 already exists")
+                    raise RemoteError("FileAlreadyExistsException", f"{path} for client {self.client_address[0]} already exists")
                 os.makedirs(os.path.dirname(local), exist_ok=True)
                 flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
                 fd = os.open(local, flags, 0o644)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(body)
-            self._send(201, headers={"Location": f"hdfs://127.0.0.1:{s.nn_port}{quote(path)}"})
+            self._send(201, headers={"Location": f"hdfs://{s.host}:{s.nn_port}{quote(path)}"})
         elif (method, op) == ("POST", "APPEND"):
             if not os.path.isfile(local):
                 raise RemoteError("FileNotFoundException", f"File does not exist: {path}")

@@ -324,7 +324,10 @@ class StreamingJobHook(BaseHook):
             log.warning("ignoring an unreadable lease (no driver can renew it): %s", exc)
             lease = None
         if lease is not None and not lease.is_stale():
-            return Liveness.ALIVE, f"driver pid {lease.pid} on {lease.host} holds the lease (run {lease.run_id})"
+            exited = self._lease_holder_exited(lease)
+            if exited is None:
+                return Liveness.ALIVE, f"driver pid {lease.pid} on {lease.host} holds the lease (run {lease.run_id})"
+            return Liveness.GONE, exited
         try:
             record = self.driver_record()
         except StorageError as exc:
@@ -339,6 +342,32 @@ class StreamingJobHook(BaseHook):
             if lease is not None or self._terminal_status_of(record.run_id):
                 return Liveness.GONE, f"{state.detail}; its lease is {'stale' if lease else 'released'}"
         return state.liveness, state.detail
+
+    def _lease_holder_exited(self, lease: contract.Lease) -> str | None:
+        """Why the driver holding a fresh ``lease`` is known to have exited, ``None`` if it is not.
+
+        On the lease's own host a lease is stale as soon as its pid is gone; any other host has to wait
+        for its ttl (it cannot see that pid). A driver killed through its cluster manager leaves its
+        lease behind, so without this, only the host the driver ran on would see at once that it is
+        gone; every other host (another Airflow worker, a triggerer) would call the stream running - and
+        refuse a restart - for up to the lease's ttl. The cluster manager's word counts only when it
+        reports that the recorded driver of the lease's very run *exited* (``DriverState.exited``: the
+        node confirmed the process ended), never when it merely lost track of it."""
+        if lease.host == _hostname():
+            return None  # Lease.is_stale already checked the pid
+        try:
+            record = self.driver_record()
+        except (ControlFileError, StorageError):
+            return None
+        if record is None or record.run_id != lease.run_id:
+            return None
+        state = self.target_of(record).state(record)
+        if not (state.gone and state.exited):
+            return None
+        age = max(0.0, time.time() - lease.renewed_at)
+        return (f"{state.detail}; the lease it held (pid {lease.pid} on {lease.host}, renewed {age:.0f}s ago) is "
+                f"left over: a next driver on {lease.host} takes it over at once, one on another host after its ttl "
+                f"({lease.ttl:.0f}s)")
 
     def _terminal_status_of(self, run_id: str) -> bool:
         try:

@@ -41,6 +41,11 @@ class DriverState:
     """Why, in words (the pid and its command, the cluster's state of the application...)."""
     cluster_state: str | None = None
     """The cluster manager's own state word (RUNNING, FINISHED, KILLED, FAILED...), if it has one."""
+    exited: bool = False
+    """GONE because the cluster manager reports that the driver's process exited (finished, failed or
+    was killed, as its node confirmed) - not merely that it lost track of it (a forgotten submission,
+    a lost node whose driver may still run). Only this lets a host that cannot check the driver's pid
+    disregard the lease the driver left behind (see ``StreamingJobHook.driver_liveness``)."""
 
     @property
     def alive(self) -> bool:

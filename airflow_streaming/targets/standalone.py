@@ -46,6 +46,9 @@ SECRET_CONF_ENV = "AIRFLOW_STREAMING_SECRET_CONF"
 """Environment variable carrying secret conf (JSON) to a cluster driver; the runtime applies and drops it."""
 ALIVE_STATES = frozenset({"SUBMITTED", "RUNNING", "RELAUNCHING"})
 GONE_STATES = frozenset({"FINISHED", "KILLED", "FAILED", "ERROR"})
+EXITED_STATES = frozenset({"FINISHED", "KILLED", "FAILED"})
+"""Reported by the worker after the driver's process ended. ERROR is not among them: the master also
+says ERROR when it lost the driver's worker, whose driver may still run (a network partition)."""
 REST_HINT = ("check that the master runs with spark.master.rest.enabled=true, that its REST port (default 6066, "
              "spark.master.rest.port) is reachable from this host, and cluster.rest_url")
 _LAUNCH_RUN_ID = re.compile(r'"--run-id" "([^"]+)"')
@@ -223,7 +226,8 @@ class StandaloneClusterTarget(ClusterTarget):
         where = f" on worker {doc['workerHostPort']}" if doc.get("workerHostPort") else ""
         why = f": {doc['message'].splitlines()[0]}" if doc.get("message") else ""
         return DriverState(liveness_of(driver_state), f"standalone submission {sid} of run {record.run_id} is "
-                                                      f"{driver_state}{where}{why}", driver_state)
+                                                      f"{driver_state}{where}{why}", driver_state,
+                           exited=driver_state in EXITED_STATES)
 
     # ------------------------------------------------------------------ the worker's view of a driver
     def _master_json(self, ui: str | None = None) -> dict[str, Any]:

@@ -8,15 +8,8 @@ Everything here is real Spark 4.2; nothing is a stand-in. Every process is stopp
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import signal
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -30,6 +23,9 @@ from airflow_streaming.targets.base import LaunchPlan, Liveness
 from airflow_streaming.targets.standalone import StandaloneClusterTarget
 from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import count_quarantined, read_etl_output
+from standalone_cluster import fetch_json as _json
+from standalone_cluster import free_port
+from standalone_cluster import standalone_cluster as running_cluster
 from streams import current_status, totals, wait_for
 
 pytestmark = pytest.mark.spark
@@ -42,72 +38,11 @@ time.sleep(600)
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _json(url: str, timeout: float = 2) -> dict | None:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback
-            return json.load(resp)
-    except (OSError, ValueError):
-        return None
-
-
-@dataclass
-class Cluster:
-    master: str
-    ui: str
-    rest: str
-    work_dir: Path
-    procs: list[subprocess.Popen] = field(default_factory=list)
-
-    def stop_master(self) -> None:
-        _stop(self.procs[0])
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=30)
-
-
 @pytest.fixture
 def standalone_cluster(tmp_path):
     """A master with its REST server and a worker with 2 cores / 2 GiB (a driver and an executor fit)."""
-    spark_class = os.path.join(os.path.dirname(sys.executable), "spark-class")
-    port, ui, rest, worker_ui = free_port(), free_port(), free_port(), free_port()
-    props = tmp_path / "master.properties"
-    props.write_text(f"spark.master.rest.enabled true\nspark.master.rest.port {rest}\nspark.ui.killEnabled true\n")
-    work = tmp_path / "work"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path), "SPARK_WORKER_DIR": str(work)}
-    cluster = Cluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}", f"http://127.0.0.1:{rest}", work)
-    try:
-        cluster.procs.append(subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-             "--webui-port", str(ui), "--properties-file", str(props)], env=env, start_new_session=True,
-            stdout=open(tmp_path / "master.log", "wb"), stderr=subprocess.STDOUT))
-        wait_for(lambda: _json(f"{cluster.ui}/json/") is not None, 90, "the master's web UI")
-        wait_for(lambda: _json(f"{cluster.rest}/v1/submissions/status/none") is not None, 60, "the REST server")
-        cluster.procs.append(subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master, "--cores", "2", "--memory", "2g",
-             "--webui-port", str(worker_ui)], env=env, start_new_session=True,
-            stdout=open(tmp_path / "worker.log", "wb"), stderr=subprocess.STDOUT))
-        wait_for(lambda: (_json(f"{cluster.ui}/json/") or {}).get("aliveworkers") == 1, 90, "the worker")
+    with running_cluster(tmp_path) as cluster:
         yield cluster
-    finally:
-        for proc in reversed(cluster.procs):
-            _stop(proc)
-        for proc in psutil.process_iter(["pid", "cmdline"]):  # drivers left on the worker (by pid)
-            if str(tmp_path) in " ".join(proc.info["cmdline"] or []):
-                try:
-                    proc.kill()
-                except psutil.Error:
-                    pass
 
 
 def _launch_commands(work: Path) -> str:

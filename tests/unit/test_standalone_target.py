@@ -116,3 +116,68 @@ def test_target_for_maps_masters_and_modes(tmp_path):
                       storage, paths).kind == "yarn"
     assert target_for(spec(tmp_path, master="k8s://https://k:6443", cluster={"image": "i"}), storage, paths).kind \
         == "kubernetes"
+
+
+# --------------------------------------------------------------------------- the lease seen from another host
+def _lease_elsewhere(tmp_path, master_says, lease_run="r1", lease_host="driver-host"):
+    """A hook on this host; driver.json of run r1 (a standalone submission) and a fresh lease written by a
+    driver on ``lease_host``; the master answers ``master_says`` (a driverState, NOT_FOUND or DOWN)."""
+    from airflow_streaming.control import contract
+
+    hook = StreamingJobHook(spec(tmp_path, master="spark://m1:7077"))
+    hook.storage.makedirs(hook.paths.root)
+    record = DriverRecord(run_id="r1", stream="etl", version="v1", application="events_etl", host="submitter",
+                          command="", log_path="", submitted_at=time.time(), checkpoint_location="/c",
+                          target=hook.target.kind,
+                          handle={"submission_id": "driver-1", "rest_url": "http://m1:6066"})
+    hook.storage.write_atomic(hook.paths.driver, record.to_json())
+    now = time.time()
+    lease = contract.Lease(lease_run, 4242, 12.5, lease_host, now - 30, now - 1, 120.0)
+    hook.storage.write_atomic(hook.paths.lease, lease.to_json())
+    asked = []
+
+    def status(handle):
+        asked.append(handle["submission_id"])
+        if master_says == "DOWN":
+            from airflow_streaming.targets.cluster_http import ClusterUnreachableError
+
+            raise ClusterUnreachableError("GET http://m1:6066/v1/submissions/status/driver-1", "refused", "")
+        if master_says == "NOT_FOUND":
+            return {"action": "SubmissionStatusResponse", "success": False}
+        return {"action": "SubmissionStatusResponse", "success": True, "driverState": master_says}
+
+    hook.target._status = status
+    return hook, asked
+
+
+@pytest.mark.parametrize("state", ["KILLED", "FINISHED", "FAILED"])
+def test_a_driver_the_master_reports_exited_is_gone_from_any_host_despite_its_left_over_lease(tmp_path, state):
+    # Killed through the master from a host that cannot see the driver's pid: the lease it held is fresh
+    # (renewed 1 s ago, ttl 120 s), but the worker confirmed that the process ended - not running.
+    hook, asked = _lease_elsewhere(tmp_path, state)
+    liveness, detail = hook.driver_liveness()
+    assert liveness == Liveness.GONE and asked == ["driver-1"], detail
+    assert f"driver-1 of run r1 is {state}" in detail and "lease it held (pid 4242 on driver-host" in detail
+    assert hook.running_driver() is None
+
+
+@pytest.mark.parametrize("state", ["RUNNING", "SUBMITTED", "RELAUNCHING", "ERROR", "NOT_FOUND", "DOWN", "UNKNOWN"])
+def test_the_lease_still_rules_unless_the_master_reports_the_process_exited(tmp_path, state):
+    # ERROR: the master lost the driver's worker (its driver may still run, cut off); NOT_FOUND: forgotten
+    # (a restarted master); DOWN: no answer. None of these proves the lease holder gone.
+    hook, _ = _lease_elsewhere(tmp_path, state)
+    liveness, detail = hook.driver_liveness()
+    assert liveness == Liveness.ALIVE and detail == "driver pid 4242 on driver-host holds the lease (run r1)"
+
+
+def test_an_exited_submission_of_another_run_says_nothing_about_the_lease(tmp_path):
+    # The lease belongs to a run that is not the recorded one: its holder is not the driver the master reports.
+    hook, asked = _lease_elsewhere(tmp_path, "KILLED", lease_run="r0")
+    assert hook.driver_liveness()[0] == Liveness.ALIVE and asked == []
+
+
+def test_on_the_lease_holders_own_host_the_pid_decides_not_the_master(tmp_path):
+    # Same host: Lease.is_stale checks the pid (4242 with another start time is not the holder: stale).
+    hook, asked = _lease_elsewhere(tmp_path, "RUNNING", lease_host=socket.gethostname())
+    liveness, _ = hook.driver_liveness()
+    assert liveness == Liveness.ALIVE and asked == ["driver-1"]  # stale lease -> the master's RUNNING decides
