@@ -250,24 +250,49 @@ class LifecycleRecord:
 def caught_up(doc: dict[str, Any] | None, min_batches: int) -> tuple[bool, str]:
     """Parallel transition: has the new stream caught up with its input? (the documented criterion)
 
-    Caught up = the new run completed at least ``min_batches`` batches, its query reports no more data
-    available (``status.isDataAvailable`` false: the backlog is drained), and in its last progress every
-    source that reports a ``latestOffset`` has consumed up to it (``endOffset == latestOffset``).
+    The new run completed at least ``min_batches`` batches, and for every query:
+
+    - every source of its last progress that reports a ``latestOffset`` (Kafka, rate...) consumed up
+      to it (``endOffset == latestOffset``): nothing known at planning time was left behind;
+    - a query with a source that reports none (the file source) shows its backlog drained either by
+      its status (``isDataAvailable`` false: the last trigger found nothing new) or, under input that
+      keeps arriving (where every trigger finds something new), by keeping up: in each of its last
+      ``min_batches`` progress entries with input, it processed rows at least as fast as they arrived
+      (``processedRowsPerSecond >= inputRowsPerSecond``).
+
+    ``isDataAvailable`` alone would never turn false for a continuously fed stream, so a parallel
+    transition under steady traffic would always time out and roll back.
     """
     if doc is None:
         return False, "no status of the new stream yet"
     batches = int((doc.get("totals") or {}).get("batches", 0))
     if batches < min_batches:
         return False, f"{batches}/{min_batches} completed batch(es)"
+    keeping_up = False
     for query in doc.get("queries") or []:
-        if (query.get("status") or {}).get("isDataAvailable"):
-            return False, f"query {query.get('name')} still has data available (backlog not drained)"
-        last = (query.get("recent_progress") or [None])[-1] or {}
-        for source in last.get("sources") or []:
+        progress = [p for p in (query.get("recent_progress") or []) if p]
+        sources = (progress[-1] if progress else {}).get("sources") or []
+        for source in sources:
             latest = source.get("latestOffset")
             if latest is not None and source.get("endOffset") != latest:
                 return False, f"source {source.get('description')} at {source.get('endOffset')}, latest {latest}"
-    return True, f"{batches} batch(es) done, backlog drained"
+        unjudged = not sources or any(source.get("latestOffset") is None for source in sources)
+        if not unjudged or not (query.get("status") or {}).get("isDataAvailable"):
+            continue
+        with_input = [p for p in progress if (p.get("numInputRows") or 0) > 0][-max(1, min_batches):]
+        if len(with_input) < max(1, min_batches) or not all(_outpaces_arrival(p) for p in with_input):
+            return False, f"query {query.get('name')} still has data available (backlog not drained)"
+        keeping_up = True
+    how = "keeping up with arriving input" if keeping_up else "backlog drained"
+    return True, f"{batches} batch(es) done, {how}"
+
+
+def _outpaces_arrival(progress: dict[str, Any]) -> bool:
+    processed, arrived = progress.get("processedRowsPerSecond"), progress.get("inputRowsPerSecond")
+    try:
+        return float(processed) >= float(arrived)
+    except (TypeError, ValueError):
+        return False
 
 
 _ROOT_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")

@@ -244,7 +244,9 @@ def test_caught_up_when_enough_batches_drained_and_at_the_latest_offsets():
     (None, "no status"),
     (status(batches=1), "1/2"),
     ({"queries": []}, "0/2"),
-    (status(available=True, name="etl_q"), "etl_q still has data available"),
+    (status(available=True, name="etl_q", progress=[{"sources": [{"description": "FileStreamSource[in]",
+                                                                  "endOffset": {"logOffset": 4}}]}]),
+     "etl_q still has data available"),
     (status(progress=[{"sources": [src({"events": {"0": 5}}, {"events": {"0": 9}})]}]), "KafkaV2[Subscribe[events]] at"),
     # Only the last progress counts: caught up earlier, behind now.
     (status(progress=[{"sources": [src(9, 9)]}, {"sources": [src(9, 12, "rate")]}]), "source rate at 9, latest 12"),
@@ -254,6 +256,31 @@ def test_not_caught_up(doc, expected):
     assert ok is False and expected in why
 
 
+def fed(rows, arrived, processed, description="FileStreamSource[in]"):
+    """A progress entry of a file-source batch (no latestOffset) with its input and processing rates."""
+    return {"numInputRows": rows, "inputRowsPerSecond": arrived, "processedRowsPerSecond": processed,
+            "sources": [{"description": description, "endOffset": {"logOffset": 9}, "latestOffset": None}]}
+
+
+def test_a_continuously_fed_file_stream_that_keeps_up_has_caught_up():
+    """Every trigger finds a new file (isDataAvailable stays true), yet each batch outpaces arrival."""
+    ok, why = caught_up(status(available=True, progress=[fed(10, 20.0, 5.0), fed(4, 4.0, 9.5), fed(4, 4.1, 8.0)]),
+                        min_batches=2)
+    assert ok is True and "keeping up with arriving input" in why
+
+
+@pytest.mark.parametrize("progress", [
+    [fed(4, 4.0, 9.5), fed(100, 100.0, 60.0)],          # the last batch was slower than arrival: a backlog
+    [fed(100, 100.0, 60.0), fed(100, 100.0, 55.0)],     # falling behind throughout
+    [fed(4, 4.0, 9.5), fed(0, 0.0, 0.0)],               # only one batch with input among the last ones
+    [fed(4, 4.0, None), fed(4, 4.0, 9.0)],              # a rate Spark did not report is no evidence
+    [fed(4, 4.0, 9.5, description="rate"), {"sources": [src(9, 12, "rate")]}],  # behind a reported latest
+])
+def test_a_continuously_fed_stream_that_does_not_keep_up_has_not(progress):
+    ok, why = caught_up(status(available=True, progress=progress), min_batches=2)
+    assert ok is False and ("backlog not drained" in why or "latest 12" in why), why
+
+
 @pytest.mark.parametrize("progress", [
     [{"sources": [src(3, 9)]}, {"sources": [src(9, 9)]}],        # behind earlier, caught up in the last one
     [{"sources": [{"description": "memory", "endOffset": 3}]}],   # a source without latestOffset is not judged
@@ -261,3 +288,9 @@ def test_not_caught_up(doc, expected):
 ])
 def test_caught_up_cases(progress):
     assert caught_up(status(progress=progress), min_batches=2)[0] is True
+
+
+def test_sources_at_their_latest_offsets_have_caught_up_although_data_keeps_arriving():
+    """Kafka under steady traffic: every trigger finds new data, yet nothing known was left behind."""
+    ok, why = caught_up(status(available=True, progress=[{"sources": [src(9, 9)]}]), min_batches=2)
+    assert ok is True and "backlog drained" in why
