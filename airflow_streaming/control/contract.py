@@ -41,11 +41,13 @@ EXIT_GRACEFUL = 0
 EXIT_QUERY_FAILED = 3
 EXIT_STARTUP_FAILED = 4
 EXIT_LEASE_HELD = 5
+EXIT_JVM_GONE = 6
 EXIT_REASONS = {
     EXIT_GRACEFUL: "graceful stop",
     EXIT_QUERY_FAILED: "query failed",
     EXIT_STARTUP_FAILED: "startup failed",
     EXIT_LEASE_HELD: "another driver holds the stream's lease",
+    EXIT_JVM_GONE: "the driver JVM that launched this Python process is gone",
 }
 
 #: Driver states written in the status document.

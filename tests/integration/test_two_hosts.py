@@ -302,11 +302,16 @@ def test_every_operation_from_a_host_that_cannot_see_the_driver(two_hosts, strea
     assert probe["pids"] == {str(doc.pid): None, str(jvm.pid): None}, probe
     assert not any(probe["psutil_exists"].values()) and probe["processes_with_run_id"] == [], probe
     assert probe["process_count"] < 10, probe  # B's /proc: B's own processes only
+    # On remote storage the status document is written with the next heartbeat, not on every progress
+    # event: it may lag the sink by a heartbeat.
+    fed_rows = sum(f.valid + f.malformed for f in fed)
+    wait_for(lambda: (d := hook.status()) is not None and d.totals["input_rows"] >= fed_rows, 60,
+             "the status document counting every fed row")
     watch = b.call("watch", spec=spec.to_dict())
     assert watch["health"] in ("HEALTHY", "IDLE"), watch
     assert watch["status"]["run_id"] == record.run_id and watch["status"]["state"] == "RUNNING", watch
     assert watch["status"]["pid"] == doc.pid and watch["status"]["app_id"] == doc.app_id
-    assert watch["status"]["totals"]["input_rows"] >= sum(f.valid + f.malformed for f in fed), watch
+    assert watch["status"]["totals"]["input_rows"] >= fed_rows, watch
     assert watch["liveness"] == "ALIVE" and watch["record"]["run_id"] == record.run_id, watch
     lease = watch["lease"]
     assert lease["host"] == host_a != HOST_B and lease["pid"] == doc.pid and not lease["stale_here"], lease

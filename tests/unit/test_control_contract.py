@@ -22,6 +22,7 @@ import pytest
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import (
     EXIT_GRACEFUL,
+    EXIT_JVM_GONE,
     EXIT_LEASE_HELD,
     EXIT_QUERY_FAILED,
     EXIT_REASONS,
@@ -260,9 +261,9 @@ def test_new_run_id_format_unique_and_sortable():
 
 
 def test_exit_codes_are_distinct_and_described():
-    codes = [EXIT_GRACEFUL, EXIT_QUERY_FAILED, EXIT_STARTUP_FAILED, EXIT_LEASE_HELD]
+    codes = [EXIT_GRACEFUL, EXIT_QUERY_FAILED, EXIT_STARTUP_FAILED, EXIT_LEASE_HELD, EXIT_JVM_GONE]
     assert EXIT_GRACEFUL == 0
-    assert len(set(codes)) == 4
+    assert len(set(codes)) == 5
     assert set(EXIT_REASONS) == set(codes)
     assert all(isinstance(EXIT_REASONS[c], str) and EXIT_REASONS[c] for c in codes)
 
