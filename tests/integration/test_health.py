@@ -89,8 +89,14 @@ with DAG("idle_watch", schedule=None, start_date=datetime(2026, 1, 1)):
 
 
 @pytest.mark.airflow
-def test_idle_stream_stays_idle_for_minutes_under_the_deferrable_sensor(streams, airflow_db, tmp_path):
-    spec = streams.etl_spec("idle")  # no input at all
+def test_idle_stream_stays_idle_past_twice_the_stall_limit_under_the_deferrable_sensor(streams, airflow_db, tmp_path):
+    # A stall threshold of 30 s (instead of the default 120 s) lets a 75 s window cover it twice over.
+    spec = streams.etl_spec("idle", health={"stall_min_seconds": 30})  # no input at all
+    window = 75
+    from airflow_streaming.health.thresholds import HealthThresholds
+
+    stall_after = HealthThresholds.from_mapping(spec.health).stall_after(spec.trigger_interval)
+    assert 2 * stall_after <= window, stall_after
     os.makedirs(streams.path("input", "idle"))
     hook = streams.hook(spec)
     record = hook.submit()
@@ -99,16 +105,16 @@ def test_idle_stream_stays_idle_for_minutes_under_the_deferrable_sensor(streams,
 
     dags = tmp_path / "dags"
     dags.mkdir()
-    (dags / "idle_watch.py").write_text(DAG_FILE.format(spec=spec.to_dict(), seconds=180))
+    (dags / "idle_watch.py").write_text(DAG_FILE.format(spec=spec.to_dict(), seconds=window))
     env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(dags)}
     started = time.monotonic()
     run = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "idle_watch"], env=env,
                          capture_output=True, text=True, timeout=600)
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
-    assert time.monotonic() - started >= 180
+    assert time.monotonic() - started >= window
     assert "stream idle: IDLE" in output and "STALLED" not in output
-    assert "stayed healthy for the 180s window" in output
+    assert f"stayed healthy for the {window}s window" in output
     final = hook.health()
     assert final.state.value == "IDLE", final.summary()
     assert hook.alive(record)

@@ -11,7 +11,10 @@ b. the triggerer is restarted while the deploy is deferred: the new triggerer re
 c. the real ``stream_operations`` DAG, triggered with a conf (upgrade to v2), defers at its waits and
    succeeds; the task log shows the upgrade's steps and the gate's verdict, the lifecycle record says
    SUCCEEDED with that verdict;
-d. the driver is SIGKILLed (its process group) and a supervisor DAG run restarts it from the checkpoint.
+d. the driver is SIGKILLed (its process group) and a supervisor DAG run restarts it from the checkpoint;
+e. the desired-state file is edited to want v3 and the real ``stream_upgrade_window`` DAG (its cron set to
+   every minute) arrives in the DAG folder: its first *scheduled* run - nobody triggers it - upgrades
+   the stream behind the gate, and its summary reports v2 -> v3 SUCCEEDED.
 
 Finally the operations DAG stops the stream gracefully and the sink's output is compared with what was
 fed: every event exactly once. The deploy and supervisor DAGs are small test DAGs using the provider's
@@ -112,8 +115,17 @@ streams:
     versions:
       v1: {{application: events_etl, application_args: {args}}}
       v2: {{application: events_etl_v2, application_args: {args}}}
+      v3: {{application: events_etl_v2, application_args: {args}}}
 """)
     return str(path)
+
+
+def _want_version(root: Path, version: str) -> None:
+    """Edit the desired-state file as a platform team does before its upgrade window."""
+    path = root / "desired_state.yaml"
+    text = path.read_text()
+    assert text.count("    version: v1\n") == 1, text
+    path.write_text(text.replace("    version: v1\n", f"    version: {version}\n"))
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +144,8 @@ def airflow_stack_options(e2e_root: Path) -> StackOptions:
         "AIRFLOW_STREAMING_DESIRED_STATE": _desired_state(e2e_root),
         "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
         "AIRFLOW__AIRFLOW_STREAMING__LIFECYCLE_POLL_INTERVAL": "1",
+        # The upgrade-window DAG (copied in at step (e)) fires every minute instead of Sundays 03:00.
+        "AIRFLOW_STREAMING_UPGRADE_CRON": "* * * * *",
     })
 
 
@@ -354,6 +368,28 @@ def test_lifecycle_through_the_rest_api_on_real_airflow_services(airflow_stack: 
              "the restarted driver running")
     marks["supervisor_done"] = time.monotonic() - started
 
+    # (e) the upgrade window fires on its schedule: the desired state now wants v3 (v2's code, a new
+    # release label); the real window DAG arrives in the DAG folder and its first scheduled run upgrades.
+    _want_version(e2e_root, "v3")
+    shutil.copy(REPO / "dags" / "stream_upgrade_window.py", e2e_root / "dags" / "stream_upgrade_window.py")
+    airflow_stack.wait_for_dag("stream_upgrade_window", timeout=180)
+    window_runs = "/api/v2/dags/stream_upgrade_window/dagRuns"
+    window = wait_for(lambda: (airflow_stack.api("GET", window_runs).get("dag_runs") or [None])[0], 180,
+                      "the upgrade window's first scheduled run", interval=2)
+    assert window["run_type"] == "scheduled", window
+    try:
+        state = airflow_stack.wait_for_run("stream_upgrade_window", window["dag_run_id"], timeout=480)
+    finally:  # no further window runs while the test stops the stream
+        airflow_stack.api("PATCH", "/api/v2/dags/stream_upgrade_window", json_body={"is_paused": True})
+    scheduled = Watch(airflow_stack, "stream_upgrade_window", window["dag_run_id"])
+    assert state == "success", scheduled.task_log("summary")[-3000:]
+    summary = scheduled.xcom("summary")
+    assert [(r["stream"], r["from"], r["to"], r["outcome"]) for r in summary] == [(STREAM, "v2", "v3", "SUCCEEDED")], \
+        summary
+    assert hook.deployed()["spec"]["version"] == "v3"
+    marks["scheduled_window_done"] = time.monotonic() - started
+    print(f"scheduled upgrade window {window['dag_run_id']}: {summary}", file=sys.stderr)
+
     # Everything fed is in the sink once; then the operations DAG stops the stream gracefully.
     feed.stop()
     fed = feed.event_ids
@@ -369,7 +405,7 @@ def test_lifecycle_through_the_rest_api_on_real_airflow_services(airflow_stack: 
     # The supervisor's restart is recorded as a recovery, like every other change of the stream.
     assert [(h["action"], h["to_version"], h["outcome"]) for h in _history(hook)] == [
         ("deploy", "v1", "SUCCEEDED"), ("upgrade", "v2", "SUCCEEDED"), ("recover", "v2", "SUCCEEDED"),
-        ("stop", "v2", "SUCCEEDED")]
+        ("upgrade", "v3", "SUCCEEDED"), ("stop", "v3", "SUCCEEDED")]
     marks["total"] = time.monotonic() - started
     print(f"E2E on real Airflow: {len(fed)} events in, {output.rows} out, no duplicates; "
           f"{ {k: round(v) for k, v in marks.items()} } s; stack {airflow_stack.timings}", file=sys.stderr)
