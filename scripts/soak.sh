@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The long soak (RELIABILITY.md): 20 driver kills under supervision and the upgrade task killed at every
-# named step, on real Spark. Results: ./soak-results/*.json. About 25 minutes on 2 cores.
+# named step, on real Spark. Results: ./soak-results/*.json. About 20 minutes on 2 cores.
 #   ./scripts/soak.sh [driver-kill trials, default 20]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
