@@ -505,7 +505,7 @@ def _secret_conf_from_environment() -> dict[str, str]:
     return {str(k): str(v) for k, v in conf.items()} if isinstance(conf, dict) else {}
 
 
-def exit_when_jvm_is_gone(poll_seconds: float = 0.2, exit: Any = os._exit) -> threading.Thread | None:
+def exit_when_jvm_is_gone(poll_seconds: float = 0.2) -> threading.Thread | None:
     """Exit this Python process as soon as the driver JVM that launched it is gone.
 
     spark-submit runs a Python application as a child of the driver JVM (``PythonRunner``), and that
@@ -526,7 +526,7 @@ def exit_when_jvm_is_gone(poll_seconds: float = 0.2, exit: Any = os._exit) -> th
             print(f"airflow-streaming: {reason}: exiting (code {EXIT_JVM_GONE})", file=sys.stderr, flush=True)
         except Exception:  # noqa: BLE001 - stderr was a pipe to the dead JVM
             pass
-        exit(EXIT_JVM_GONE)
+        os._exit(EXIT_JVM_GONE)
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -7,7 +7,6 @@ matters) starts the driver-side child exactly as spark-submit's PythonRunner doe
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,7 +15,6 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from airflow_streaming.control.contract import EXIT_JVM_GONE
 
@@ -57,6 +55,17 @@ def _start(tmp_path: Path, gateway: bool) -> tuple[subprocess.Popen, psutil.Proc
     return parent, child, out
 
 
+def _stop(parent: subprocess.Popen, child: psutil.Process) -> None:
+    """Stop both by pid; psutil checks the child's start time, so a reused pid is never signalled."""
+    if parent.poll() is None:
+        parent.kill()
+        parent.wait(10)
+    try:
+        child.kill()
+    except psutil.NoSuchProcess:
+        pass
+
+
 def _exit_code_of_orphan(child: psutil.Process, timeout: float) -> int | None:
     """The orphan's exit code is collected by pid 1, not by us: read it from /proc while it is a zombie,
     or accept that it is gone."""
@@ -84,13 +93,7 @@ def test_the_python_driver_exits_when_its_jvm_is_killed(tmp_path):
         assert f"the driver JVM (pid {parent.pid}) that launched this Python process is gone: exiting (code 6)" \
             in out.read_text()
     finally:
-        for proc in (parent,):
-            if proc.poll() is None:
-                proc.kill()
-        try:
-            os.kill(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _stop(parent, child)
 
 
 def test_a_python_process_not_launched_by_a_jvm_is_not_watched(tmp_path):
@@ -103,9 +106,4 @@ def test_a_python_process_not_launched_by_a_jvm_is_not_watched(tmp_path):
         time.sleep(1.0)
         assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE
     finally:
-        if parent.poll() is None:
-            parent.kill()
-        try:
-            os.kill(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pytest.fail("the unwatched child was expected to be alive until killed here")
+        _stop(parent, child)
