@@ -13,7 +13,7 @@ uploaded under a new name.
 
 from __future__ import annotations
 
-import ast
+import dis
 import hashlib
 import io
 import os
@@ -38,14 +38,29 @@ def _module_file(root: Path, module: str) -> Path | None:
 
 
 def _imports(path: Path) -> set[str]:
-    """Every module name ``path`` imports (absolute imports, at any depth of the file)."""
+    """Every module name ``path`` imports (absolute imports, at any depth of the file).
+
+    Read from the compiled bytecode (``IMPORT_NAME`` and the level and names loaded just before it),
+    not from ``ast.parse``: on CPython 3.11 before 3.11.8, building an AST races with the garbage
+    collector and fails now and then with "AST constructor recursion depth mismatch" (gh-106905).
+    """
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    codes = [compile(path.read_bytes(), str(path), "exec", dont_inherit=True)]
+    while codes:
+        code = codes.pop()
+        loaded: list[object] = []  # the constants loaded by the instructions just before this one
+        for instruction in dis.get_instructions(code):
+            if instruction.opname == "IMPORT_NAME":
+                level, fromlist = (loaded[-2], loaded[-1]) if len(loaded) >= 2 else (0, None)
+                if level == 0:
+                    names.add(instruction.argval)
+                    if isinstance(fromlist, tuple):
+                        names.update(f"{instruction.argval}.{name}" for name in fromlist if name != "*")
+            if instruction.opname in ("LOAD_CONST", "LOAD_SMALL_INT"):
+                loaded.append(instruction.argval)
+            elif instruction.opname != "EXTENDED_ARG":  # a prefix of the next instruction's argument
+                loaded.clear()
+        codes.extend(const for const in code.co_consts if hasattr(const, "co_code"))
     return names
 
 

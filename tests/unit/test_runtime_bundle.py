@@ -10,7 +10,7 @@ import subprocess
 import sys
 import zipfile
 
-from airflow_streaming.targets.runtime_bundle import PROJECT_ROOT, build_bundle, bundle_path, runtime_files
+from airflow_streaming.targets.runtime_bundle import PROJECT_ROOT, _imports, build_bundle, bundle_path, runtime_files
 
 
 def test_the_zip_is_byte_for_byte_deterministic_and_named_by_its_content(tmp_path):
@@ -51,3 +51,30 @@ def test_the_runtime_imports_from_the_zip_alone(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ok ")
+
+
+def test_imports_are_read_from_bytecode_at_any_depth_and_relative_ones_are_left_out(tmp_path):
+    """The import scan compiles the file instead of building an AST (CPython 3.11.7's ast.parse fails
+    now and then under the garbage collector, gh-106905); it must still see every kind of import,
+    including one whose names sit behind an EXTENDED_ARG (a module with more than 255 constants)."""
+    many_constants = "\n".join(f"C{i} = 'constant-{i}'" for i in range(300))
+    source = tmp_path / "mod.py"
+    source.write_text(
+        "import os, json.decoder\n"
+        "from airflow_streaming.control import contract as c\n"
+        "from . import sibling\n"
+        "from .pkg import thing\n"
+        f"{many_constants}\n"
+        "def f():\n"
+        "    from airflow_streaming.faults import inject\n"
+        "    class K:\n"
+        "        def g(self):\n"
+        "            import airflow_streaming.redaction\n"
+        "from airflow_streaming.control.local import LocalStorage, other\n"
+        "from typing import *\n",
+        encoding="utf-8")
+    assert _imports(source) == {
+        "os", "json.decoder", "airflow_streaming.control", "airflow_streaming.control.contract",
+        "airflow_streaming.faults", "airflow_streaming.faults.inject", "airflow_streaming.redaction",
+        "airflow_streaming.control.local", "airflow_streaming.control.local.LocalStorage",
+        "airflow_streaming.control.local.other", "typing"}
