@@ -47,7 +47,10 @@ def test_driver_killed_at_named_points_is_recovered_by_the_supervisor_exactly_on
 
 
 def test_upgrade_task_killed_at_named_steps_resumes_with_one_driver_exactly_once(streams, fault_file):
-    default = "SNAPSHOTTED,ROLLING_BACK"
+    # In the suite the task is killed at one step of an upgrade's rollback; a kill right after the
+    # stop, snapshot and start of an upgrade is test_lifecycle_dags' (a real Airflow task), and every
+    # step is the long soak's (./scripts/soak.sh).
+    default = "ROLLING_BACK"
     wanted = os.environ.get("AIRFLOW_STREAMING_SOAK_STEPS", default)
     steps = list(UPGRADE_STEPS + ROLLBACK_STEPS) if wanted == "all" else wanted.split(",")
     result = task_kill_trials(streams, steps, fault_file)
