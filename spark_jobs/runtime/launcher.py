@@ -430,6 +430,7 @@ class Driver:
 
     # ------------------------------------------------------------------ exit
     def _exit(self, code: int, state: str, error: dict[str, Any] | None, reason: str | None = None) -> int:
+        self.reporter.settle()  # the last batch's progress event may still be on Spark's listener bus
         doc = self.reporter.doc
         checkpoints = []
         for query in self.reporter.queries():

@@ -125,6 +125,7 @@ class StatusReporter:
         self.lease_renew_seconds = contract.lease_renew_seconds(heartbeat_seconds, lease.ttl, remote)
         self._lease_ok_at = time.monotonic()
         self.progress_sinks: list[Any] = []
+        self._last_progress: dict[str, tuple[str, str]] = {}  # query id -> (run id, timestamp) applied last
         """Callables given every progress dict after the status write (e.g. a Kafka exporter); errors are logged."""
 
     # ------------------------------------------------------------------ lifecycle
@@ -181,6 +182,12 @@ class StatusReporter:
     def on_progress(self, progress: dict[str, Any]) -> None:
         faults.hit("driver.progress", f"batch={progress.get('batchId')}:committed;")  # after the batch's commit
         with self._lock:
+            if progress.get("timestamp"):  # Spark's ISO-8601 UTC timestamps order as strings
+                key = (str(progress.get("runId")), str(progress["timestamp"]))
+                last = self._last_progress.get(progress["id"])
+                if last is not None and last[0] == key[0] and key[1] <= last[1]:
+                    return  # already applied (by settle(), before the listener delivered it)
+                self._last_progress[progress["id"]] = key
             entry = self._query_entry(progress["id"])
             if entry is None:
                 entry = QueryStatus(id=progress["id"], run_id=progress["runId"], name=progress.get("name"), active=True)
@@ -200,6 +207,22 @@ class StatusReporter:
                 sink(progress)
             except Exception:  # noqa: BLE001 - a sink must never take the listener down
                 log.exception("progress sink %r failed", sink)
+
+    def settle(self) -> None:
+        """Apply the progress the queries made that the listener has not delivered yet.
+
+        Spark's listener bus is asynchronous: the event of the last batch before a stop can arrive after
+        ``query.stop()`` returned, and the exit record would then name an older batch than the
+        checkpoint's last commit. A query's own ``recentProgress`` is updated by its stream thread, so
+        it is complete once the query stopped; whatever the listener delivers later is skipped."""
+        for query in self.queries():
+            try:
+                progresses = [json.loads(p.json) for p in query.recentProgress]
+            except Exception:  # noqa: BLE001 - a stopped session may refuse calls: keep what the listener gave
+                log.warning("could not read the recent progress of query %s at exit", query.id, exc_info=True)
+                continue
+            for progress in progresses:
+                self.on_progress(progress)
 
     def on_started(self, query_id: str) -> None:
         """A query started: record it (and its checkpoint) before its first batch runs."""

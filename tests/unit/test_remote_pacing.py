@@ -91,3 +91,34 @@ def test_a_local_target_keeps_its_driver_log_on_this_host_when_control_files_are
     (tmp_path / "logs" / "etl").mkdir(parents=True)
     (tmp_path / "logs" / "etl" / "r1.log").write_text("line 1\nline 2\n")
     assert remote.log_tail("r1") == "line 1\nline 2"  # no driver.json on the (unreachable) NameNode needed
+
+
+class _Progress:
+    def __init__(self, doc: dict) -> None:
+        import json
+
+        self.json = json.dumps(doc)
+
+
+class _StoppedQuery:
+    """What the runtime sees of a stopped query: its own recentProgress (no Spark here)."""
+
+    id = "q"
+
+    def __init__(self, docs: list[dict]) -> None:
+        self.recentProgress = [_Progress(d) for d in docs]
+
+
+def test_settle_applies_the_progress_the_listener_had_not_delivered_and_never_counts_a_batch_twice(tmp_path):
+    rep, _ = reporter(tmp_path, remote=False)
+    batches = [{**progress(b), "timestamp": f"2026-11-23T20:00:0{b}.000Z"} for b in range(3)]
+    rep.on_progress(batches[0])  # the listener delivered batch 0; batches 1 and 2 are still on the bus
+    rep._queries["q"] = _StoppedQuery(batches)
+    rep.settle()
+    assert rep.doc.last_batch_id() == 2 and rep.doc.totals["batches"] == 3
+    for late in batches[1:]:  # the listener delivers them after the exit record was written
+        rep.on_progress(late)
+    assert rep.doc.totals["batches"] == 3 and rep.doc.totals["input_rows"] == 30
+    assert [p["batchId"] for p in rep.doc.queries[0].recent_progress] == [0, 1, 2]
+    rep.on_progress({**progress(3), "runId": "r2", "timestamp": "2026-11-23T19:00:00.000Z"})  # a new run
+    assert rep.doc.last_batch_id() == 3
