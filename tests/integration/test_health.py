@@ -90,9 +90,10 @@ with DAG("idle_watch", schedule=None, start_date=datetime(2026, 1, 1)):
 
 @pytest.mark.airflow
 def test_idle_stream_stays_idle_past_twice_the_stall_limit_under_the_deferrable_sensor(streams, airflow_db, tmp_path):
-    # A stall threshold of 30 s (instead of the default 120 s) lets a 75 s window cover it twice over.
-    spec = streams.etl_spec("idle", health={"stall_min_seconds": 30})  # no input at all
-    window = 75
+    # A stall threshold of 20 s (instead of the default 120 s; Spark reports an idle query every 10 s)
+    # lets a 45 s window cover it twice over.
+    spec = streams.etl_spec("idle", health={"stall_min_seconds": 20})  # no input at all
+    window = 45
     from airflow_streaming.health.thresholds import HealthThresholds
 
     stall_after = HealthThresholds.from_mapping(spec.health).stall_after(spec.trigger_interval)
