@@ -1,7 +1,7 @@
 """A class-data-sharing archive (AppCDS) of the classes a Spark driver loads, so driver JVMs start faster.
 
 Most of a restart's downtime is the new driver's JVM and Spark session starting (BENCHMARKS.md): the
-JVM loads and verifies ~20,000 classes from pyspark's jars. A dynamic AppCDS archive holds them
+JVM loads and verifies thousands of classes from pyspark's jars. A dynamic AppCDS archive holds them
 pre-parsed; a JVM started with ``-XX:SharedArchiveFile=<archive>`` maps it instead.
 
     python -m airflow_streaming.class_archive build [--path P]   # once per host (~30-60 s), prints the path
@@ -65,7 +65,7 @@ def java_option(path: Path | None = None) -> str:
 # session, a JSON file source, a watermark, a windowed aggregation with state, de-duplication, a
 # parquet sink, a batch read back).
 _WORKLOAD = r'''
-import json, os, sys, time
+import json, os, sys
 from pyspark.sql import SparkSession, functions as F
 work = sys.argv[1]
 os.makedirs(f"{work}/in", exist_ok=True)
