@@ -180,14 +180,15 @@ class StatusReporter:
         return next((q for q in self.doc.queries if q.id == query_id), None)
 
     def on_progress(self, progress: dict[str, Any]) -> None:
-        faults.hit("driver.progress", f"batch={progress.get('batchId')}:committed;")  # after the batch's commit
         with self._lock:
             if progress.get("timestamp"):  # Spark's ISO-8601 UTC timestamps order as strings
                 key = (str(progress.get("runId")), str(progress["timestamp"]))
                 last = self._last_progress.get(progress["id"])
                 if last is not None and last[0] == key[0] and key[1] <= last[1]:
-                    return  # already applied (by settle(), before the listener delivered it)
+                    return  # already applied (by settle(), or delivered before settle() read it)
                 self._last_progress[progress["id"]] = key
+            # After the batch's commit; once per batch, not again for a progress settle() re-reads.
+            faults.hit("driver.progress", f"batch={progress.get('batchId')}:committed;")
             entry = self._query_entry(progress["id"])
             if entry is None:
                 entry = QueryStatus(id=progress["id"], run_id=progress["runId"], name=progress.get("name"), active=True)

@@ -109,7 +109,12 @@ class _StoppedQuery:
         self.recentProgress = [_Progress(d) for d in docs]
 
 
-def test_settle_applies_the_progress_the_listener_had_not_delivered_and_never_counts_a_batch_twice(tmp_path):
+def test_settle_applies_the_progress_the_listener_had_not_delivered_and_never_counts_a_batch_twice(tmp_path,
+                                                                                                  monkeypatch):
+    from airflow_streaming import faults
+
+    hits: list[str] = []
+    monkeypatch.setattr(faults, "hit", lambda point, detail="": hits.append(detail) if point == "driver.progress" else None)
     rep, _ = reporter(tmp_path, remote=False)
     batches = [{**progress(b), "timestamp": f"2026-11-23T20:00:0{b}.000Z"} for b in range(3)]
     rep.on_progress(batches[0])  # the listener delivered batch 0; batches 1 and 2 are still on the bus
@@ -120,5 +125,6 @@ def test_settle_applies_the_progress_the_listener_had_not_delivered_and_never_co
         rep.on_progress(late)
     assert rep.doc.totals["batches"] == 3 and rep.doc.totals["input_rows"] == 30
     assert [p["batchId"] for p in rep.doc.queries[0].recent_progress] == [0, 1, 2]
+    assert hits == [f"batch={b}:committed;" for b in range(3)]  # the fault point fires once per batch
     rep.on_progress({**progress(3), "runId": "r2", "timestamp": "2026-11-23T19:00:00.000Z"})  # a new run
     assert rep.doc.last_batch_id() == 3
