@@ -30,6 +30,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def class_archive_option() -> str:
+    """The session's class-data-sharing option (``tests/conftest.py`` puts it in ``SPARK_SUBMIT_OPTS``), or ""."""
+    return next((o for o in os.environ.get("SPARK_SUBMIT_OPTS", "").split() if o.startswith("-XX:SharedArchiveFile=")),
+                "")
+
+
+def class_archive_conf() -> dict[str, str]:
+    """Spark conf that hands the session's archive to the JVMs a standalone worker starts - a cluster-mode
+    driver (its DriverWrapper) and executors - which ``SPARK_SUBMIT_OPTS`` does not reach. Class loading
+    only: nothing Spark or the product does changes. Empty when the session has no archive."""
+    option = class_archive_option()
+    return {"spark.driver.extraJavaOptions": option, "spark.executor.extraJavaOptions": option} if option else {}
+
+
 def fetch_json(url: str, timeout: float = 2) -> dict | None:
     """The JSON at ``url``, ``None`` when it does not answer with JSON (within ``timeout`` seconds)."""
     try:
@@ -74,7 +88,8 @@ def standalone_cluster(tmp_path: Path, host: str = "127.0.0.1", cores: int = 2, 
     props = tmp_path / "master.properties"
     props.write_text(f"spark.master.rest.enabled true\nspark.master.rest.port {rest}\nspark.ui.killEnabled true\n")
     work = tmp_path / "work"
-    env = {**os.environ, "SPARK_LOCAL_IP": host, "SPARK_LOG_DIR": str(tmp_path), "SPARK_WORKER_DIR": str(work)}
+    env = {**os.environ, "SPARK_LOCAL_IP": host, "SPARK_LOG_DIR": str(tmp_path), "SPARK_WORKER_DIR": str(work),
+           "SPARK_DAEMON_JAVA_OPTS": class_archive_option()}  # the master's and worker's JVMs map it too
     cluster = Cluster(f"spark://{host}:{port}", f"http://{host}:{ui}", f"http://{host}:{rest}", work, host)
     try:
         cluster.procs.append(subprocess.Popen(

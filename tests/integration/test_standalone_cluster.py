@@ -23,6 +23,7 @@ from airflow_streaming.targets.base import LaunchPlan, Liveness
 from airflow_streaming.targets.standalone import StandaloneClusterTarget
 from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import count_quarantined, read_etl_output
+from standalone_cluster import class_archive_conf
 from standalone_cluster import fetch_json as _json
 from standalone_cluster import free_port
 from standalone_cluster import standalone_cluster as running_cluster
@@ -58,7 +59,7 @@ def test_cluster_mode_deploy_stop_restart_kill_find_is_exactly_once(standalone_c
         master=cluster.master, deploy_mode="cluster", master_ui_url=cluster.ui,
         cluster={"rest_url": cluster.rest, "driver_memory": "512m", "driver_cores": 1},
         spark_conf={"spark.sql.shuffle.partitions": 2, "spark.ui.port": str(free_port()), "spark.cores.max": "1",
-                    "spark.executor.memory": "512m", "spark.hadoop.airflow.streaming.test.password": SECRET})
+                    "spark.executor.memory": "512m", **class_archive_conf(), "spark.hadoop.airflow.streaming.test.password": SECRET})
     hook = streams.hook(spec)
 
     record = hook.submit()

@@ -14,6 +14,7 @@ import pytest
 
 from airflow_streaming.hooks.spark_master import app_state
 from spark_jobs.event_generator import generate_events
+from standalone_cluster import class_archive_conf, class_archive_option
 from streams import wait_for
 
 pytestmark = pytest.mark.spark
@@ -30,7 +31,8 @@ def standalone(tmp_path):
     """A standalone master and a 1-core worker on loopback; both stopped by pid at the end."""
     spark_class = os.path.join(os.path.dirname(sys.executable), "spark-class")
     port, ui, worker_ui = free_port(), free_port(), free_port()
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path)}
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path),
+           "SPARK_DAEMON_JAVA_OPTS": class_archive_option()}
     procs = [subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                "--port", str(port), "--webui-port", str(ui)], env=env, start_new_session=True,
                               stdout=open(tmp_path / "master.log", "wb"), stderr=subprocess.STDOUT)]
@@ -64,7 +66,8 @@ def test_liveness_comes_from_the_master_and_a_killed_driver_is_failed(streams, s
     generate_events(streams.path("input", "etl"), count=100, run="sa")
     spec = streams.etl_spec(master=standalone["master"], master_ui_url=standalone["ui"],
                             spark_conf={"spark.sql.shuffle.partitions": 2, "spark.ui.enabled": "false",
-                                        "spark.cores.max": "1", "spark.executor.memory": "512m"})
+                                        "spark.cores.max": "1", "spark.executor.memory": "512m",
+                                        **class_archive_conf()})
     hook = streams.hook(spec)
     record = hook.submit()
     doc = hook.wait_until_ready(record)

@@ -50,7 +50,7 @@ from airflow_streaming.lifecycle.operations import deploy_stream
 from airflow_streaming.lifecycle.runner import LifecycleOptions
 from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import count_quarantined, read_etl_output
-from standalone_cluster import Cluster, free_port, standalone_cluster
+from standalone_cluster import Cluster, class_archive_conf, free_port, standalone_cluster
 from streams import wait_for
 from webhdfs_standin import WebHdfsStandIn
 
@@ -230,7 +230,7 @@ def test_every_operation_from_a_host_that_cannot_see_the_driver(two_hosts, strea
         master=cluster.master, deploy_mode="cluster", master_ui_url=cluster.ui,
         cluster={"rest_url": cluster.rest, "driver_memory": "512m", "driver_cores": 1},
         spark_conf={"spark.sql.shuffle.partitions": 2, "spark.ui.port": str(free_port(env.a_ip)),
-                    "spark.cores.max": "1", "spark.executor.memory": "512m"})
+                    "spark.cores.max": "1", "spark.executor.memory": "512m", **class_archive_conf()})
     v2 = spec.with_version("v2", application="events_etl_v2")
     hook = streams.hook(spec)
     streams.hook(v2)  # for the cleanup
