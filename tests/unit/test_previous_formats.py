@@ -1,0 +1,145 @@
+"""The control files and payloads of the previous version stay readable, and what is written now stays
+readable by the previous version.
+
+``data/previous_formats/*.json`` were written by the previous version (the dataclass models, commit
+6cc92b2062af5d5ee0a1b28664ea7659b9f4dcc5) with ``data/previous_formats/make_golden.py``. Each test reads
+one with the current models, checks the values, and checks that the current models write the very same
+JSON document back (same keys, same value types: a float stays a float, an enum its string value), both
+from the parsed file and from the same inputs as the golden file was made of.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_streaming.health.verdict import HealthState, HealthVerdict, Reason
+from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Probation, Step, previous_spec
+from airflow_streaming.lifecycle.snapshot import SnapshotManifest
+from airflow_streaming.lifecycle.waits import PROBATION, Wait
+from airflow_streaming.notifications.events import EventKind, StreamEvent
+from airflow_streaming.supervision.policy import RestartLedger
+
+DATA = Path(__file__).resolve().parent / "data" / "previous_formats"
+_spec = importlib.util.spec_from_file_location("previous_formats_golden", DATA / "make_golden.py")
+golden = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(golden)  # type: ignore[union-attr]
+T0 = golden.T0
+
+
+def load(name: str) -> Any:
+    return json.loads((DATA / name).read_text())
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON text: unlike ``==`` on parsed values, ``1`` and ``1.0`` (or ``true``) differ."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@pytest.mark.parametrize("name", sorted(golden.GOLDEN))
+def test_the_current_models_write_what_the_previous_version_wrote(name):
+    assert same_json(golden.GOLDEN[name](), load(name)), name
+
+
+def test_lifecycle_record():
+    for name in ("lifecycle.json", "lifecycle_terminal.json"):
+        doc = load(name)
+        rec = LifecycleRecord.from_dict(doc)
+        assert same_json(rec.to_dict(), doc), name
+        assert (rec.stream, rec.action, rec.id, rec.owner) == ("orders", Action.UPGRADE, "20231114T221320-abc123",
+                                                               "dag upgrade_orders run r1")
+        assert rec.probation == Probation(min_batches=3, window_s=120.0) and rec.allow_warnings is True
+        assert (rec.from_version, rec.to_version, rec.stop_batch, rec.first_new_batch) == ("v1", "v2", 41, 42)
+        assert rec.snapshot == load("manifest.json") and rec.created_at == T0
+        assert [s["step"] for s in rec.steps][:7] == ["PLANNED", "CHECKED", "STOPPING", "STOPPED", "SNAPSHOTTED",
+                                                      "STARTING", "PROBATION"]
+        assert rec.steps[7] == {"step": "RESUMED", "at": T0 + 70.0, "detail": "resumed by pid 42 at step PROBATION"}
+    rec = LifecycleRecord.from_dict(load("lifecycle.json"))
+    assert rec.step is Step.PROBATION and not rec.done and rec.waiting == load("wait.json")
+    rec.advance(Step.SUCCEEDED, "HEALTHY after 3 completed batch(es)", now=T0 + 200.0)  # as the runner goes on
+    assert same_json(rec.to_dict(), load("lifecycle_terminal.json"))
+    assert LifecycleRecord.from_dict(load("lifecycle_terminal.json")).running_version() == "v2"
+
+
+def test_history():
+    history = load("history.json")
+    assert [h["id"] for h in history] == ["d1", "20231114T221320-abc123"]
+    assert previous_spec(history, "v2") == golden.SPEC_V1
+    assert history[1]["snapshot"] == "/d/orders/snapshots/u1" and history[1]["last_batch_before"] == 41
+
+
+def test_snapshot_manifest():
+    doc = load("manifest.json")
+    m = SnapshotManifest.from_dict(doc)
+    assert (m.checkpoint, m.batch_id, m.sink_metadata, m.files, m.bytes, m.linked, m.method) == (
+        "/c/orders", 41, "/o/orders/_spark_metadata", 17, 20480, True, "link")
+    assert same_json(m.to_dict(), doc)
+
+
+def test_restart_ledger():
+    doc = load("supervisor.json")
+    ledger = RestartLedger.from_dict(doc)
+    assert ledger.failures == [T0 + 1.5, T0 + 99.0] and ledger.error_classes == ["STREAM_FAILED", None]
+    assert ledger.handled_run_ids == ["run-1", "run-2"] and ledger.healthy_since is None and not ledger.gave_up
+    assert same_json(ledger.to_dict(), doc)
+
+
+def test_wait():
+    doc = load("wait.json")
+    w = Wait.from_dict(doc)
+    assert (w.kind, w.run_id, w.deadline, w.spec) == (PROBATION, "run-2", T0 + 400.0, golden.SPEC_V2)
+    assert Probation(**w.params["probation"]) == Probation(3, 120.0)
+    assert same_json(w.to_dict(), doc)
+
+
+def test_health_verdict():
+    doc = load("health_verdict.json")
+    v = HealthVerdict.from_dict(doc)
+    assert v.state is HealthState.FALLING_BEHIND and v.stream == "orders" and v.run_id == "run-2"
+    assert v.reasons[0] == Reason("INPUT_FASTER_THAN_PROCESSING", "input 120.0 rows/s > processing 80.0 rows/s",
+                                  {"input_rows_per_s": 120.0, "processed_rows_per_s": 80.0, "batches": 4})
+    assert v.warnings[0].code == "KAFKA_LAG" and v.metrics["cluster"].startswith("standalone")
+    assert same_json(v.to_dict(), doc)
+
+
+def test_stream_event():
+    doc = load("stream_event.json")
+    e = StreamEvent.from_dict(doc)
+    assert e.kind is EventKind.RESTARTING and (e.stream, e.attempt, e.suppressed_count) == ("orders", 2, 2)
+    assert e.links == {"spark_ui": "http://driver:4040"} and e.health_reasons == ["driver exited"]
+    assert same_json(e.to_dict(), doc)
+
+
+# ---------------------------------------------------------------- tolerance, as the previous version's readers
+
+NEWER = {"written_by_a_newer_version": {"x": [1, 2]}}
+
+
+def test_unknown_keys_of_a_newer_version_are_ignored():
+    for name, model in (("lifecycle.json", LifecycleRecord), ("manifest.json", SnapshotManifest),
+                        ("supervisor.json", RestartLedger), ("wait.json", Wait),
+                        ("health_verdict.json", HealthVerdict), ("stream_event.json", StreamEvent)):
+        doc = load(name)
+        assert same_json(model.from_dict({**doc, **NEWER}).to_dict(), doc), name
+
+
+def test_missing_optional_keys_take_their_defaults():
+    doc = load("lifecycle.json")
+    required = ("stream", "action", "from_spec", "to_spec", "step", "steps")
+    rec = LifecycleRecord.from_dict({k: doc[k] for k in required})
+    assert rec.probation == Probation() and rec.snapshot is None and rec.owner is None and rec.id
+    assert rec.steps == doc["steps"] and rec.step is Step.PROBATION
+    assert RestartLedger.from_dict({}) == RestartLedger()
+    manifest = load("manifest.json")
+    del manifest["method"]
+    assert SnapshotManifest.from_dict(manifest).method == "link"
+    wait = Wait.from_dict({k: v for k, v in load("wait.json").items() if k in ("kind", "spec", "deadline")})
+    assert wait.run_id is None and wait.params == {}
+    assert HealthVerdict.from_dict({"state": "IDLE"}) == HealthVerdict(None, HealthState.IDLE, ())
+    event = StreamEvent.from_dict({"kind": "failed", "stream": "s", "at": None, "links": None,
+                                   "health_reasons": None, "suppressed_count": None})
+    assert event.kind is EventKind.FAILED and event.links == {} and event.suppressed_count == 0 and event.at > 0
