@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from pydantic import Field
+
+from airflow_streaming.models import Model
 from airflow_streaming.supervision.classification import Classification, FailureKind
 
 
@@ -54,40 +57,18 @@ class Action(str, Enum):
     NOTHING = "NOTHING"
 
 
-@dataclass
-class RestartLedger:
-    """What the supervisor remembers about one stream (persisted between supervisor runs)."""
+class RestartLedger(Model):
+    """What the supervisor remembers about one stream (persisted between supervisor runs, ``supervisor.json``).
 
-    failures: list[float] = field(default_factory=list)
+    :meth:`from_dict` raises ``ValueError`` naming the field when it is not what the supervisor writes."""
+
+    failures: list[float] = Field(default_factory=list)
     """Times of the failures that led to restarts."""
-    error_classes: list[str | None] = field(default_factory=list)
+    error_classes: list[str | None] = Field(default_factory=list)
     healthy_since: float | None = None
     gave_up: bool = False
-    handled_run_ids: list[str] = field(default_factory=list)
+    handled_run_ids: list[str] = Field(default_factory=list)
     """Runs whose failure was already acted upon: a second supervisor pass never restarts twice."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> RestartLedger:
-        """Parse a ledger; ``TypeError`` naming the field when it is not what the supervisor writes."""
-        values = {k: d[k] for k in (f.name for f in dataclasses.fields(cls)) if k in d}
-        for name in ("failures", "error_classes", "handled_run_ids"):
-            if name in values and not isinstance(values[name], list):
-                raise TypeError(f"field {name!r} must be a list, got {type(values[name]).__name__}")
-        if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in values.get("failures", [])):
-            raise TypeError("field 'failures' must be a list of times (numbers)")
-        if not all(isinstance(r, str) for r in values.get("handled_run_ids", [])):
-            raise TypeError("field 'handled_run_ids' must be a list of run ids (strings)")
-        if not all(e is None or isinstance(e, str) for e in values.get("error_classes", [])):
-            raise TypeError("field 'error_classes' must be a list of strings or nulls")
-        since = values.get("healthy_since")
-        if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))):
-            raise TypeError(f"field 'healthy_since' must be a time or null, got {since!r}")
-        if not isinstance(values.get("gave_up", False), bool):
-            raise TypeError(f"field 'gave_up' must be true or false, got {values['gave_up']!r}")
-        return cls(**values)
 
 
 @dataclass(frozen=True)
