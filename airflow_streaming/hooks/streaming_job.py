@@ -257,7 +257,8 @@ class StreamingJobHook(BaseHook):
             raise ControlFileError(f"{path} is not valid JSON ({exc}); it records the deployed spec: restore it "
                                    "from a backup or from the stream's history.json, or move it aside and deploy "
                                    "the stream again") from exc
-        if not isinstance(doc, dict) or not isinstance(doc.get("spec"), dict):
+        if not isinstance(doc, dict) or not isinstance(doc.get("spec"), dict) \
+                or not isinstance(doc.get("run_id"), (str, type(None))):  # it goes into lifecycle.json
             raise ControlFileError(f"{path}: expected {{'run_id', 'at', 'spec'}}, got {str(doc)[:100]}; move it "
                                    "aside and deploy the stream again")
         return doc

@@ -12,9 +12,13 @@ import dataclasses
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
+
+from airflow_streaming.models import Model, parse
 
 
 class Action(str, Enum):
@@ -126,24 +130,35 @@ def probation_outcome(*, state: str | None, health: str, batches: int, started_a
     return None, f"health {health}, {batches}/{probation.min_batches} completed batch(es)"
 
 
-@dataclass
-class LifecycleRecord:
-    """Everything needed to continue or roll back an action after the task running it died."""
+def _probation(value: Any) -> Any:
+    """A record's ``probation`` (the dataclass checks its own values: ``ValueError`` naming the field)."""
+    if value is None or isinstance(value, Probation):
+        return value or Probation()
+    if not isinstance(value, dict):
+        raise ValueError(f"must be an object with min_batches and window_s, got {type(value).__name__}")
+    return Probation(**{f.name: value[f.name] for f in dataclasses.fields(Probation) if f.name in value})
+
+
+class LifecycleRecord(Model):
+    """Everything needed to continue or roll back an action after the task running it died (``lifecycle.json``).
+
+    :meth:`from_dict` raises ``ValueError`` naming the field(s) if the document is garbage; keys it does not
+    know (written by a newer version) are ignored."""
 
     stream: str
-    action: Action
+    action: Action = Field(strict=False)  # its string value in JSON
     from_spec: dict[str, Any] | None
     """The deployed spec before the action (``None``: the stream was never deployed)."""
     to_spec: dict[str, Any]
     allow_warnings: bool = False
-    probation: Probation = field(default_factory=Probation)
+    probation: Annotated[Probation, BeforeValidator(_probation)] = Field(default_factory=Probation)
     warm_start: bool = False
     """Prepare the new driver (standby) before stopping the old one, to shorten the downtime."""
     gate_in_standby: bool = False
     """Warm start with a gate to run: it runs inside the prepared driver's session (PREPARING -> CHECKED)."""
-    id: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6])
-    step: Step = Step.PLANNED
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    id: str = Field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6])
+    step: Step = Field(Step.PLANNED, strict=False)
+    steps: list[dict[str, Any]] = Field(default_factory=list)
     """``[{"step", "at", "detail"}]`` in order, the first being PLANNED."""
     owner: str | None = None
     verdict: str | None = None
@@ -166,10 +181,10 @@ class LifecycleRecord:
     """What the action waits for while its task is deferred (a ``lifecycle.waits.Wait``)."""
     first_new_batch: int | None = None
     error: str | None = None
-    created_at: float = field(default_factory=time.time)
-    updated_at: float = field(default_factory=time.time)
+    created_at: float = Field(default_factory=time.time)
+    updated_at: float = Field(default_factory=time.time)
 
-    def __post_init__(self) -> None:
+    def model_post_init(self, context: Any, /) -> None:
         if not self.steps:
             self.steps.append({"step": Step.PLANNED.value, "at": self.created_at, "detail": None})
 
@@ -197,30 +212,14 @@ class LifecycleRecord:
         self.updated_at = now
         self.steps.append({"step": step.value, "at": now, "detail": detail})
 
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["action"] = self.action.value
-        d["step"] = self.step.value
-        return d
-
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LifecycleRecord:
-        """Parse a record; ``ValueError`` / ``KeyError`` / ``TypeError`` naming the field if it is garbage."""
-        if not isinstance(d, dict):
-            raise TypeError(f"expected a JSON object, got {type(d).__name__}")
-        for name, kind in (("stream", str), ("to_spec", dict), ("steps", list)):
-            if not isinstance(d.get(name), kind):
-                raise TypeError(f"field {name!r} must be {kind.__name__}, got {type(d.get(name)).__name__}")
-        if d.get("from_spec") is not None and not isinstance(d["from_spec"], dict):
-            raise TypeError(f"field 'from_spec' must be an object or null, got {type(d['from_spec']).__name__}")
-        if not all(isinstance(s, dict) for s in d["steps"]):
-            raise TypeError("field 'steps' must be a list of objects")
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in d.items() if k in known}
-        values["action"] = Action(values["action"])
-        values["step"] = Step(values["step"])
-        values["probation"] = Probation(**values.get("probation") or {})
-        return cls(**values)
+    def from_dict(cls, d: Any) -> LifecycleRecord:
+        """Parse a record; ``ValueError`` naming the field(s) if it is garbage (a file must say its step)."""
+        missing = [k for k, f in cls.model_fields.items()
+                   if (f.is_required() or k in ("step", "steps")) and isinstance(d, dict) and k not in d]
+        if missing:
+            raise ValueError(f"lacks {', '.join(missing)}")
+        return parse(cls, d)
 
     def history_entry(self) -> dict[str, Any]:
         """One line of the stream's deployment history (written once the action is terminal)."""

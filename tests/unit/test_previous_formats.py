@@ -143,3 +143,39 @@ def test_missing_optional_keys_take_their_defaults():
     event = StreamEvent.from_dict({"kind": "failed", "stream": "s", "at": None, "links": None,
                                    "health_reasons": None, "suppressed_count": None})
     assert event.kind is EventKind.FAILED and event.links == {} and event.suppressed_count == 0 and event.at > 0
+
+
+# ---------------------------------------------------------------- garbage: a named error naming the file and field
+
+
+def test_a_wrong_typed_ledger_is_a_control_file_error_naming_the_file_and_field(tmp_path):
+    from airflow_streaming.control.contract import ControlFileError
+    from airflow_streaming.supervision.supervisor import load_ledger
+    from control_fixtures import deployed_stream
+
+    _, hook = deployed_stream(tmp_path)
+    path = f"{hook.paths.root}/supervisor.json"
+    for bad, field in (({"failures": [1.0, True]}, "'failures[1]'"), ({"gave_up": "no"}, "'gave_up'"),
+                       ({"handled_run_ids": [7]}, "'handled_run_ids[0]'"), ({"healthy_since": "x"}, "'healthy_since'")):
+        hook.storage.write_atomic(path, json.dumps({**load("supervisor.json"), **bad}).encode())
+        with pytest.raises(ControlFileError) as err:
+            load_ledger(hook)
+        assert path in str(err.value) and f"field {field}" in str(err.value), str(err.value)
+
+
+def test_a_wrong_typed_lifecycle_record_is_a_control_file_error_naming_the_file_and_field():
+    from airflow_streaming.control.contract import ControlFileError
+    from airflow_streaming.lifecycle.runner import parse_record
+
+    path = "/d/orders/lifecycle.json"
+    doc = load("lifecycle.json")
+    for bad, expected in (({"step": "BOGUS"}, "field 'step'"), ({"action": 3}, "field 'action'"),
+                          ({"steps": ["x"]}, "field 'steps[0]'"), ({"stop_batch": "41"}, "field 'stop_batch'"),
+                          ({"probation": {"min_batches": 0}}, "field 'probation': probation min_batches"),
+                          ({"to_spec": None}, "field 'to_spec'"), ({"allow_warnings": 1}, "field 'allow_warnings'")):
+        with pytest.raises(ControlFileError) as err:
+            parse_record(path, json.dumps({**doc, **bad}).encode())
+        assert path in str(err.value) and expected in str(err.value), str(err.value)
+    for key in ("step", "steps", "from_spec", "stream"):
+        with pytest.raises(ControlFileError, match=f"lacks {key}"):
+            parse_record(path, json.dumps({k: v for k, v in doc.items() if k != key}).encode())
