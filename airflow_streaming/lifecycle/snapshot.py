@@ -38,14 +38,16 @@ import re
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
-
 from urllib.parse import urlparse
+
+from pydantic import StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic.dataclasses import dataclass
 
 from airflow_streaming.checkpoint.batches import read_batch_position
 from airflow_streaming.control.storage import ControlStorage, LocalStorage, local_path, storage_for
 from airflow_streaming.lifecycle import snapshot_copy
+from airflow_streaming.models import parse
 
 MANIFEST_NAME = "manifest.json"
 SINK_LOG_NAME = "_spark_metadata"
@@ -70,17 +72,17 @@ class SnapshotError(Exception):
 
 @dataclass(frozen=True)
 class SnapshotManifest:
-    """What a complete snapshot holds (its ``manifest.json``)."""
+    """What a complete snapshot holds (its ``manifest.json``); checked on construction and when read."""
 
-    checkpoint: str
-    snapshot_dir: str
-    batch_id: int | None
-    sink_metadata: str | None
-    files: int
-    bytes: int
-    linked: bool
-    created_at: float
-    method: str = "link"
+    checkpoint: StrictStr
+    snapshot_dir: StrictStr
+    batch_id: StrictInt | None
+    sink_metadata: StrictStr | None
+    files: StrictInt
+    bytes: StrictInt
+    linked: StrictBool
+    created_at: StrictFloat
+    method: StrictStr = "link"
     """``link``: a local snapshot (hard links, or copies); ``copy``: taken through ``ControlStorage`` by
     :mod:`.snapshot_copy` (``checkpoint`` and ``sink_metadata`` are then locations as given, URIs)."""
 
@@ -89,11 +91,8 @@ class SnapshotManifest:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SnapshotManifest:
-        fields = dataclasses.fields(cls)
-        missing = [f.name for f in fields if f.name not in d and f.default is dataclasses.MISSING]
-        if missing:
-            raise SnapshotError(f"snapshot manifest lacks {', '.join(missing)}: {d!r}")
-        return cls(**{f.name: d[f.name] for f in fields if f.name in d})
+        """Parse; :class:`SnapshotError` naming what is missing or wrong. Unknown keys are ignored."""
+        return parse(cls, d, SnapshotError)
 
 
 def take_snapshot(checkpoint: str, snapshot_dir: str, sink_path: str | None = None, *,

@@ -179,3 +179,14 @@ def test_a_wrong_typed_lifecycle_record_is_a_control_file_error_naming_the_file_
     for key in ("step", "steps", "from_spec", "stream"):
         with pytest.raises(ControlFileError, match=f"lacks {key}"):
             parse_record(path, json.dumps({k: v for k, v in doc.items() if k != key}).encode())
+
+
+def test_a_wrong_typed_manifest_is_a_snapshot_error_naming_the_file_and_field(tmp_path):
+    from airflow_streaming.lifecycle.snapshot import SnapshotError, load_manifest
+
+    for bad, expected in (({"batch_id": "41"}, "field 'batch_id'"), ({"linked": "yes"}, "field 'linked'"),
+                          ({"files": None}, "field 'files'")):
+        (tmp_path / "manifest.json").write_text(json.dumps({**load("manifest.json"), **bad}))
+        with pytest.raises(SnapshotError) as err:
+            load_manifest(str(tmp_path))
+        assert str(tmp_path / "manifest.json") in str(err.value) and expected in str(err.value), str(err.value)
