@@ -45,7 +45,7 @@ def parse(kind: type[T], data: Any, error: type[Exception] = ValueError) -> T:
             return kind.model_validate(data)  # type: ignore[return-value]
         return _adapter(kind).validate_python(data)
     except ValidationError as exc:
-        raise error(describe(exc)) from None
+        raise error(describe(exc)) from exc
 
 
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {}
@@ -55,13 +55,6 @@ def _adapter(kind: type[T]) -> TypeAdapter[T]:
     if kind not in _ADAPTERS:
         _ADAPTERS[kind] = TypeAdapter(kind)
     return _ADAPTERS[kind]
-
-
-def dump(value: Any) -> dict[str, Any]:
-    """``value`` (a model or pydantic dataclass) as a JSON-safe dict: enums as their values."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    return _adapter(type(value)).dump_python(value, mode="json")
 
 
 class Model(BaseModel):
