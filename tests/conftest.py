@@ -46,16 +46,30 @@ def airflow_db():
     return os.environ["AIRFLOW_HOME"]
 
 
-@pytest.fixture(scope="session", autouse=True)
-def spark_class_archive(request):
-    """When the session runs Spark: every JVM that spark-submit starts (drivers, gates, sessions) maps one
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``scripts/test.sh`` runs the whole suite with ``-n 2 --dist loadgroup``) every
+    test that starts Spark is in one group, run by one worker in file order: one Spark driver at a time,
+    and a module's shared Spark session stays shared. The tests that start none run on the other worker."""
+    for item in items:
+        if item.get_closest_marker("spark"):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
+@pytest.fixture(autouse=True)
+def _class_archive_for_spark_tests(request):
+    if request.node.get_closest_marker("spark"):
+        request.getfixturevalue("spark_class_archive")
+
+
+@pytest.fixture(scope="session")
+def spark_class_archive():
+    """Before the first Spark test: every JVM that spark-submit starts (drivers, gates, sessions) maps one
     class-data-sharing archive of pyspark's classes (airflow_streaming.class_archive), built once per
     JDK and jar set (~1 min) - about 6 s less per driver start on these machines (BENCHMARKS.md).
 
     It changes how the JVM loads classes, nothing that Spark or the product does. Off with
     AIRFLOW_STREAMING_TEST_CLASS_ARCHIVE=0."""
-    wanted = os.environ.get("AIRFLOW_STREAMING_TEST_CLASS_ARCHIVE", "1") != "0"
-    if not wanted or not any(item.get_closest_marker("spark") for item in request.session.items):
+    if os.environ.get("AIRFLOW_STREAMING_TEST_CLASS_ARCHIVE", "1") == "0":
         yield None
         return
     from airflow_streaming import class_archive
