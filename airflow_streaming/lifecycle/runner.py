@@ -481,6 +481,8 @@ class LifecycleRunner:
         try:
             standby = hook.standby_record()
             if not (standby is not None and standby.run_id == run_id) and not hook.processes_of_run(run_id):
+                if record.gate_in_standby:  # asked before it starts: it warms the check up while preparing
+                    self._ask_standby_gate(record)
                 hook.submit(run_id=run_id, standby=True, lock=self.lock)
         except LifecycleLockLost:
             raise
@@ -513,17 +515,28 @@ class LifecycleRunner:
         record.error = f"{self.target.version} failed while preparing: {failure}"
         self._advance(record, Step.ROLLED_BACK, f"{record.error}; {record.from_version} was never stopped")
 
-    def _gate_in_standby(self, record: LifecycleRecord, timeout: float = 300.0) -> tuple[dict[str, Any], float]:
-        """Ask the prepared driver to run the compatibility check in its session; wait for its report."""
+    def _ask_standby_gate(self, record: LifecycleRecord) -> dict[str, Any]:
+        """The gate request addressed to the standby run of ``record`` (written unless it already is).
+
+        It is written before the standby is submitted: the standby runs the check once while it prepares
+        (a warm-up whose result it discards: classes loaded, code compiled) and answers the request with a
+        fresh check once it is READY. Nothing in it touches the checkpoint."""
         hook = self.new_hook
         raw = hook.storage.read_bytes(hook.paths.standby_gate)
         asked = json.loads(raw) if raw else None
-        if not (isinstance(asked, dict) and asked.get("id") == record.id):  # not asked yet (resumed: asked)
-            request = {"id": record.id, "run_id": record.new_run_id, "dry_run": self.options.dry_run,
-                       "checkpoint": self.home.checkpoint_locations()[0], "at": time.time()}
-            hook.storage.write_atomic(hook.paths.standby_gate, json.dumps(request).encode())
-            asked = request
-        deadline = float(asked.get("at") or time.time()) + timeout
+        if isinstance(asked, dict) and asked.get("id") == record.id:  # asked already (a resumed action)
+            return asked
+        request = {"id": record.id, "run_id": record.new_run_id, "dry_run": self.options.dry_run,
+                   "checkpoint": self.home.checkpoint_locations()[0], "at": time.time()}
+        hook.storage.write_atomic(hook.paths.standby_gate, json.dumps(request).encode())
+        return request
+
+    def _gate_in_standby(self, record: LifecycleRecord, timeout: float = 300.0) -> tuple[dict[str, Any], float]:
+        """Ask the prepared driver to run the compatibility check in its session; wait for its report
+        (within ``timeout`` seconds of the standby's preparation time, counted from the request)."""
+        hook = self.new_hook
+        asked = self._ask_standby_gate(record)
+        deadline = float(asked.get("at") or time.time()) + hook.spec.startup_timeout + timeout
         self._await(record, Wait(FILE, hook.spec.to_dict(), record.new_run_id, deadline,
                                  {"path": hook.paths.standby_gate_report, "id": record.id}))
         raw = hook.storage.read_bytes(hook.paths.standby_gate_report)

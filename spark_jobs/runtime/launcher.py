@@ -222,6 +222,10 @@ class Driver:
             if ns.job:
                 ctx = JobContext(ns.stream, ns.version, ns.checkpoint, ns.trigger_seconds)
                 self.prepared_writer = bundled_writer(self.spark, ns.job, list(ns.app_args), ctx)
+            from spark_jobs.runtime.standby_gate import StandbyGate
+
+            gate = StandbyGate(self.storage, self.paths, ns.run_id)  # the upgrade's gate runs in this session
+            gate.warm_up(self.spark, ns)  # asked before this driver started: load and compile the check
         except BaseException as exc:  # noqa: BLE001 - reported to the deployer, who keeps the old version
             log.exception("standby preparation failed")
             self._report_standby("FAILED", describe_exception(exc))
@@ -229,9 +233,6 @@ class Driver:
         self._report_standby("READY")
         log.info("standby run %s of %s %s ready; waiting for the run marker", ns.run_id, ns.stream, ns.version)
         deadline = time.monotonic() + ns.standby_timeout
-        from spark_jobs.runtime.standby_gate import StandbyGate
-
-        gate = StandbyGate(self.storage, self.paths, ns.run_id)  # the upgrade's gate runs in this session
         while True:
             gate.poll(self.spark, ns)
             try:

@@ -195,6 +195,11 @@ def test_warm_start_prepares_the_new_driver_first_and_still_rolls_back(streams):
                                                "SNAPSHOTTED", "STARTING", "PROBATION", "SUCCEEDED"]
     checked = next(s["detail"] for s in done.steps if s["step"] == "CHECKED")
     assert checked.startswith("compatibility COMPATIBLE") and "checked inside the prepared driver" in checked
+    # The request was there before the standby started: it ran the check once while preparing (a warm-up
+    # whose result it discards), then answered with a fresh check once READY.
+    standby_log = Path(hook.driver_log_path(done.new_run_id)).read_text(errors="replace")
+    assert f"warm-up check for gate request {done.id}" in standby_log, standby_log[-3000:]
+    assert f"gate request {done.id} answered in" in standby_log
     assert done.first_new_batch == done.stop_batch + 1
     assert hook.standby_state(done.new_run_id)["state"] == "PROMOTED"
     assert hook.driver_record().run_id == done.new_run_id and hook.deployed()["spec"]["version"] == "v2"
