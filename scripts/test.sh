@@ -1,12 +1,30 @@
 #!/usr/bin/env bash
 # Set everything up (./.venv, Java check) and run the whole test suite: ./scripts/test.sh [pytest args]
-# The whole suite (no arguments) runs on two pytest-xdist workers: every test that starts Spark on one,
-# in order (one Spark driver at a time, tests/conftest.py), and the tests that start none on the other.
-# AIRFLOW_STREAMING_TEST_WORKERS=1 runs it in one process; with arguments, pytest runs them as given.
+#
+# The whole suite (no arguments) runs as two pytest sessions at once: the tests that start Spark
+# (marker `spark`), one after another - one Spark driver at a time - and, beside them, the tests that
+# start none (unit tests, notifiers, command building). The second session's output is printed when
+# both are done; the exit status is non-zero if either failed. AIRFLOW_STREAMING_TEST_SPLIT=0 runs the
+# whole suite as one session; with arguments, pytest runs them as given.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup_env.sh
-if [ "$#" -eq 0 ] && [ "${AIRFLOW_STREAMING_TEST_WORKERS:-2}" != 1 ]; then
-  set -- -n "${AIRFLOW_STREAMING_TEST_WORKERS:-2}" --dist loadgroup
+if [ "$#" -gt 0 ] || [ "${AIRFLOW_STREAMING_TEST_SPLIT:-1}" = 0 ]; then
+  exec "$VENV/bin/python" -m pytest "$@"
 fi
-exec "$VENV/bin/python" -m pytest "$@"
+others_log="$(mktemp -t airflow-streaming-tests-without-spark.XXXXXX)"
+"$VENV/bin/python" -m pytest -m "not spark" >"$others_log" 2>&1 &
+others=$!
+trap 'kill -INT "$others" 2>/dev/null || true' INT TERM
+set +e
+"$VENV/bin/python" -m pytest -m spark
+spark_rc=$?
+wait "$others"
+others_rc=$?
+set -e
+echo
+echo "=============== the tests that start no Spark (run beside the Spark tests) ==============="
+cat "$others_log"
+rm -f "$others_log"
+echo "Spark tests: exit $spark_rc; tests without Spark: exit $others_rc"
+[ "$spark_rc" = 0 ] && [ "$others_rc" = 0 ]

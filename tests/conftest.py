@@ -46,15 +46,6 @@ def airflow_db():
     return os.environ["AIRFLOW_HOME"]
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``scripts/test.sh`` runs the whole suite with ``-n 2 --dist loadgroup``) every
-    test that starts Spark is in one group, run by one worker in file order: one Spark driver at a time,
-    and a module's shared Spark session stays shared. The tests that start none run on the other worker."""
-    for item in items:
-        if item.get_closest_marker("spark"):
-            item.add_marker(pytest.mark.xdist_group("spark"))
-
-
 @pytest.fixture(autouse=True)
 def _class_archive_for_spark_tests(request):
     if request.node.get_closest_marker("spark"):
