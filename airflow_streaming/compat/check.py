@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from airflow_streaming.checkpoint.reader import CheckpointInfo, OperatorInfo, read_checkpoint
@@ -126,6 +127,13 @@ def file_sink_committed_batch(path: str | None, storage: ControlStorage | None =
     return max(ids) if ids else None
 
 
+def _sink_committed_batch(path: str | None, resolve: Callable[[str], tuple[ControlStorage, str]]) -> int | None:
+    if not path:
+        return None
+    storage, root = resolve(path)
+    return file_sink_committed_batch(root, storage)
+
+
 # ------------------------------------------------------------------------------------ dry run
 
 _METADATA_DIRS = ("_metadata", "_stateSchema")
@@ -226,13 +234,19 @@ def check_compatibility(
     trigger_seconds: float = 5.0,
     dry_run: bool = True,
     storage_conn_id: str | None = None,
+    resolve: Callable[[str], tuple[ControlStorage, str]] | None = None,
 ) -> CompatibilityReport:
-    """Check whether ``application`` (bundled job or script) may restart on ``checkpoint``
-    (``storage_conn_id``: the Airflow webhdfs connection for an ``hdfs://`` checkpoint)."""
+    """Check whether ``application`` (bundled job or script) may restart on ``checkpoint``.
+
+    How the checkpoint and the file sink's log are read: ``resolve(location) -> (storage, path)``;
+    by default the Airflow side's :func:`storage_for` (``storage_conn_id``: the Airflow webhdfs
+    connection for an ``hdfs://`` checkpoint). Inside a driver, the driver's own storage (the JVM's
+    Hadoop FileSystem for ``hdfs://``): ``spark_jobs.runtime.hadoop_storage.driver_storage``."""
     from airflow_streaming.compat.candidate import capture_query, plan_candidate
 
     started = time.monotonic()
-    storage, root = storage_for(checkpoint, storage_conn_id)
+    resolve = resolve or (lambda location: storage_for(location, storage_conn_id))
+    storage, root = resolve(checkpoint)
     info = read_checkpoint(root, storage)
     for key, value in (spark_conf or {}).items():
         # Only runtime (SQL) confs shape the plan; static/core ones (spark.ui.enabled, memory...) cannot
@@ -245,7 +259,7 @@ def check_compatibility(
         application=application,
         sources=tuple(SourceFacts(s.index, s.kind, s.path) for s in plan.sources),
         sink=SinkFacts(plan.sink.format, plan.sink.path, plan.sink.output_mode,
-                       file_sink_committed_batch(plan.sink.path, storage_conn_id=storage_conn_id)),
+                       _sink_committed_batch(plan.sink.path, resolve)),
         conf=plan.conf,
         operators=tuple(dataclasses.replace(operator_facts(op), key_expressions=tuple(plan.key_expressions.get(op.id, ())))
                         for op in plan.operators),

@@ -126,6 +126,17 @@ class ControlPaths:
         return f"{self.root}/standby-gate-report.json"
 
     @property
+    def gate_report(self) -> str:
+        """A cold gate's answer ``{"id", "report" | "error", ...}``: written by the detached check child or
+        the gate driver on the stream's target (``spark_jobs/launch.py --gate-only``)."""
+        return f"{self.root}/gate-report.json"
+
+    @property
+    def gate_driver(self) -> str:
+        """The :class:`DriverRecord` of the last gate driver submitted to the stream's target."""
+        return f"{self.root}/gate-driver.json"
+
+    @property
     def driver(self) -> str:
         return f"{self.root}/driver.json"
 

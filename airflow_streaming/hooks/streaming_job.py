@@ -533,8 +533,9 @@ class StreamingJobHook(BaseHook):
         if self.target.kind == "local":
             check_java()
 
-    def launch_plan(self, run_id: str, standby: bool = False) -> LaunchPlan:
-        """What the target starts for ``run_id``: the runtime's arguments and the conf (secrets apart)."""
+    def launch_plan(self, run_id: str, standby: bool = False, gate: bool | None = None) -> LaunchPlan:
+        """What the target starts for ``run_id``: the runtime's arguments and the conf (secrets apart).
+        ``gate`` not ``None``: a gate driver (``True``: with the Spark dry run) - see :meth:`submit_gate`."""
         spec = self.spec
         runtime_args = [
             "--stream", spec.name, "--version", spec.version, "--run-id", run_id,
@@ -542,7 +543,9 @@ class StreamingJobHook(BaseHook):
             *self.application_argument(),
             "--trigger-seconds", str(spec.trigger_interval), "--heartbeat-seconds", str(spec.heartbeat_interval),
             "--lease-ttl", str(lease_ttl(spec)),
-            *(["--standby"] if standby else []), "--", *spec.application_args,
+            *(["--standby"] if standby else []),
+            *(["--gate-only", *([] if gate else ["--gate-no-dry-run"])] if gate is not None else []),
+            "--", *spec.application_args,
         ]
         conf, secret = split_conf({**DEFAULT_SPARK_CONF, **spec.spark_conf})
         register_secrets(secret.values())
@@ -624,6 +627,37 @@ class StreamingJobHook(BaseHook):
             log.info("submitted stream %s %s%s to %s: run %s, %s, log %s", self.spec.name, self.spec.version,
                      " (standby)" if standby else "", self.target.kind, run_id, handle, plan.log_path)
             return record
+
+    def submit_gate(self, run_id: str, lock: LifecycleLock, dry_run: bool = True) -> DriverRecord:
+        """Start a *gate driver* on the stream's own target: a short driver that runs the compatibility gate
+        of this spec (the candidate) against its checkpoint where the checkpoint and the job's dependencies
+        are, writes ``{"id": run_id, "report" | "error"}`` to ``gate-report.json`` and exits
+        (``spark_jobs/launch.py --gate-only``). It touches neither the checkpoint, the lease, the run marker
+        nor the status document; its record goes to ``gate-driver.json`` (logs, kill). Under ``lock``."""
+        self.preflight()
+        with self.guarded("gate", lock) as held:
+            plan = self.launch_plan(run_id, gate=dry_run)
+            plan = dataclasses.replace(plan, name=f"{plan.name} gate",
+                                       env={**self._environment(), **plan.env})
+            self.storage.makedirs(self.paths.root)
+            if not self.remote_storage:
+                self.storage.makedirs(os.path.dirname(self.paths.log(run_id)))
+            held.ensure()
+            handle = self.target.submit(plan)
+            record = DriverRecord(
+                run_id=run_id, stream=self.spec.name, version=self.spec.version, application=self.spec.application,
+                host=_hostname(), command=self.target.describe_command(plan), log_path=plan.log_path,
+                submitted_at=time.time(), checkpoint_location=self.spec.checkpoint_location, target=self.target.kind,
+                handle=handle)
+            self.storage.write_atomic(self.paths.gate_driver, record.to_json())
+            log.info("submitted the compatibility gate of %s %s to %s: run %s, %s, log %s", self.spec.name,
+                     self.spec.version, self.target.kind, run_id, handle, plan.log_path)
+            return record
+
+    def gate_driver_record(self) -> DriverRecord | None:
+        """The record of the last gate driver (:meth:`submit_gate`), if any."""
+        data = self.storage.read_bytes(self.paths.gate_driver)
+        return None if data is None else DriverRecord.from_json(self.paths.gate_driver, data)
 
     def _remove_marker_of(self, run_id: str) -> None:
         """Remove the run marker if it names ``run_id`` (a failed start must leave no marker behind)."""

@@ -84,6 +84,10 @@ class LifecycleError(StreamingError):
     """A lifecycle action cannot go on (the message says why and what to do)."""
 
 
+#: Targets whose drivers run off the Airflow worker: a cold gate runs as a short driver on the target.
+REMOTE_TARGETS = frozenset({"standalone-cluster", "yarn", "kubernetes"})
+
+
 @dataclass(frozen=True)
 class LifecycleOptions:
     """How an action runs. ``check`` is the compatibility check (default: the CLI in a child process)."""
@@ -412,7 +416,9 @@ class LifecycleRunner:
                                                   "inside it before anything is stopped")
             return
         try:
-            if self.options.defer and self.options.check is run_check:
+            if self.options.check is run_check and self.new_hook.target.kind in REMOTE_TARGETS:
+                report = self._target_gate(record)
+            elif self.options.defer and self.options.check is run_check:
                 report = self._detached_gate(record)
             else:
                 report = self.options.check(self._gate_spec(), record.allow_warnings, self.options.dry_run)
@@ -443,6 +449,74 @@ class LifecycleRunner:
         answer = json.loads(raw) if raw else None
         return read_detached_report(self.target, answer if isinstance(answer, dict) and answer.get("id") == token
                                     else {"error": f"no report within {timeout:.0f}s"})
+
+    def _target_gate(self, record: LifecycleRecord, timeout: float = 600.0) -> dict[str, Any]:
+        """A stream whose drivers run on a cluster: the gate runs as a short driver on the same target
+        (:meth:`StreamingJobHook.submit_gate`), where the checkpoint and the job's dependencies are - not on
+        this Airflow worker. Blocking and deferrable alike, the action waits for its answer in
+        ``gate-report.json``; the gate driver is submitted once (its token is saved before the submission)
+        and is gone when this returns."""
+        spec = self._gate_spec()
+        hook = self.new_hook if spec is self.target else StreamingJobHook(spec)
+        token = f"gate-{record.id}"
+        answer = self._gate_answer(hook, token)
+        gate = hook.gate_driver_record()
+        submitted = record.gate_token == token and (
+            (gate is not None and gate.run_id == token) or bool(hook.processes_of_run(token)))
+        if answer is None and not submitted:
+            record.gate_token = token  # saved before the side effect: a resumed action never submits twice
+            self.save(record)
+            self._ensure_lock()
+            try:
+                hook.submit_gate(token, self.lock, self.options.dry_run)
+            except (StreamingError, LifecycleLockLost):
+                raise
+            except Exception as exc:  # noqa: BLE001 - the running version was not touched
+                raise StreamingError(f"the compatibility gate of {spec.version} could not be submitted to "
+                                     f"{hook.target.kind}: {exc}") from exc
+        elif answer is None and self._gate_driver_gone(hook, token):
+            answer = {"error": "the gate driver ended without an answer (see its log: "
+                               f"{hook.driver_log_path(token)})"}
+        if answer is None:
+            deadline = (record.step_started_at or record.created_at) + hook.spec.startup_timeout + timeout
+            self._await(record, Wait(FILE, hook.spec.to_dict(), None, deadline,
+                                     {"path": hook.paths.gate_report, "id": token}))
+            answer = self._gate_answer(hook, token) or {"error": f"no answer within {timeout:.0f}s of its start"}
+        self._end_gate_driver(hook, token)
+        return read_detached_report(self.target, answer)
+
+    @staticmethod
+    def _gate_answer(hook: StreamingJobHook, token: str) -> dict[str, Any] | None:
+        raw = hook.storage.read_bytes(hook.paths.gate_report)
+        try:
+            answer = json.loads(raw) if raw else None
+        except ValueError:
+            return None
+        return answer if isinstance(answer, dict) and answer.get("id") == token else None
+
+    @staticmethod
+    def _gate_driver_gone(hook: StreamingJobHook, token: str) -> bool:
+        """Whether the gate driver ``token`` is confirmed gone (no record of it: cannot tell, not gone)."""
+        gate = hook.gate_driver_record()
+        if gate is None or gate.run_id != token:
+            return False
+        try:
+            return hook.target_of(gate).state(gate).gone
+        except Exception:  # noqa: BLE001 - cannot tell: keep waiting for the answer
+            return False
+
+    @staticmethod
+    def _end_gate_driver(hook: StreamingJobHook, token: str) -> None:
+        """The gate driver exits once it answered; make sure (kill it if it has not within a grace)."""
+        gate = hook.gate_driver_record()
+        if gate is None or gate.run_id != token:
+            return
+        try:
+            if not hook.wait_gone(gate, 30.0):  # never hook.kill(): it would remove the stream's run marker
+                log.warning("the gate driver %s did not exit after answering: %s", token,
+                            hook.target_of(gate).kill(gate, 10.0))
+        except Exception as exc:  # noqa: BLE001 - the verdict stands; the driver is a short one
+            log.warning("could not confirm that the gate driver %s ended: %s", token, exc)
 
     def _gate_verdict(self, record: LifecycleRecord, report: dict[str, Any], passed: Step, where: str = "") -> bool:
         """Record the gate's verdict and move to ``passed`` or REFUSED; return whether it passed."""

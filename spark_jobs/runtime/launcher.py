@@ -95,6 +95,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="prepare (session, planned query, warm-up) and wait until the run marker names this run")
     parser.add_argument("--standby-timeout", type=float, default=3600.0,
                         help="a standby never promoted within this many seconds exits without touching anything")
+    parser.add_argument("--gate-only", action="store_true",
+                        help="run the compatibility gate of this application against --checkpoint, write the answer "
+                             "to gate-report.json in the control directory and exit (touches nothing else)")
+    parser.add_argument("--gate-no-dry-run", action="store_true", help="with --gate-only: no Spark dry run")
     parser.add_argument("--progress-kafka-bootstrap", default=os.environ.get("AIRFLOW_STREAMING_PROGRESS_KAFKA_BOOTSTRAP"),
                         help="export every progress event to Kafka at these bootstrap servers (optional)")
     parser.add_argument("--progress-kafka-topic", default=os.environ.get("AIRFLOW_STREAMING_PROGRESS_KAFKA_TOPIC"))
@@ -249,10 +253,47 @@ class Driver:
                 return EXIT_GRACEFUL
             time.sleep(1.0 if self.remote_storage else 0.05)  # remote: one NameNode request a second
 
+    def _gate_only(self) -> int:
+        """A short driver on the stream's own target - where the checkpoint and the job's dependencies are -
+        that runs the compatibility gate of this application against ``--checkpoint`` and exits. Its answer
+        ``{"id": <run id>, "report" | "error", "seconds", "host"}`` goes to ``gate-report.json`` in the
+        control directory. It touches neither the checkpoint, the lease, the run marker nor the status."""
+        from airflow_streaming.redaction import redact, redact_text
+        from spark_jobs.runtime.standby_gate import run_check_in_driver
+
+        ns = self.ns
+        started = time.monotonic()
+        answer: dict[str, Any] = {"id": ns.run_id, "host": socket.gethostname()}
+        try:
+            if ns.script and not os.path.isfile(ns.script):
+                raise FileNotFoundError(f"application script {ns.script} does not exist")
+            self.spark = self._session(f"{ns.stream}:{ns.version} compatibility gate")
+            answer["report"] = redact(run_check_in_driver(self.spark, ns, ns.checkpoint,
+                                                          not ns.gate_no_dry_run).to_dict())
+        except Exception as exc:  # noqa: BLE001 - the runner decides; an error refuses the upgrade
+            log.exception("the compatibility check failed")
+            answer["error"] = redact_text(f"{type(exc).__name__}: {exc}")
+        answer["seconds"] = round(time.monotonic() - started, 3)
+        try:
+            self.storage.write_atomic(self.paths.gate_report, json.dumps(answer, default=str).encode())
+        except StorageError as exc:
+            print(f"airflow-streaming: the gate of {ns.stream!r} ran but its answer cannot be written to "
+                  f"{self.paths.gate_report}: {exc}", file=sys.stderr, flush=True)
+            return EXIT_STARTUP_FAILED
+        log.info("gate driver %s of %s %s: %s in %.2fs", ns.run_id, ns.stream, ns.version,
+                 (answer.get("report") or {}).get("verdict") or "error", answer["seconds"])
+        return EXIT_GRACEFUL
+
     def run(self) -> int:
         ns = self.ns
         _forget_secret_properties()
         self.secret_conf = _secret_conf_from_environment()
+        if ns.gate_only:
+            try:
+                return self._gate_only()
+            finally:
+                if self.spark is not None:
+                    self.spark.stop()
         if ns.standby:
             code = self._stand_by()
             if code is not None:
@@ -297,10 +338,10 @@ class Driver:
             self._finish_cleanup(lease)
         return code
 
-    def _session(self) -> Any:
+    def _session(self, name: str | None = None) -> Any:
         from pyspark.sql import SparkSession
 
-        builder = SparkSession.builder.appName(f"{self.ns.stream}:{self.ns.version}")
+        builder = SparkSession.builder.appName(name or f"{self.ns.stream}:{self.ns.version}")
         for key, value in self.secret_conf.items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()

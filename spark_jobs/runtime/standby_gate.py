@@ -61,11 +61,8 @@ class StandbyGate:
 
     @staticmethod
     def _check(spark: Any, ns: Any, request: dict[str, Any]) -> Any:
-        from airflow_streaming.compat.check import check_compatibility
-
-        return check_compatibility(
-            spark, str(request.get("checkpoint") or ns.checkpoint), ns.job or ns.script, list(ns.app_args),
-            stream=ns.stream, trigger_seconds=ns.trigger_seconds, dry_run=bool(request.get("dry_run", True)))
+        return run_check_in_driver(spark, ns, str(request.get("checkpoint") or ns.checkpoint),
+                                   bool(request.get("dry_run", True)))
 
     def poll(self, spark: Any, ns: Any) -> None:
         """Run the check once per new request for this run; never raises (errors go into the report)."""
@@ -93,3 +90,14 @@ class StandbyGate:
         except StorageError as exc:
             self.answered.discard(str(request.get("id")))  # try again at the next poll
             log.error("standby: cannot write the gate report (will retry): %s", exc)
+
+
+def run_check_in_driver(spark: Any, ns: Any, checkpoint: str, dry_run: bool) -> Any:
+    """The compatibility check of this driver's application (``ns``: the launcher's arguments) against
+    ``checkpoint``, in this driver's session, reading through the driver's own storage (the JVM's
+    Hadoop FileSystem for ``hdfs://``: no Airflow connection here)."""
+    from airflow_streaming.compat.check import check_compatibility
+    from spark_jobs.runtime.hadoop_storage import driver_storage
+
+    return check_compatibility(spark, checkpoint, ns.job or ns.script, list(ns.app_args), stream=ns.stream,
+                               trigger_seconds=ns.trigger_seconds, dry_run=dry_run, resolve=driver_storage)

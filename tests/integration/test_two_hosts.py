@@ -10,9 +10,10 @@ it afterwards are different, and the second cannot see the driver's processes.
   namespaces (``unshare --net --uts --pid --fork --mount-proc``): its own hostname, its own ``/proc``
   (the driver's pids do not exist there), its own loopback and ``/etc/hosts``; it reaches A only at
   A's veth address. From B, in order: watch (health verdict, status), graceful stop (the run marker),
-  restart (lifecycle RESTART), upgrade to v2 through the compatibility gate (which runs its Spark
-  session on B, reading the checkpoint over WebHDFS), hard kill through the cluster manager, deploy
-  again, graceful stop.
+  restart (lifecycle RESTART), upgrade to v2 through the compatibility gate (which runs as a short
+  driver on the cluster - where the checkpoint and the job are - submitted from B, reading the
+  checkpoint through the driver's Hadoop FileSystem), hard kill through the cluster manager, deploy
+  again, graceful stop. The worker has 4 cores: the stream's driver and executor, and the gate's.
 
 The control files and the checkpoint live on the stand-in (``webhdfs://``). The stream's input,
 output and quarantine are local directories: the file system is shared by both "hosts", like an NFS
@@ -206,7 +207,7 @@ def two_hosts(tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW_STREAMING_LOG_DIR", str(tmp_path / "driver-logs"))
     with contextlib.ExitStack() as stack:
         a_ip, b_ip, b = stack.enter_context(_host_b(tmp_path))
-        cluster = stack.enter_context(standalone_cluster(tmp_path, host=a_ip))
+        cluster = stack.enter_context(standalone_cluster(tmp_path, host=a_ip, cores=4, memory="3g"))
         nn = stack.enter_context(WebHdfsStandIn(str(tmp_path / "hdfs"), host=a_ip))
         yield TwoHosts(a_ip, b_ip, b, cluster, nn)
 
@@ -336,7 +337,7 @@ def test_every_operation_from_a_host_that_cannot_see_the_driver(two_hosts, strea
     assert record2.run_id == restart["new_run_id"] != record.run_id and record2.host == HOST_B
     processed(180, "phases 3-5 after the restart")
 
-    # ---- (4) B upgrades to v2: the compatibility gate (its Spark session on B), stop, snapshot, probation
+    # ---- (4) B upgrades to v2: the compatibility gate (a gate driver on the cluster), stop, snapshot, probation
     feed("p6-before-upgrade")
     b.send("lifecycle", spec=v2.to_dict(), action="upgrade")
     upgrade = feeding_in_probation("p7-upgrade-probation", 420)
@@ -347,6 +348,12 @@ def test_every_operation_from_a_host_that_cannot_see_the_driver(two_hosts, strea
                            "SUCCEEDED"], upgrade["steps"]
     assert upgrade["stop_report"]["graceful"], upgrade["stop_report"]
     stop_latencies.append(upgrade["stop_report"]["seconds"])
+    # The gate ran as a driver on the cluster (on A's worker), not on B, and it is gone.
+    gate = hook.gate_driver_record()
+    answer = json.loads(hook.storage.read_bytes(hook.paths.gate_report))
+    assert gate.target == "standalone-cluster" and gate.run_id.startswith("gate-") and gate.host == HOST_B, gate
+    assert answer["id"] == gate.run_id and answer["report"]["verdict"] == "COMPATIBLE", answer
+    assert answer["host"] != HOST_B and hook.target_of(gate).state(gate).gone, answer
     assert hook.deployed()["spec"]["version"] == "v2"
     processed(240, "phases 6-7 in v2's output")
     record3 = hook.driver_record()

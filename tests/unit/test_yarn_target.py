@@ -244,3 +244,32 @@ def test_a_user_script_is_shipped_with_the_application(tmp_path, rm, submit_reco
     assert conf_of(argv)["spark.yarn.dist.files"] == str(script)
     # In the application master's container the script sits in the working directory.
     assert argv[argv.index("--script") + 1] == "my_job.py" and argv[-3:] == ["--", "--x", "1"]
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_gate_driver_is_a_cluster_submission_that_touches_none_of_the_streams_files(tmp_path, rm, submit_record,
+                                                                                      dry_run):
+    """The cold gate of a cluster stream runs as a short driver on its target (``--gate-only``): submitted
+    under the action's lock, recorded in ``gate-driver.json`` - never ``driver.json``, the run marker or
+    the deployed spec, which name the running version."""
+    from airflow_streaming.lifecycle.lock import LifecycleLock
+
+    hook = StreamingJobHook(yarn_spec(tmp_path, rm.url))
+    hook.storage.makedirs(hook.paths.root)
+    lock = LifecycleLock.acquire(hook.storage, hook.paths.root, "upgrade", "test")
+    try:
+        gate = hook.submit_gate("gate-u1", lock, dry_run=dry_run)
+    finally:
+        lock.release()
+    (call,) = calls(submit_record)
+    argv = call["argv"]
+    assert argv[:4] == ["--master", "yarn", "--deploy-mode", "cluster"]
+    launcher = argv.index(next(a for a in argv if a.endswith("spark_jobs/launch.py")))
+    runtime = argv[launcher + 1:argv.index("--", launcher)]
+    assert runtime[:6] == ["--stream", "etl", "--version", "v1", "--run-id", "gate-u1"]
+    assert "--gate-only" in runtime and ("--gate-no-dry-run" in runtime) is (not dry_run)
+    assert conf_of(argv)["spark.airflow_streaming.run_id"] == "gate-u1" and "gate" in argv[argv.index("--name") + 1]
+    assert SECRET not in " ".join(argv)
+    assert hook.gate_driver_record() == gate and gate.target == "yarn" and gate.handle["app_id"] in rm.apps
+    for untouched in (hook.paths.marker, hook.paths.driver, hook.deployed_path, hook.paths.standby_driver):
+        assert not hook.storage.exists(untouched), untouched
