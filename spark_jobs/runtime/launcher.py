@@ -258,22 +258,17 @@ class Driver:
         that runs the compatibility gate of this application against ``--checkpoint`` and exits. Its answer
         ``{"id": <run id>, "report" | "error", "seconds", "host"}`` goes to ``gate-report.json`` in the
         control directory. It touches neither the checkpoint, the lease, the run marker nor the status."""
-        from airflow_streaming.redaction import redact, redact_text
-        from spark_jobs.runtime.standby_gate import run_check_in_driver
+        from spark_jobs.runtime.standby_gate import answer_of, run_check_in_driver
 
         ns = self.ns
-        started = time.monotonic()
-        answer: dict[str, Any] = {"id": ns.run_id, "host": socket.gethostname()}
-        try:
+
+        def check() -> Any:
             if ns.script and not os.path.isfile(ns.script):
                 raise FileNotFoundError(f"application script {ns.script} does not exist")
             self.spark = self._session(f"{ns.stream}:{ns.version} compatibility gate")
-            answer["report"] = redact(run_check_in_driver(self.spark, ns, ns.checkpoint,
-                                                          not ns.gate_no_dry_run).to_dict())
-        except Exception as exc:  # noqa: BLE001 - the runner decides; an error refuses the upgrade
-            log.exception("the compatibility check failed")
-            answer["error"] = redact_text(f"{type(exc).__name__}: {exc}")
-        answer["seconds"] = round(time.monotonic() - started, 3)
+            return run_check_in_driver(self.spark, ns, ns.checkpoint, not ns.gate_no_dry_run)
+
+        answer = {**answer_of(ns.run_id, check), "host": socket.gethostname()}
         try:
             self.storage.write_atomic(self.paths.gate_report, json.dumps(answer, default=str).encode())
         except StorageError as exc:

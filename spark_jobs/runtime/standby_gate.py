@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from airflow_streaming.control.contract import ControlPaths
@@ -74,16 +75,7 @@ class StandbyGate:
         if request is None:
             return
         self.answered.add(str(request.get("id")))
-        started = time.monotonic()
-        answer: dict[str, Any] = {"id": request.get("id")}
-        try:
-            answer["report"] = self._check(spark, ns, request).to_dict()
-        except Exception as exc:  # noqa: BLE001 - the runner decides; an error refuses the upgrade
-            from airflow_streaming.redaction import redact_text
-
-            log.exception("standby: the compatibility check failed")
-            answer["error"] = redact_text(f"{type(exc).__name__}: {exc}")
-        answer["seconds"] = round(time.monotonic() - started, 3)
+        answer = answer_of(request.get("id"), lambda: self._check(spark, ns, request))
         try:
             self.storage.write_atomic(self.paths.standby_gate_report, json.dumps(answer, default=str).encode())
             log.info("standby: gate request %s answered in %.2fs", request.get("id"), answer["seconds"])
@@ -101,3 +93,20 @@ def run_check_in_driver(spark: Any, ns: Any, checkpoint: str, dry_run: bool) -> 
 
     return check_compatibility(spark, checkpoint, ns.job or ns.script, list(ns.app_args), stream=ns.stream,
                                trigger_seconds=ns.trigger_seconds, dry_run=dry_run, resolve=driver_storage)
+
+
+def answer_of(answer_id: Any, check: Callable[[], Any]) -> dict[str, Any]:
+    """``{"id", "report" | "error", "seconds"}`` of one run of ``check`` (returning a report), as the
+    standby and the gate driver write it to shared storage: the report and the error redacted. Never
+    raises: an error refuses the upgrade, the runner decides."""
+    from airflow_streaming.redaction import redact, redact_text
+
+    started = time.monotonic()
+    answer: dict[str, Any] = {"id": answer_id}
+    try:
+        answer["report"] = redact(check().to_dict())
+    except Exception as exc:  # noqa: BLE001 - reported, never raised
+        log.exception("the compatibility check failed")
+        answer["error"] = redact_text(f"{type(exc).__name__}: {exc}")
+    answer["seconds"] = round(time.monotonic() - started, 3)
+    return answer
