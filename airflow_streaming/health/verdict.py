@@ -126,7 +126,11 @@ def evaluate(
         return HealthVerdict(None, HealthState.UNKNOWN, (Reason("STATUS_UNREADABLE", unreadable),), at=now)
     if doc is None:
         if driver_alive is False:
-            return HealthVerdict(None, HealthState.UNKNOWN, (Reason("NO_STATUS", "no status document and no driver"),), at=now)
+            # Proven gone before it wrote its first status (killed while starting, OOM at JVM start):
+            # a failure, never "unknown" - an unknown is never acted on, so the stream would stay down.
+            return HealthVerdict(None, HealthState.FAILED, (Reason(
+                "DRIVER_GONE_AT_START", "the driver exited before it reported any status (killed while starting?)"
+                + (f"; {liveness_note}" if liveness_note else "")),), at=now)
         return HealthVerdict(None, HealthState.UNKNOWN, (Reason("NO_STATUS", "no status document yet"),), at=now)
 
     stream, run_id = doc.get("stream"), doc.get("run_id")

@@ -103,6 +103,12 @@ def decide(policy: RestartPolicy, ledger: RestartLedger, classification: Classif
         return Decision(Action.NOTHING, classification.reason)
     if classification.kind == FailureKind.DETERMINISTIC:
         return Decision(Action.GIVE_UP, f"deterministic failure, not retried: {classification.reason}")
+    return restart_budget(policy, ledger, failed_at, now)
+
+
+def restart_budget(policy: RestartPolicy, ledger: RestartLedger, failed_at: float, now: float) -> Decision:
+    """Whether one more restart is allowed now: RESTART, WAIT (backing off, ``wait_s`` left) or GIVE_UP
+    (attempts within the validity interval exhausted). Only counts; says nothing of the failure's kind."""
     recent = [t for t in ledger.failures if failed_at - t <= policy.validity_interval_s]
     attempt = len(recent) + 1
     if attempt > policy.max_attempts:

@@ -9,14 +9,15 @@ Safety:
 - the stream's lifecycle lock (:mod:`airflow_streaming.lifecycle.lock`, shared with upgrades,
   restarts and rollbacks) makes concurrent passes - and a pass during an upgrade - take turns: a pass
   that finds it held skips the stream;
-- decisions are keyed on the *current* run id: a failed run is restarted once (the ledger records it
-  as handled) and a new submission replaces the driver record, so a repeated pass sees the new run;
+- what to do is decided by :func:`airflow_streaming.reconcile.decision.decide` over one
+  :func:`~airflow_streaming.reconcile.observe.observe` of the stream; this module only carries it out;
+- a failed run is restarted once (the ledger records it as handled) and a new submission replaces the
+  driver record, so a repeated pass sees the new run;
 - the deploy refuses while any driver of the stream is alive (lease / process group): never two drivers.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -24,30 +25,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_streaming.control import contract
-from airflow_streaming.control.storage import StorageError
+from airflow_streaming.reconcile.observe import Observed, observe
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
-from airflow_streaming.lifecycle.record import TERMINAL
 from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockHeld
+from airflow_streaming.reconcile.decision import Act, Decision
+from airflow_streaming.reconcile.observation import Health
 from airflow_streaming.redaction import restore_secrets
 from airflow_streaming.spec import StreamSpec
-from airflow_streaming.supervision.classification import classify
-from airflow_streaming.supervision.policy import (
-    Action,
-    RestartLedger,
-    RestartPolicy,
-    decide,
-    note_healthy,
-    record_give_up,
-    record_restart,
-)
+from airflow_streaming.supervision.ledger_file import load_ledger, save_ledger
+from airflow_streaming.supervision.policy import RestartPolicy, note_healthy, record_give_up, record_restart
 
 log = logging.getLogger(__name__)
+
+__all__ = ["PassResult", "load_ledger", "save_ledger", "supervise"]
 
 
 @dataclass
 class PassResult:
-    """What one supervision pass saw and did."""
+    """What one supervision pass saw and did.
+
+    ``action``: NOTHING, NOTIFIED, WAITING (backing off), RECOVERED, RESTARTED, RESTART_FAILED, GAVE_UP,
+    or SKIPPED (another lifecycle action holds the stream's lock)."""
 
     stream: str
     health: str
@@ -55,40 +53,17 @@ class PassResult:
     reason: str
     events: list[dict[str, Any]] = field(default_factory=list)
     new_run_id: str | None = None
+    decision: Decision | None = None
 
 
-def _paths(hook: StreamingJobHook) -> tuple[str]:
-    return (f"{hook.paths.root}/supervisor.json",)
-
-
-def load_ledger(hook: StreamingJobHook) -> RestartLedger:
-    """The stream's restart ledger; :class:`ControlFileError` if unreadable (never silently reset: it
-    holds the attempts in the window and the gave-up state)."""
-    path = _paths(hook)[0]
-    raw = hook.storage.read_bytes(path)
-    if raw is None:
-        return RestartLedger()
-    try:
-        doc = json.loads(raw)
-        if not isinstance(doc, dict):
-            raise TypeError(f"expected a JSON object, got {type(doc).__name__}")
-        return RestartLedger.from_dict(doc)
-    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as exc:
-        raise contract.ControlFileError(
-            f"{path} is unreadable ({exc}); it is the supervisor's restart ledger (attempts, gave-up state): "
-            f"repair it, or move it aside (mv {path} {path}.bad) to start a new ledger") from exc
-
-
-def save_ledger(hook: StreamingJobHook, ledger: RestartLedger) -> None:
-    hook.storage.write_atomic(_paths(hook)[0], json.dumps(ledger.to_dict(), indent=1).encode())
-
-
-def _event(kind: str, hook: StreamingJobHook, doc: Any, now: float, **extra: Any) -> dict[str, Any]:
+def _event(kind: str, hook: StreamingJobHook, seen: Observed | None, now: float, **extra: Any) -> dict[str, Any]:
+    doc = seen.doc if seen is not None else None
     err = (doc.last_exception or {}) if doc is not None else {}
     message = str(err.get("message") or "")
+    run_id = doc.run_id if doc is not None else (seen.observation.run_id if seen is not None else None)
     return {
         "kind": kind, "stream": hook.spec.name, "version": hook.spec.version,
-        "run_id": doc.run_id if doc is not None else None, "app_id": doc.app_id if doc is not None else None,
+        "run_id": run_id, "app_id": doc.app_id if doc is not None else None,
         "driver_id": str(doc.pid) if doc is not None else None,
         "last_committed_batch": doc.last_batch_id() if doc is not None else None,
         "error_first_line": message.splitlines()[0][:300] if message else None,
@@ -112,93 +87,63 @@ def supervise(hook: StreamingJobHook, policy: RestartPolicy, notify: Callable[[d
 def _supervise_locked(hook: StreamingJobHook, policy: RestartPolicy, notify: Callable[[dict[str, Any]], None],
                       now: float | None, max_wait_s: float, lock: LifecycleLock) -> PassResult:
     now = time.time() if now is None else now
-    name = hook.spec.name
-    try:
-        record = hook.driver_record()
-    except (contract.ControlFileError, StorageError) as exc:
-        # Unknown is not failed: never act on it alone.
-        return PassResult(name, "UNKNOWN", "NOTHING", f"the driver record cannot be read: {exc}")
-    if record is None:
-        return PassResult(name, "-", "NOTHING", "never deployed")
     ledger = load_ledger(hook)
-    unfinished = hook.lifecycle_record()
-    if unfinished is not None and unfinished.get("step") not in {s.value for s in TERMINAL}:
-        why = (f"an unfinished {unfinished.get('action')} {unfinished.get('id')} is at step {unfinished.get('step')}: "
-               f"its task died; run that {unfinished.get('action')} again to finish it")
-        result = PassResult(name, "-", "SKIPPED", why)
-        _notify(result, notify, _event("UNHEALTHY", hook, None, now, health_reasons=[why]))
-        return result
-    verdict = hook.health(now=now)
-    state = verdict.state.value
-    try:
-        doc = hook.status()
-        doc = doc if doc is not None and doc.run_id == record.run_id else None
-    except (contract.ControlFileError, StorageError):
-        doc = None
-    result = PassResult(name, state, "NOTHING", verdict.summary())
+    seen = observe(hook, policy, ledger, now, holding_lock=True)
+    decision = seen.decide(policy)
+    if (decision.act == Act.OBSERVE and decision.event == "FAILED" and seen.backoff_s is not None
+            and seen.backoff_s <= max_wait_s):
+        time.sleep(seen.backoff_s)  # a short backoff: wait it out in this pass
+        now = time.time()
+        seen = observe(hook, policy, ledger, now, holding_lock=True)
+        decision = seen.decide(policy)
+    o = seen.observation
+    result = PassResult(hook.spec.name, seen.verdict.state.value, "NOTHING", decision.reason, decision=decision)
+    log.info("supervise %s: %s (%s)", hook.spec.name, decision.act.value, decision.reason)
 
     def emit(kind: str, **extra: Any) -> None:
-        _notify(result, notify, _event(kind, hook, doc, now, **extra))
+        _notify(result, notify, _event(kind, hook, seen, now, **extra))
 
-    if state in ("HEALTHY", "IDLE"):
-        was_recovering = bool(ledger.failures) and ledger.healthy_since is None
+    reasons = [decision.reason] + [r.message for r in seen.verdict.reasons if r.message not in decision.reason]
+    if decision.event in ("FAILED", "GAVE_UP", "RESTARTING") and seen.budget_reason:
+        reasons.insert(1, seen.budget_reason)
+        result.reason = f"{decision.reason} ({seen.budget_reason})"
+    if o.health == Health.OK and o.liveness.value == "ALIVE":
         note_healthy(ledger, policy, now)
-        if was_recovering:
+        save_ledger(hook, ledger)
+    if decision.act == Act.NOTHING:
+        if decision.event == "RECOVERED":
             emit("RECOVERED")
             result.action = "RECOVERED"
-        save_ledger(hook, ledger)
         return result
-    if state in ("FALLING_BEHIND",) or (state == "STALLED" and not policy.restart_on_stalled):
-        emit("UNHEALTHY", health_reasons=[r.message for r in verdict.reasons])
-        result.action = "NOTIFIED"
+    if decision.act in (Act.OBSERVE, Act.REPORT):
+        if decision.event == "FAILED":
+            # Repeated on every pass while backing off; the notification gate sends it once.
+            emit("FAILED", attempt=seen.attempt, max_attempts=seen.max_attempts, next_attempt_in_s=seen.backoff_s,
+                 health_reasons=reasons)
+            result.action = "WAITING"
+        elif decision.event is not None:
+            emit(decision.event, health_reasons=reasons)
+            result.action = "NOTIFIED"
         return result
-    if state not in ("FAILED", "STALLED"):
-        return result  # STOPPED on purpose, UNKNOWN, starting
-
     ledger.healthy_since = None
-    if record.run_id in ledger.handled_run_ids or ledger.gave_up:
-        result.reason = "failure already handled" if not ledger.gave_up else "gave up earlier"
-        return result
-    error = (doc.last_exception or {}) if doc is not None else {}
-    exit_code = (doc.exit or {}).get("code") if doc is not None else None
-    classification = classify(error.get("error_class"), error.get("message"), exit_code, ledger.error_classes)
-    failed_at = min(now, doc.heartbeat_at) if doc is not None else now
-    decision = decide(policy, ledger, classification, record.run_id, failed_at, now)
-    if decision.action == Action.WAIT and decision.wait_s is not None and decision.wait_s <= max_wait_s:
-        time.sleep(decision.wait_s)
-        now = time.time()
-        decision = decide(policy, ledger, classification, record.run_id, failed_at, now)
-    result.reason = decision.reason
-    if decision.action == Action.GIVE_UP:
-        record_give_up(ledger, record.run_id, error.get("error_class"))
+    run_id = o.run_id or ""
+    if decision.act == Act.GIVE_UP:
+        record_give_up(ledger, run_id, seen.error_class)
         save_ledger(hook, ledger)
-        emit("GAVE_UP", health_reasons=[decision.reason, classification.reason])
+        emit("GAVE_UP", health_reasons=reasons)
         result.action = "GAVE_UP"
         return result
-    if decision.action == Action.WAIT:
-        # Repeated on every pass while backing off; the notification gate sends it once.
-        emit("FAILED", attempt=decision.attempt, max_attempts=decision.max_attempts,
-             next_attempt_in_s=decision.wait_s)
-        result.action = "WAITING"
-        return result
-    if decision.action != Action.RESTART:
-        return result
-    # Make sure nothing of the failed driver is left (a STALLED restart kills it), then recover it
-    # through the lifecycle (same lock, a record and a history entry like every other change).
-    if hook.running_driver():
-        hook.kill(record)
-    emit("RESTARTING", attempt=decision.attempt, max_attempts=decision.max_attempts, next_attempt_in_s=0)
-    # Restart what is deployed (an upgrade may have moved the stream past the spec this pass was given).
-    deployed = (hook.deployed() or {}).get("spec")
-    spec = StreamSpec.from_dict(restore_secrets(deployed, hook.spec)) if deployed else hook.spec
-    from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
-    from airflow_streaming.lifecycle.record import Action as LifecycleAction
-
-    runner = LifecycleRunner(spec, LifecycleAction.RECOVER, LifecycleOptions(owner=lock.holder.get("owner")),
-                             lock=lock)
-    recovery = runner.run()
-    record_restart(ledger, record.run_id, failed_at, error.get("error_class"))
-    save_ledger(hook, ledger)
+    # RESTART or RESUME: through the lifecycle (same lock, a record and a history entry like every
+    # other change). A RECOVER action never submits a run twice, so a resumed one is safe.
+    if decision.kill_first and seen.record is not None:
+        outcome = hook.kill(seen.record)
+        log.warning("killed run %s of %s before its restart: %s", run_id, hook.spec.name, outcome)
+    emit("RESTARTING", attempt=seen.attempt, max_attempts=seen.max_attempts, next_attempt_in_s=0,
+         health_reasons=reasons)
+    recovery = _recover(hook, lock)
+    if decision.act == Act.RESTART:
+        record_restart(ledger, run_id, seen.failed_at, seen.error_class)
+        save_ledger(hook, ledger)
     if recovery.step.value != "SUCCEEDED":
         result.action = "RESTART_FAILED"
         result.reason = recovery.error or "the recovery did not submit a driver"
@@ -208,9 +153,24 @@ def _supervise_locked(hook: StreamingJobHook, policy: RestartPolicy, notify: Cal
     return result
 
 
+def _recover(hook: StreamingJobHook, lock: LifecycleLock) -> Any:
+    """Run (or resume) the RECOVER action of what is deployed (an upgrade may have moved the stream
+    past the spec this pass was given)."""
+    from airflow_streaming.lifecycle.record import Action as LifecycleAction
+    from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
+
+    deployed = (hook.deployed() or {}).get("spec")
+    spec = StreamSpec.from_dict(restore_secrets(deployed, hook.spec)) if deployed else hook.spec
+    runner = LifecycleRunner(spec, LifecycleAction.RECOVER, LifecycleOptions(owner=lock.holder.get("owner")),
+                             lock=lock)
+    return runner.run()
+
+
 def _notify(result: PassResult, notify: Callable[[dict[str, Any]], None], event: dict[str, Any]) -> None:
     result.events.append(event)
     try:
         notify(event)
     except Exception:  # noqa: BLE001 - a notifier never stops supervision
         log.exception("notification %s for %s failed", event.get("kind"), result.stream)
+
+

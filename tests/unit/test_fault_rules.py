@@ -93,7 +93,8 @@ def test_unreadable_control_files_give_unknown_health_and_the_supervisor_does_no
         assert verdict.state.value == "UNKNOWN" and match in verdict.summary(), verdict.summary()
         events: list[dict] = []
         result = supervise(hook, RestartPolicy(), events.append)
-        assert result.action in ("NOTHING", "SKIPPED") and result.new_run_id is None, result
+        # Unknown is never acted on; it is reported (an unreadable file must not hide an outage).
+        assert result.action in ("NOTHING", "NOTIFIED") and result.new_run_id is None, result
         assert not any(e["kind"] in ("RESTARTING", "GAVE_UP") for e in events)
     inject([])
     # Unreadable lease: whether the stream runs cannot be told - a deploy must refuse, not go ahead.
@@ -338,8 +339,11 @@ def test_stop_kill_and_supervisor_never_signal_a_process_that_is_not_the_recorde
         verdict = hook.health()
         assert verdict.state.value == "FAILED" and f"pid {victim.pid} runs 'sleep 300'" in verdict.summary()
         result = supervise(hook, RestartPolicy(), lambda e: None)
-        assert result.action in ("RESTART_FAILED", "GAVE_UP"), result  # its application is gone: nothing runs
+        assert result.action == "NOTHING" and result.reason == "stopped by the user", result  # the stop above
         assert victim.poll() is None, "the supervisor signalled an unrelated process"
+        os.rename(f"{hook.paths.root}/lifecycle.json", f"{hook.paths.root}/lifecycle.json.aside")  # wanted running
+        result = supervise(hook, RestartPolicy(), lambda e: None)
+        assert result.action in ("RESTART_FAILED", "GAVE_UP"), result  # its application is gone: nothing runs
         assert os.getpgid(victim.pid) == victim.pid
     finally:
         victim.kill()

@@ -389,8 +389,13 @@ def test_no_document_is_unknown():
     v = run(None, driver_alive=None)
     assert v.state is HealthState.UNKNOWN and codes(v.reasons) == ["NO_STATUS"]
     assert v.reasons[0].message == "no status document yet" and v.stream is None and v.at == NOW
+
+def test_no_document_and_a_driver_proven_gone_is_failed_not_unknown():
+    """A driver killed while starting (before its first status): UNKNOWN was never acted on, so the stream
+    stayed down for good with no notification (issue "Reconcile core")."""
     gone = run(None, driver_alive=False)
-    assert gone.state is HealthState.UNKNOWN and gone.reasons[0].message == "no status document and no driver"
+    assert gone.state is HealthState.FAILED and codes(gone.reasons) == ["DRIVER_GONE_AT_START"]
+    assert "before it reported any status" in gone.reasons[0].message
 
 
 def test_unreadable_document_is_unknown_with_the_reason():

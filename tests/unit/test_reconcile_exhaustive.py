@@ -1,0 +1,148 @@
+"""The reconcile decision over EVERY observable state of a stream: the whole product of the
+observation's dimensions, with the invariants of the issue "Reconcile core" asserted on each one."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from airflow_streaming.reconcile.decision import CHANGES, Act, decide
+from airflow_streaming.reconcile.observation import (
+    DIMENSIONS,
+    ActionState,
+    Budget,
+    Desired,
+    Failure,
+    Health,
+    Lease,
+    Liveness,
+    Observation,
+    RecordState,
+    RunStatus,
+)
+from airflow_streaming.reconcile.table import render
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Policy:
+    restart_on_stalled: bool
+
+
+def every_observation():
+    for values in itertools.product(*DIMENSIONS.values()):
+        yield Observation(**dict(zip(DIMENSIONS, values)), run_id="r1", step="upgrade u1 at STOPPED", detail="d")
+
+
+def _violations(o: Observation, policy: Policy) -> list[str]:
+    d = decide(o, policy)
+    bad = []
+    unknown = (o.liveness == Liveness.UNKNOWN or o.record == RecordState.UNREADABLE
+               or o.status == RunStatus.UNREADABLE)
+    if not d.reason:
+        bad.append("a decision without a reason")
+    # No silent outage: wanted running, provably not running, no unfinished action.
+    if (o.desired == Desired.RUNNING and o.action == ActionState.NONE and o.record == RecordState.PRESENT
+            and o.liveness == Liveness.GONE):
+        if d.act != Act.RESTART and d.event is None and not o.gave_up:
+            bad.append("down and wanted running, but neither restarted nor notified")
+        if d.act == Act.NOTHING and not o.gave_up:
+            bad.append("a silent NOTHING for a stream that is down")
+    # Unknown never kills, restarts or stops (and never gives up on what it cannot see).
+    if unknown and (d.act in CHANGES or d.act == Act.GIVE_UP or d.kill_first):
+        bad.append(f"acted ({d.act.value}) on an unknown state")
+    # Never two drivers on one checkpoint.
+    if d.act == Act.RESTART:
+        if o.lease == Lease.OTHER_RUN:
+            bad.append("a restart while another run holds the lease")
+        if o.liveness == Liveness.ALIVE and not d.kill_first:
+            bad.append("a restart beside a live driver without killing it first")
+        if o.liveness != Liveness.ALIVE and d.kill_first:
+            bad.append("a kill of a driver that is not alive")
+    if d.kill_first and d.act != Act.RESTART:
+        bad.append("kill_first without a restart")
+    # Never a restart of a stream the user stopped (or never deployed).
+    if o.desired != Desired.RUNNING and d.act in CHANGES:
+        bad.append(f"{d.act.value} of a stream that is {o.desired.value}")
+    # An unfinished action is resumed or reported, never silently abandoned.
+    if o.action in (ActionState.ABANDONED_RECOVER, ActionState.ABANDONED_OTHER):
+        if d.act != Act.RESUME and d.event is None:
+            bad.append("an abandoned action neither resumed nor reported")
+        if o.action == ActionState.ABANDONED_OTHER and d.act in CHANGES:
+            bad.append("another action's abandoned record acted on by the supervisor")
+    # An action under way owns the stream.
+    if o.action == ActionState.UNDER_WAY and d.act != Act.OBSERVE:
+        bad.append("acted while another lifecycle action is under way")
+    # The policy forbids: deterministic failures, exhausted attempts, an earlier give-up, a backoff.
+    if d.act == Act.RESTART and (o.failure != Failure.TRANSIENT or o.budget != Budget.AVAILABLE or o.gave_up):
+        bad.append("a restart the restart policy forbids")
+    if d.act == Act.GIVE_UP and d.event != "GAVE_UP":
+        bad.append("a give-up without its notification")
+    if d.act == Act.RESTART and d.event != "RESTARTING":
+        bad.append("a restart without its notification")
+    # A stall is only restarted when the policy says so.
+    if (d.act == Act.RESTART and o.liveness == Liveness.ALIVE and o.status != RunStatus.FAILED
+            and not policy.restart_on_stalled):
+        bad.append("a live, not failed driver killed although restart_on_stalled is off")
+    # A healthy stream is left alone.
+    if (o.desired == Desired.RUNNING and o.action == ActionState.NONE and o.record == RecordState.PRESENT
+            and o.liveness == Liveness.ALIVE and o.status == RunStatus.RUNNING and o.health == Health.OK
+            and o.lease == Lease.FREE_OR_OURS and d.act != Act.NOTHING):
+        bad.append("a healthy stream acted on")
+    return bad
+
+
+def test_every_observable_state_meets_the_invariants():
+    count = 0
+    failures: dict[str, tuple[Observation, bool]] = {}
+    for o in every_observation():
+        for restart_on_stalled in (False, True):
+            count += 1
+            for problem in _violations(o, Policy(restart_on_stalled)):
+                failures.setdefault(problem, (o, restart_on_stalled))
+    print(f"\nreconcile: {count} observable states (observation x policy) checked against the invariants")
+    expected = 2
+    for values in DIMENSIONS.values():
+        expected *= len(values)
+    assert count == expected > 100_000
+    assert not failures, "\n".join(f"{p}: {o} (restart_on_stalled={s})" for p, (o, s) in failures.items())
+
+
+def test_the_decision_is_a_function_of_the_dimensions_only():
+    """Same dimensions, other run id / step / detail: the same act and event (pure, no hidden input)."""
+    for o in itertools.islice(every_observation(), 0, None, 97):
+        other = Observation(**{k: getattr(o, k) for k in DIMENSIONS}, run_id="r2", step=None, detail="")
+        for policy in (Policy(False), Policy(True)):
+            a, b = decide(o, policy), decide(other, policy)
+            assert (a.act, a.event, a.kill_first) == (b.act, b.event, b.kill_first), (o, a, b)
+
+
+def test_a_driver_killed_while_starting_is_restarted_not_left_unknown():
+    """The outage this core was built for: submitted, killed ~2 s later, no status document yet."""
+    o = Observation(Desired.RUNNING, ActionState.NONE, RecordState.PRESENT, Liveness.GONE, RunStatus.NONE)
+    d = decide(o, Policy(False))
+    assert d.act == Act.RESTART and d.event == "RESTARTING" and "before it reported any status" in d.reason
+
+
+@pytest.mark.parametrize("budget,failure,act,event", [
+    (Budget.AVAILABLE, Failure.TRANSIENT, Act.RESTART, "RESTARTING"),
+    (Budget.BACKOFF, Failure.TRANSIENT, Act.OBSERVE, "FAILED"),
+    (Budget.EXHAUSTED, Failure.TRANSIENT, Act.GIVE_UP, "GAVE_UP"),
+    (Budget.AVAILABLE, Failure.DETERMINISTIC, Act.GIVE_UP, "GAVE_UP"),
+    (Budget.AVAILABLE, Failure.NOT_A_FAILURE, Act.REPORT, "UNHEALTHY"),
+])
+def test_the_restart_policy_rows(budget, failure, act, event):
+    o = Observation(Desired.RUNNING, ActionState.NONE, RecordState.PRESENT, Liveness.GONE, RunStatus.FAILED,
+                    failure=failure, budget=budget)
+    d = decide(o, Policy(False))
+    assert (d.act, d.event) == (act, event), d
+
+
+def test_the_decision_table_in_docs_is_the_one_decide_gives():
+    """docs/reconcile.md is generated from decide(): regenerate it with
+    `python -m airflow_streaming.reconcile.table > docs/reconcile.md` when the rules change."""
+    assert (REPO / "docs" / "reconcile.md").read_text() == render()
