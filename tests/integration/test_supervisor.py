@@ -61,6 +61,40 @@ def test_driver_killed_mid_batch_is_restarted_from_its_checkpoint_exactly_once(s
     assert load_ledger(hook).failures and record.run_id in load_ledger(hook).handled_run_ids
 
 
+def test_driver_killed_while_starting_is_restarted_within_two_passes_exactly_once(streams):
+    """kill -9 about a second after the submission, before the run wrote its first status document: the
+    stream used to stay down for good (health UNKNOWN "no status document and no driver", every pass
+    NOTHING, no notification). Now it is FAILED, and a pass restarts it from the checkpoint."""
+    inp, out = streams.path("input", "start"), streams.path("output", "start")
+    spec = streams.spec("start", "events_etl", ["--input", inp, "--output", out, "--quarantine",
+                                                 streams.path("quarantine", "start"), "--max-files-per-trigger", "2"])
+    hook = streams.hook(spec)
+    fed = generate_events(inp, count=600, files=6, run="start")
+    record = hook.submit()
+    time.sleep(1.0)
+    os.killpg(record.submit_pid, signal.SIGKILL)  # the JVM is still starting: no status yet
+    assert hook.status() is None, "the kill landed after the first status: not the phase under test"
+    wait_for(lambda: not hook.processes_of_run(record.run_id), 30, "the killed driver's processes to exit")
+    verdict = hook.health()
+    assert verdict.state.value == "FAILED" and verdict.reasons[0].code == "DRIVER_GONE_AT_START", verdict.summary()
+
+    events: list[dict] = []
+    passes = []
+    for _ in range(2):
+        passes.append(supervise(hook, POLICY, events.append, max_wait_s=10))
+        if passes[-1].action == "RESTARTED":
+            break
+    assert passes[-1].action == "RESTARTED" and passes[-1].new_run_id != record.run_id, passes
+    assert "before it reported any status" in passes[-1].reason
+    assert [e["kind"] for e in events if e["kind"] != "FAILED"] == ["RESTARTING"], events
+    new_record = hook.driver_record()
+    hook.wait_until_ready(new_record)
+    wait_for(lambda: set(read_etl_output(out).event_ids) >= set(fed.event_ids), 180, "all input processed")
+    assert hook.stop().graceful
+    output = read_etl_output(out)
+    assert output.duplicates == {} and output.rows == fed.valid  # nothing lost, nothing duplicated
+
+
 AGG = '''
 import sys
 from pyspark.sql import SparkSession, functions as F
