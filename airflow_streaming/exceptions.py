@@ -53,3 +53,7 @@ class StreamFailedError(StreamingError):
 class StreamStateUnknownError(StreamingError):
     """Whether the stream's driver runs cannot be told right now (unreadable control files, a cluster
     manager that does not answer); nothing was changed. Retry, or check the named storage or cluster."""
+
+
+class LifecycleError(StreamingError):
+    """A lifecycle action cannot go on (the message says why and what to do)."""

@@ -43,16 +43,15 @@ from typing import Any
 
 from airflow_streaming import faults
 from airflow_streaming.checkpoint.batches import BatchPosition
-from airflow_streaming.compat.last_report import write_last_report
-from airflow_streaming.compat.run import blocking_problems, read_detached_report, run_check, start_check_detached
+from airflow_streaming.compat.run import run_check
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError
-from airflow_streaming.control.storage import StorageError, describe_os_error
-from airflow_streaming.exceptions import StreamAlreadyRunningError, StreamingError
+from airflow_streaming.control.storage import StorageError
+from airflow_streaming.exceptions import LifecycleError, StreamAlreadyRunningError, StreamingError
 from airflow_streaming.hooks.streaming_job import StreamingJobHook, storage_path
 from airflow_streaming.lifecycle import snapshot as snapshots
+from airflow_streaming.lifecycle.gate_steps import GateSteps
 from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockLost
-from airflow_streaming.lifecycle.waits import CAUGHT_UP, FILE, GONE, PROBATION, READY, STANDBY, Wait, WaitNeeded, wait_over
 from airflow_streaming.lifecycle.record import (
     IN_PLACE_CHANGES,
     Action,
@@ -62,26 +61,34 @@ from airflow_streaming.lifecycle.record import (
     append_history,
     caught_up,
     error_summary,
-    previous_spec,
     probation_outcome,
     unfinished_message,
 )
-from airflow_streaming.redaction import mask_spec, restore_secrets
+from airflow_streaming.lifecycle.rollback_steps import RollbackSteps
+from airflow_streaming.lifecycle.stop_steps import StopSteps
+from airflow_streaming.lifecycle.stored import (  # noqa: F401 - re-exported: the public readers of a stream's records
+    HISTORY_NAME,
+    RECORD_NAME,
+    _first_batch,
+    _same_spec,
+    describe,
+    parse_record,
+    read_history,
+    restart_spec,
+    resume_target,
+    unfinished,
+)
+from airflow_streaming.lifecycle.waits import CAUGHT_UP, PROBATION, READY, Wait, WaitNeeded, wait_over
+from airflow_streaming.redaction import mask_spec
 from airflow_streaming.spec import SpecError, StreamSpec
 
 log = logging.getLogger(__name__)
 
-RECORD_NAME = "lifecycle.json"
-HISTORY_NAME = "history.json"
 #: Steps at which the stream is still untouched: an error ends the action, nothing to roll back.
 _UNTOUCHED = frozenset({Step.PLANNED, Step.CHECKED, Step.PREPARING})
 #: Steps of a rollback: an error is retried, then ROLLBACK_FAILED (a person must look).
 _ROLLBACK_STEPS = frozenset({Step.ROLLING_BACK, Step.RESTORED, Step.RESTARTING_OLD})
 ROLLBACK_ATTEMPTS = 3
-
-
-class LifecycleError(StreamingError):
-    """A lifecycle action cannot go on (the message says why and what to do)."""
 
 
 #: Targets whose drivers run off the Airflow worker: a cold gate runs as a short driver on the target.
@@ -111,7 +118,7 @@ class LifecycleOptions:
     :class:`~airflow_streaming.lifecycle.waits.WaitNeeded` (the operator defers to a trigger)."""
 
 
-class LifecycleRunner:
+class LifecycleRunner(GateSteps, StopSteps, RollbackSteps):
     """Runs (or resumes) one action for the stream named by ``target``.
 
     :param target: the spec the stream should run afterwards (for a parallel transition: the new stream;
@@ -428,269 +435,6 @@ class LifecycleRunner:
             return
         self._gate_verdict(record, report, Step.CHECKED)
 
-    def _detached_gate(self, record: LifecycleRecord, timeout: float = 600.0) -> dict[str, Any]:
-        """Deferrable: the gate runs in a detached child that writes its report to the control directory;
-        the task defers until it is there (no worker slot waits for the check's Spark session)."""
-        report_path = f"{self.home.paths.root}/gate-report.json"
-        token = f"gate-{record.id}"
-        raw = self.storage.read_bytes(report_path)
-        answer = json.loads(raw) if raw else None
-        mine = isinstance(answer, dict) and answer.get("id") == token
-        if not mine and (record.gate_token is None or not self.home.processes_of_run(token)):
-            record.gate_token = token
-            self.save(record)
-            self._ensure_lock()
-            start_check_detached(self._gate_spec(), record.allow_warnings, self.options.dry_run,
-                                 f"{self.home.spec.control_dir}/gate-report.json", token,
-                                 f"{self.home.paths.root}/logs/{token}.log")
-        deadline = (record.step_started_at or record.created_at) + timeout
-        self._await(record, Wait(FILE, self.home.spec.to_dict(), None, deadline, {"path": report_path, "id": token}))
-        raw = self.storage.read_bytes(report_path)
-        answer = json.loads(raw) if raw else None
-        return read_detached_report(self.target, answer if isinstance(answer, dict) and answer.get("id") == token
-                                    else {"error": f"no report within {timeout:.0f}s"})
-
-    def _target_gate(self, record: LifecycleRecord, timeout: float = 600.0) -> dict[str, Any]:
-        """A stream whose drivers run on a cluster: the gate runs as a short driver on the same target
-        (:meth:`StreamingJobHook.submit_gate`), where the checkpoint and the job's dependencies are - not on
-        this Airflow worker. Blocking and deferrable alike, the action waits for its answer in
-        ``gate-report.json``; the gate driver is submitted once (its token is saved before the submission)
-        and is gone when this returns."""
-        spec = self._gate_spec()
-        hook = self.new_hook if spec is self.target else StreamingJobHook(spec)
-        token = f"gate-{record.id}"
-        answer = self._gate_answer(hook, token)
-        gate = hook.gate_driver_record()
-        submitted = record.gate_token == token and (
-            (gate is not None and gate.run_id == token) or bool(hook.processes_of_run(token)))
-        if answer is None and not submitted:
-            record.gate_token = token  # saved before the side effect: a resumed action never submits twice
-            self.save(record)
-            self._ensure_lock()
-            try:
-                hook.submit_gate(token, self.lock, self.options.dry_run)
-            except (StreamingError, LifecycleLockLost):
-                raise
-            except Exception as exc:  # noqa: BLE001 - the running version was not touched
-                raise StreamingError(f"the compatibility gate of {spec.version} could not be submitted to "
-                                     f"{hook.target.kind}: {exc}") from exc
-        elif answer is None and self._gate_driver_gone(hook, token):
-            answer = {"error": "the gate driver ended without an answer (see its log: "
-                               f"{hook.driver_log_path(token)})"}
-        if answer is None:
-            deadline = (record.step_started_at or record.created_at) + hook.spec.startup_timeout + timeout
-            self._await(record, Wait(FILE, hook.spec.to_dict(), None, deadline,
-                                     {"path": hook.paths.gate_report, "id": token}))
-            answer = self._gate_answer(hook, token) or {"error": f"no answer within {timeout:.0f}s of its start"}
-        self._end_gate_driver(hook, token)
-        return read_detached_report(self.target, answer)
-
-    @staticmethod
-    def _gate_answer(hook: StreamingJobHook, token: str) -> dict[str, Any] | None:
-        raw = hook.storage.read_bytes(hook.paths.gate_report)
-        try:
-            answer = json.loads(raw) if raw else None
-        except ValueError:
-            return None
-        return answer if isinstance(answer, dict) and answer.get("id") == token else None
-
-    @staticmethod
-    def _gate_driver_gone(hook: StreamingJobHook, token: str) -> bool:
-        """Whether the gate driver ``token`` is confirmed gone (no record of it: cannot tell, not gone)."""
-        gate = hook.gate_driver_record()
-        if gate is None or gate.run_id != token:
-            return False
-        try:
-            return hook.target_of(gate).state(gate).gone
-        except Exception:  # noqa: BLE001 - cannot tell: keep waiting for the answer
-            return False
-
-    @staticmethod
-    def _end_gate_driver(hook: StreamingJobHook, token: str) -> None:
-        """The gate driver exits once it answered; make sure (kill it if it has not within a grace)."""
-        gate = hook.gate_driver_record()
-        if gate is None or gate.run_id != token:
-            return
-        try:
-            if not hook.wait_gone(gate, 30.0):  # never hook.kill(): it would remove the stream's run marker
-                log.warning("the gate driver %s did not exit after answering: %s", token,
-                            hook.target_of(gate).kill(gate, 10.0))
-        except Exception as exc:  # noqa: BLE001 - the verdict stands; the driver is a short one
-            log.warning("could not confirm that the gate driver %s ended: %s", token, exc)
-
-    def _gate_verdict(self, record: LifecycleRecord, report: dict[str, Any], passed: Step, where: str = "") -> bool:
-        """Record the gate's verdict and move to ``passed`` or REFUSED; return whether it passed."""
-        record.verdict = report["verdict"]
-        write_last_report(self.storage, self.home.paths.root, report, candidate_version=self.target.version,
-                          candidate_application=self.target.application, action_id=record.id, owner=record.owner)
-        problems = blocking_problems(report, record.allow_warnings)
-        if problems is not None:
-            record.error = (f"{self.target.application} {self.target.version} is {record.verdict} with the checkpoint "
-                            f"{self.target.checkpoint_location}: " + "; ".join(problems))
-            self._advance(record, Step.REFUSED, record.error)
-            return False
-        self._advance(record, passed, f"compatibility {record.verdict}{where}")
-        return True
-
-    def _gate_spec(self) -> StreamSpec:
-        """The candidate as the gate must see it: against the checkpoint the query really uses."""
-        location = self.home.checkpoint_locations()[0]
-        if location == self.target.checkpoint_location:
-            return self.target
-        return dataclasses.replace(self.target, checkpoint_location=location)
-
-    def _checked(self, record: LifecycleRecord) -> None:
-        if record.warm_start and not record.gate_in_standby:
-            record.new_run_id = record.new_run_id or contract.new_run_id()
-            self._advance(record, Step.PREPARING, f"standby run {record.new_run_id}")
-            return
-        self._advance(record, Step.STOPPING, "the prepared driver passed the gate" if record.gate_in_standby else None)
-
-    def _preparing(self, record: LifecycleRecord) -> None:
-        """Start the new version as a standby beside the running one and wait until it is prepared; with
-        ``gate_in_standby``, then run the compatibility gate inside it."""
-        hook, run_id = self.new_hook, record.new_run_id
-        assert run_id is not None
-        failure = None
-        try:
-            standby = hook.standby_record()
-            if not (standby is not None and standby.run_id == run_id) and not hook.processes_of_run(run_id):
-                if record.gate_in_standby:  # asked before it starts: it warms the check up while preparing
-                    self._ask_standby_gate(record)
-                hook.submit(run_id=run_id, standby=True, lock=self.lock)
-        except LifecycleLockLost:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the running version was not touched
-            failure = str(exc)
-        if failure is None:
-            deadline = (record.step_started_at or time.time()) + hook.spec.startup_timeout
-            self._await(record, Wait(STANDBY, hook.spec.to_dict(), run_id, deadline))
-            state = hook.standby_state(run_id) or {}
-            if state.get("state") == "READY":
-                if not record.gate_in_standby:
-                    self._advance(record, Step.STOPPING, f"standby run {run_id} prepared")
-                    return
-                try:
-                    report, seconds = self._gate_in_standby(record)
-                except StreamingError as exc:  # the check could not run: stop the standby, touch nothing
-                    self._stop_run(hook, run_id)
-                    record.error = str(exc)
-                    self._advance(record, Step.REFUSED, record.error.splitlines()[0])
-                    return
-                if not self._gate_verdict(record, report, Step.CHECKED,
-                                          f" (checked inside the prepared driver in {seconds:.2f}s)"):
-                    self._stop_run(hook, run_id)
-                return
-            if state.get("state") in ("FAILED", "EXPIRED") or not hook.processes_of_run(run_id):
-                failure = error_summary(state.get("error")) or f"the standby driver exited ({state.get('state')})"
-            else:
-                failure = f"the standby driver was not prepared within {hook.spec.startup_timeout:.0f}s"
-        self._stop_run(hook, run_id)
-        record.error = f"{self.target.version} failed while preparing: {failure}"
-        self._advance(record, Step.ROLLED_BACK, f"{record.error}; {record.from_version} was never stopped")
-
-    def _ask_standby_gate(self, record: LifecycleRecord) -> dict[str, Any]:
-        """The gate request addressed to the standby run of ``record`` (written unless it already is).
-
-        It is written before the standby is submitted: the standby runs the check once while it prepares
-        (a warm-up whose result it discards: classes loaded, code compiled) and answers the request with a
-        fresh check once it is READY. Nothing in it touches the checkpoint."""
-        hook = self.new_hook
-        raw = hook.storage.read_bytes(hook.paths.standby_gate)
-        asked = json.loads(raw) if raw else None
-        if isinstance(asked, dict) and asked.get("id") == record.id:  # asked already (a resumed action)
-            return asked
-        request = {"id": record.id, "run_id": record.new_run_id, "dry_run": self.options.dry_run,
-                   "checkpoint": self.home.checkpoint_locations()[0], "at": time.time()}
-        hook.storage.write_atomic(hook.paths.standby_gate, json.dumps(request).encode())
-        return request
-
-    def _gate_in_standby(self, record: LifecycleRecord, timeout: float = 300.0) -> tuple[dict[str, Any], float]:
-        """Ask the prepared driver to run the compatibility check in its session; wait for its report
-        (within ``timeout`` seconds of the standby's preparation time, counted from the request)."""
-        hook = self.new_hook
-        asked = self._ask_standby_gate(record)
-        deadline = float(asked.get("at") or time.time()) + hook.spec.startup_timeout + timeout
-        self._await(record, Wait(FILE, hook.spec.to_dict(), record.new_run_id, deadline,
-                                 {"path": hook.paths.standby_gate_report, "id": record.id}))
-        raw = hook.storage.read_bytes(hook.paths.standby_gate_report)
-        answer = json.loads(raw) if raw else None
-        if isinstance(answer, dict) and answer.get("id") == record.id:
-            if answer.get("error") or not isinstance(answer.get("report"), dict):
-                raise StreamingError(f"the compatibility check inside the prepared driver of "
-                                     f"{self.target.version} could not run: {answer.get('error')}")
-            return answer["report"], float(answer.get("seconds") or 0.0)
-        if not hook.processes_of_run(record.new_run_id or ""):
-            raise StreamingError(f"the prepared driver of {self.target.version} exited before it ran the "
-                                 "compatibility check")
-        raise StreamingError(f"the prepared driver of {self.target.version} did not answer the compatibility "
-                             f"check within {timeout:.0f}s")
-
-    def _stopping(self, record: LifecycleRecord) -> None:
-        hook = self.home
-        timeout = hook.spec.stop_timeout if self.options.stop_timeout is None else self.options.stop_timeout
-        if record.stop_requested_at is None:
-            self._ensure_lock()
-            record.stopping_run_id = hook.begin_stop()  # the run marker is gone: it stops at a batch boundary
-            record.stop_requested_at = time.time()
-            self.save(record)
-        if record.stopping_run_id is not None:
-            self._await(record, Wait(GONE, hook.spec.to_dict(), record.stopping_run_id,
-                                     record.stop_requested_at + timeout))
-        report = hook.finish_stop(record.stopping_run_id, record.stop_requested_at, timeout,
-                                  self.options.kill_on_timeout, self.lock)
-        self.stop_report = report.to_dict()
-        running = hook.running_driver()
-        if running:
-            raise LifecycleError(f"stream {record.stream!r} still runs after the stop: {running}; "
-                                 "run the action again to retry the stop")
-        position = report.position or hook.batch_position()
-        how = "graceful" if report.graceful else "not running" if not report.was_running else "killed"
-        if record.action == Action.STOP:
-            record.stop_batch = position.last_committed
-            self._advance(record, Step.STOPPED, f"stopped at batch {position.last_committed} ({how}"
-                          f"{', checkpoint clean' if position.clean else ', batch ' + str(position.last_planned) + ' will be replayed'})")
-            return
-        record.stop_batch = position.last_committed
-        replay = "" if position.clean else (f"; batch {position.last_planned} was in flight (planned, not "
-                                            f"committed): {record.to_version} replays it with the same offsets")
-        self._advance(record, Step.STOPPED, f"stopped at batch {position.last_committed} ({how}){replay}")
-
-    def _stopped(self, record: LifecycleRecord) -> None:
-        if record.action == Action.STOP:
-            self._advance(record, Step.SUCCEEDED, f"not running; last committed batch {record.stop_batch}")
-            return
-        if record.stop_batch is None:
-            _, refusal = self._checkpoint_position(record, "the snapshot")
-            if refusal:
-                raise LifecycleError(refusal)
-            record.new_run_id = record.new_run_id or contract.new_run_id()
-            self._advance(record, Step.STARTING, "the stream never ran (empty checkpoint): nothing to snapshot")
-            return
-        location = self.home.checkpoint_locations()[0]
-        snapshot_dir = self._snapshot_dir(record)
-        try:
-            manifest = snapshots.take_snapshot(location, snapshot_dir, record.sink_path, resolve=self.home.storage_of,
-                                               snapshot_storage=self.storage)
-        except OSError as exc:
-            snapshots.discard_incomplete(snapshot_dir, self.storage)
-            cause = exc if isinstance(exc, StorageError) else describe_os_error(snapshot_dir, exc,
-                                                                                 "write the snapshot into")
-            raise LifecycleError(f"the snapshot failed: {exc.strerror or exc}: {cause}") from exc
-        record.snapshot = manifest.to_dict()
-        # The snapshot is self-describing: the spec that ran on it restarts it (also in the record).
-        self.storage.write_atomic(f"{manifest.snapshot_dir}/spec.json",
-                                  json.dumps({"spec": record.from_spec, "run_id": record.old_run_id}, indent=1).encode())
-        self._advance(record, Step.SNAPSHOTTED, f"{manifest.files} files at batch {manifest.batch_id}"
-                      f"{' + file sink log' if manifest.sink_metadata else ''}")
-
-    def _snapshot_dir(self, record: LifecycleRecord) -> str:
-        return f"{self.home.paths.root}/snapshots/{record.id}"
-
-    def _snapshotted(self, record: LifecycleRecord) -> None:
-        record.new_run_id = record.new_run_id or contract.new_run_id()
-        self._advance(record, Step.STARTING, f"run {record.new_run_id}")
-
     def _starting(self, record: LifecycleRecord) -> None:
         try:
             if record.warm_start:
@@ -809,95 +553,6 @@ class LifecycleRunner:
                                      started + record.probation.window_s + 1.0,
                                      {"min_batches": record.probation.min_batches}))
 
-    def _retiring(self, record: LifecycleRecord) -> None:
-        hook = self.home
-        if record.stop_requested_at is None:
-            self._ensure_lock()
-            record.stopping_run_id = hook.begin_stop()
-            record.stop_requested_at = time.time()
-            self.save(record)
-        if record.stopping_run_id is not None:
-            self._await(record, Wait(GONE, hook.spec.to_dict(), record.stopping_run_id,
-                                     record.stop_requested_at + hook.spec.stop_timeout))
-        report = hook.finish_stop(record.stopping_run_id, record.stop_requested_at, hook.spec.stop_timeout,
-                                  True, self.lock)
-        if self.home.running_driver():
-            raise LifecycleError(f"the old stream {record.stream!r} still runs after the stop; run the action again")
-        record.stop_batch = report.position.last_committed if report.position else None
-        self._advance(record, Step.SUCCEEDED, f"old stream stopped at batch {record.stop_batch}; "
-                      f"{self.target.name} carries on")
-
-    def _stop_run(self, hook: StreamingJobHook, run_id: str | None) -> None:
-        """Stop the driver of ``run_id`` (gracefully, then by force) and make sure none of it is left."""
-        if not run_id:
-            return
-        lock = self._lock_of(hook)
-        record = hook.driver_record()
-        if record is not None and record.run_id == run_id:
-            hook.stop(timeout=min(hook.spec.stop_timeout, 60.0), lock=lock)
-        standby = hook.standby_record()
-        for candidate in (record, standby):  # e.g. a standby never promoted
-            if candidate is not None and candidate.run_id == run_id and hook.processes_of_run(run_id):
-                hook.target.kill(candidate, 15.0)
-        if hook.processes_of_run(run_id):
-            raise LifecycleError(f"drivers of run {run_id} of {hook.spec.name} survive a kill: "
-                                 f"{hook.processes_of_run(run_id)}; run the action again")
-
-    def _rolling_back(self, record: LifecycleRecord) -> None:
-        if record.new_run_id:
-            self._stop_run(self.new_hook, record.new_run_id)
-        if record.action == Action.PARALLEL:
-            self._advance(record, Step.ROLLED_BACK, f"stopped {self.target.name}; the old stream was never touched")
-            return
-        running = self.home.running_driver()
-        if running and record.new_run_id and record.new_run_id in running:
-            raise LifecycleError(f"the new run {record.new_run_id} of {record.stream!r} still runs ({running}); "
-                                 "not restoring the checkpoint under it")
-        if running:
-            # The old version was never stopped (the stop itself failed): it still runs on its checkpoint.
-            self._advance(record, Step.ROLLED_BACK, f"{record.from_version} never stopped: {running}")
-            return
-        if record.from_spec is None:
-            self._advance(record, Step.FAILED, record.error)
-            return
-        detail = "the checkpoint is untouched (no snapshot was restored: the new version never ran on it)"
-        if record.snapshot is not None:
-            report = snapshots.restore_snapshot(snapshots.SnapshotManifest.from_dict(record.snapshot),
-                                                f".rolled-back-{record.id}", resolve=self.home.storage_of,
-                                                snapshot_storage=self.storage)
-            detail = f"checkpoint restored to batch {report['batch_id']}" + (
-                ", file sink log restored" if report.get("sink_metadata_restored") else "")
-        self._advance(record, Step.RESTORED, detail)
-
-    def _restored(self, record: LifecycleRecord) -> None:
-        record.rollback_run_id = contract.new_run_id()
-        self._advance(record, Step.RESTARTING_OLD, f"run {record.rollback_run_id} of {record.from_version}")
-
-    def _restarting_old(self, record: LifecycleRecord) -> None:
-        old = StreamingJobHook(StreamSpec.from_dict(restore_secrets(
-            record.from_spec or {}, self.current, self.home.spec, self.target)))
-        try:
-            self._submit_once(old, record.rollback_run_id)
-        except LifecycleLockLost:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            record.error = f"{record.error}; and {record.from_version} did not restart: {exc}"
-            self._advance(record, Step.ROLLBACK_FAILED, str(exc).splitlines()[0])
-            return
-        deadline = time.time() + max(record.probation.window_s, old.spec.startup_timeout)
-        while True:
-            self._renew()
-            state, _, verdict = self._run_view(old, record.rollback_run_id)
-            if verdict.state.value in ("HEALTHY", "IDLE") and state == "RUNNING":
-                self._advance(record, Step.ROLLED_BACK, f"{record.from_version} {verdict.state.value} again "
-                              f"(run {record.rollback_run_id})")
-                return
-            if state in ("FAILED", "STOPPED") or time.time() > deadline:
-                record.error = f"{record.error}; and {record.from_version} did not become healthy: {verdict.summary()}"
-                self._advance(record, Step.ROLLBACK_FAILED, verdict.summary())
-                return
-            time.sleep(self.options.poll_s)
-
     # ------------------------------------------------------------------ end
     def _append_history(self, record: LifecycleRecord) -> None:
         entry = record.history_entry()
@@ -938,120 +593,3 @@ class LifecycleRunner:
             log.warning("could not prune old snapshots under %s: %s", root, exc)
 
 
-def _same_spec(spec_dict: dict[str, Any] | None, spec: StreamSpec) -> bool:
-    """Whether a stored (masked) spec is ``spec``."""
-    if spec_dict is None:
-        return False
-    try:
-        return StreamSpec.from_dict(mask_spec(spec_dict)) == StreamSpec.from_dict(mask_spec(spec.to_dict()))
-    except (SpecError, TypeError):
-        return False
-
-
-def _first_batch(doc: dict[str, Any] | None) -> int | None:
-    for query in (doc or {}).get("queries") or []:
-        for progress in query.get("recent_progress") or []:
-            if progress.get("batchId") is not None:
-                return int(progress["batchId"])
-    return None
-
-
-def parse_record(path: str, raw: bytes) -> LifecycleRecord:
-    """Parse ``lifecycle.json``; :class:`ControlFileError` naming the file and how to recover."""
-    try:
-        return LifecycleRecord.from_dict(json.loads(raw))
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-        raise ControlFileError(
-            f"{path} is unreadable ({type(exc).__name__}: {exc}); it records the stream's last lifecycle action, "
-            f"so nothing will overwrite it: inspect it, and if that action is over (check the stream and "
-            f"history.json), move it aside (mv {path} {path}.bad) to start over") from exc
-
-
-def unfinished(hook: StreamingJobHook) -> LifecycleRecord | None:
-    """The stream's lifecycle action that has not reached a terminal step (its task died), if any."""
-    path = f"{hook.paths.root}/{RECORD_NAME}"
-    raw = hook.storage.read_bytes(path)
-    if raw is None:
-        return None
-    record = parse_record(path, raw)
-    return None if record.done else record
-
-
-def resume_target(hook: StreamingJobHook, *actions: Action) -> tuple[Action, StreamSpec, StreamSpec | None] | None:
-    """``(action, target, current)`` to resume the stream's unfinished action if it is one of ``actions``;
-    ``None`` if nothing is unfinished.
-
-    Raises :class:`LifecycleError` when a different action is unfinished: it must be finished first.
-    """
-    record = unfinished(hook)
-    if record is None:
-        return None
-    if record.action not in actions:
-        raise LifecycleError(unfinished_message(record.stream, record.action.value, record.id, record.to_version,
-                                                record.step.value, "/".join(a.value for a in actions)))
-    current = StreamSpec.from_dict(restore_secrets(record.from_spec, hook.spec)) \
-        if record.action == Action.PARALLEL and record.from_spec is not None else None
-    return record.action, StreamSpec.from_dict(restore_secrets(record.to_spec, hook.spec)), current
-
-
-def restart_spec(hook: StreamingJobHook, action: Action) -> StreamSpec:
-    """The spec a restart (the deployed one) or a rollback (the one before the last successful upgrade)
-    of the stream starts; :class:`SpecError` saying why there is none."""
-    deployed = (hook.deployed() or {}).get("spec")
-    if deployed is None:
-        raise SpecError("action", f"stream {hook.spec.name!r} was never deployed (no {hook.deployed_path}): "
-                        f"deploy it before a {action.value}")
-    if action == Action.ROLLBACK:
-        previous = previous_spec(read_history(hook), deployed.get("version"))
-        if previous is None:
-            raise SpecError("action", f"stream {hook.spec.name!r} has no earlier version to roll back to: its "
-                            f"history has no successful upgrade to {deployed.get('version')}")
-        return StreamSpec.from_dict(restore_secrets(previous, hook.spec))
-    return StreamSpec.from_dict(restore_secrets(deployed, hook.spec))
-
-
-def read_history(hook: StreamingJobHook) -> list[dict[str, Any]]:
-    """The stream's deployment history, oldest first (``[]`` if none).
-
-    :class:`ControlFileError` naming the file if it is unreadable: it holds the rollback targets, so an
-    action that would append to it refuses rather than overwrite it."""
-    path = f"{hook.paths.root}/{HISTORY_NAME}"
-    raw = hook.storage.read_bytes(path)
-    if raw is None:
-        return []
-    try:
-        history = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        history = exc
-    if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
-        raise ControlFileError(
-            f"{path} is unreadable ({history if isinstance(history, Exception) else 'not a list of entries'}); it is "
-            f"the stream's deployment history (the rollback targets): repair it, or move it aside (mv {path} "
-            f"{path}.bad) to start a new history")
-    return history
-
-
-def describe(hook: StreamingJobHook) -> dict[str, Any]:
-    """A stream's status for people: deployed version, driver, health, checkpoint, last action.
-
-    Never raises on an unreadable file: each part says what could not be read."""
-    def part(fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except (ControlFileError, StorageError, StreamingError) as exc:
-            return {"error": str(exc)}
-
-    deployed = part(hook.deployed) or {}
-    last = part(hook.lifecycle_record)
-    position = part(lambda: hook.batch_position().to_dict())
-    return {
-        "stream": hook.spec.name,
-        "deployed_version": ((deployed.get("spec") or {}) if "error" not in deployed else {}).get("version"),
-        "run_id": deployed.get("run_id"),
-        "running": part(hook.running_driver),
-        "health": hook.health().summary(),
-        "checkpoint": position,
-        "last_action": None if last is None else last if "error" in last else
-        {k: last.get(k) for k in ("id", "action", "step", "error")},
-        "history": part(lambda: read_history(hook)[-5:]),
-    }

@@ -1,0 +1,121 @@
+"""Stopping the running version and saving its checkpoint (a part of :class:`~.runner.LifecycleRunner`):
+STOPPING -> STOPPED -> SNAPSHOTTED, a parallel transition's RETIRING, and stopping one run for good."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from airflow_streaming.control import contract
+from airflow_streaming.control.storage import StorageError, describe_os_error
+from airflow_streaming.exceptions import LifecycleError
+from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.lifecycle import snapshot as snapshots
+from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Step
+from airflow_streaming.lifecycle.waits import GONE, Wait
+
+log = logging.getLogger("airflow_streaming.lifecycle.runner")
+
+
+class StopSteps:
+    """The stop side of an action (mixed into the runner)."""
+
+    def _stopping(self, record: LifecycleRecord) -> None:
+        hook = self.home
+        timeout = hook.spec.stop_timeout if self.options.stop_timeout is None else self.options.stop_timeout
+        if record.stop_requested_at is None:
+            self._ensure_lock()
+            record.stopping_run_id = hook.begin_stop()  # the run marker is gone: it stops at a batch boundary
+            record.stop_requested_at = time.time()
+            self.save(record)
+        if record.stopping_run_id is not None:
+            self._await(record, Wait(GONE, hook.spec.to_dict(), record.stopping_run_id,
+                                     record.stop_requested_at + timeout))
+        report = hook.finish_stop(record.stopping_run_id, record.stop_requested_at, timeout,
+                                  self.options.kill_on_timeout, self.lock)
+        self.stop_report = report.to_dict()
+        running = hook.running_driver()
+        if running:
+            raise LifecycleError(f"stream {record.stream!r} still runs after the stop: {running}; "
+                                 "run the action again to retry the stop")
+        position = report.position or hook.batch_position()
+        how = "graceful" if report.graceful else "not running" if not report.was_running else "killed"
+        if record.action == Action.STOP:
+            record.stop_batch = position.last_committed
+            self._advance(record, Step.STOPPED, f"stopped at batch {position.last_committed} ({how}"
+                          f"{', checkpoint clean' if position.clean else ', batch ' + str(position.last_planned) + ' will be replayed'})")
+            return
+        record.stop_batch = position.last_committed
+        replay = "" if position.clean else (f"; batch {position.last_planned} was in flight (planned, not "
+                                            f"committed): {record.to_version} replays it with the same offsets")
+        self._advance(record, Step.STOPPED, f"stopped at batch {position.last_committed} ({how}){replay}")
+
+    def _stopped(self, record: LifecycleRecord) -> None:
+        if record.action == Action.STOP:
+            self._advance(record, Step.SUCCEEDED, f"not running; last committed batch {record.stop_batch}")
+            return
+        if record.stop_batch is None:
+            _, refusal = self._checkpoint_position(record, "the snapshot")
+            if refusal:
+                raise LifecycleError(refusal)
+            record.new_run_id = record.new_run_id or contract.new_run_id()
+            self._advance(record, Step.STARTING, "the stream never ran (empty checkpoint): nothing to snapshot")
+            return
+        location = self.home.checkpoint_locations()[0]
+        snapshot_dir = self._snapshot_dir(record)
+        try:
+            manifest = snapshots.take_snapshot(location, snapshot_dir, record.sink_path, resolve=self.home.storage_of,
+                                               snapshot_storage=self.storage)
+        except OSError as exc:
+            snapshots.discard_incomplete(snapshot_dir, self.storage)
+            cause = exc if isinstance(exc, StorageError) else describe_os_error(snapshot_dir, exc,
+                                                                                 "write the snapshot into")
+            raise LifecycleError(f"the snapshot failed: {exc.strerror or exc}: {cause}") from exc
+        record.snapshot = manifest.to_dict()
+        # The snapshot is self-describing: the spec that ran on it restarts it (also in the record).
+        self.storage.write_atomic(f"{manifest.snapshot_dir}/spec.json",
+                                  json.dumps({"spec": record.from_spec, "run_id": record.old_run_id}, indent=1).encode())
+        self._advance(record, Step.SNAPSHOTTED, f"{manifest.files} files at batch {manifest.batch_id}"
+                      f"{' + file sink log' if manifest.sink_metadata else ''}")
+
+    def _snapshot_dir(self, record: LifecycleRecord) -> str:
+        return f"{self.home.paths.root}/snapshots/{record.id}"
+
+    def _snapshotted(self, record: LifecycleRecord) -> None:
+        record.new_run_id = record.new_run_id or contract.new_run_id()
+        self._advance(record, Step.STARTING, f"run {record.new_run_id}")
+
+    def _retiring(self, record: LifecycleRecord) -> None:
+        hook = self.home
+        if record.stop_requested_at is None:
+            self._ensure_lock()
+            record.stopping_run_id = hook.begin_stop()
+            record.stop_requested_at = time.time()
+            self.save(record)
+        if record.stopping_run_id is not None:
+            self._await(record, Wait(GONE, hook.spec.to_dict(), record.stopping_run_id,
+                                     record.stop_requested_at + hook.spec.stop_timeout))
+        report = hook.finish_stop(record.stopping_run_id, record.stop_requested_at, hook.spec.stop_timeout,
+                                  True, self.lock)
+        if self.home.running_driver():
+            raise LifecycleError(f"the old stream {record.stream!r} still runs after the stop; run the action again")
+        record.stop_batch = report.position.last_committed if report.position else None
+        self._advance(record, Step.SUCCEEDED, f"old stream stopped at batch {record.stop_batch}; "
+                      f"{self.target.name} carries on")
+
+    def _stop_run(self, hook: StreamingJobHook, run_id: str | None) -> None:
+        """Stop the driver of ``run_id`` (gracefully, then by force) and make sure none of it is left."""
+        if not run_id:
+            return
+        lock = self._lock_of(hook)
+        record = hook.driver_record()
+        if record is not None and record.run_id == run_id:
+            hook.stop(timeout=min(hook.spec.stop_timeout, 60.0), lock=lock)
+        standby = hook.standby_record()
+        for candidate in (record, standby):  # e.g. a standby never promoted
+            if candidate is not None and candidate.run_id == run_id and hook.processes_of_run(run_id):
+                hook.target.kill(candidate, 15.0)
+        if hook.processes_of_run(run_id):
+            raise LifecycleError(f"drivers of run {run_id} of {hook.spec.name} survive a kill: "
+                                 f"{hook.processes_of_run(run_id)}; run the action again")
