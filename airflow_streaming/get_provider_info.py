@@ -49,7 +49,9 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.sensors.progress", "airflow_streaming.sensors.health"]}
         ],
         "hooks": [
-            {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.hooks.streaming_job"]}
+            {"integration-name": "Spark Structured Streaming",
+             "python-modules": ["airflow_streaming.hooks.streaming_job", "airflow_streaming.hooks.submission",
+                                "airflow_streaming.hooks.liveness", "airflow_streaming.hooks.stopping"]}
         ],
         "triggers": [
             {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.triggers.health",

@@ -9,7 +9,8 @@ wins; ``docs/reconcile.md`` lists the resulting table):
 2. an abandoned recovery is resumed; any other abandoned action is reported (a person finishes it);
 3. never deployed: nothing; a driver record that cannot be read, or a liveness that cannot be told:
    observe - *unknown never kills, restarts or stops*;
-4. stopped by the user: nothing, or a report if a driver still runs;
+4. stopped by the user (a stop action, or a graceful stop of the run): nothing, or a report if a
+   driver still runs;
 5. wanted running and alive: judge the status and health (a start that never reports, a stall, a
    driver that reported its failure);
 6. wanted running and proven gone: restart, within the restart policy; where the policy forbids it
@@ -123,9 +124,9 @@ def decide(o: Observation, policy: Policy) -> Decision:
     if o.liveness == Liveness.ALIVE:
         return _alive(o, policy, run)
     # 6. Wanted running, and proven gone.
-    if o.status == RunStatus.STOPPED:
-        return Decision(Act.REPORT, f"{run} stopped gracefully outside a lifecycle action (its run marker was "
-                                    "removed): not restarted; deploy it to start it again", "UNHEALTHY")
+    if o.status == RunStatus.STOPPED:  # only a stop request removes the run marker: a stop, not a failure
+        return Decision(Act.NOTHING, f"{run} stopped gracefully (a stop request removed its run marker); deploy "
+                                     "it to start it again")
     if o.status == RunStatus.UNREADABLE:
         return Decision(Act.OBSERVE, f"{run} is gone, but its status cannot be read{why}; looking again before "
                                      "acting", "UNHEALTHY")

@@ -46,8 +46,9 @@ def _violations(o: Observation, policy: Policy) -> list[str]:
     if not d.reason:
         bad.append("a decision without a reason")
     # No silent outage: wanted running, provably not running, no unfinished action.
+    # (A run that stopped gracefully was stopped: only a stop request removes its run marker.)
     if (o.desired == Desired.RUNNING and o.action == ActionState.NONE and o.record == RecordState.PRESENT
-            and o.liveness == Liveness.GONE):
+            and o.liveness == Liveness.GONE and o.status != RunStatus.STOPPED):
         if d.act != Act.RESTART and d.event is None and not o.gave_up:
             bad.append("down and wanted running, but neither restarted nor notified")
         if d.act == Act.NOTHING and not o.gave_up:

@@ -1,0 +1,147 @@
+"""Stopping a stream's driver: the graceful stop at a micro-batch boundary, then the kill (a part of the
+stream's hook). The graceful stop is the run marker on the control storage, which works from any host;
+the kill goes through the deploy target, and only ever signals the recorded driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_streaming.checkpoint.batches import BatchPosition
+from airflow_streaming.control import contract
+from airflow_streaming.control.contract import ControlFileError, DriverRecord
+from airflow_streaming.control.storage import StorageError
+from airflow_streaming.lifecycle.lock import LifecycleLock
+from airflow_streaming.targets.base import Liveness
+
+log = logging.getLogger("airflow_streaming.hooks.streaming_job")
+KILL_GRACE_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class StopReport:
+    """How a stop went."""
+
+    stream: str
+    was_running: bool
+    graceful: bool
+    """The driver exited by itself after the stop request (no kill)."""
+    killed: bool
+    exit_code: int | None
+    position: BatchPosition | None
+    """The checkpoint's last planned/committed batch after the stop."""
+    seconds: float
+    note: str | None = None
+    """What else a person should know (e.g. why nothing was signalled)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "was_running": self.was_running,
+            "graceful": self.graceful,
+            "killed": self.killed,
+            "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 3),
+            **(self.position.to_dict() if self.position else {"last_committed_batch": None, "clean": None}),
+            **({"note": self.note} if self.note else {}),
+        }
+
+
+class StoppingMixin:
+    """Stop and kill (mixed into ``StreamingJobHook``)."""
+
+    def request_stop(self) -> bool:
+        """Remove the run marker: the driver stops at the next micro-batch boundary."""
+        return contract.request_stop(self.storage, self.paths)
+
+    def kill(self, record: DriverRecord, grace: float = KILL_GRACE_SECONDS) -> str:
+        """Remove the marker and hard-kill the recorded driver through its target. Never raises;
+        signals only what the target can prove is the recorded driver. Returns what was done."""
+        try:
+            contract.request_stop(self.storage, self.paths)
+        except StorageError:
+            log.exception("could not remove %s", self.paths.marker)
+        try:
+            outcome = self.target_of(record).kill(record, grace)
+        except Exception as exc:  # noqa: BLE001 - kill paths log and never raise
+            log.exception("kill of run %s failed", record.run_id)
+            return f"kill of run {record.run_id} failed: {exc}"
+        log.warning("kill of stream %s run %s: %s", self.spec.name, record.run_id, outcome)
+        return outcome
+
+    def wait_gone(self, record: DriverRecord, timeout: float, lock: LifecycleLock | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for the recorded driver to be gone; return whether it is."""
+        deadline = time.monotonic() + timeout
+        while True:
+            liveness = self.target_of(record).state(record).liveness
+            if liveness == Liveness.GONE:
+                return self.target_of(record).wait_gone(record, max(1.0, deadline - time.monotonic()))
+            if liveness == Liveness.UNKNOWN and self._terminal_status_of(record.run_id) and not self._lease_held():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            if lock is not None:
+                lock.ensure()
+            time.sleep(0.2)
+
+    def _lease_held(self) -> bool:
+        try:
+            lease = contract.read_lease(self.storage, self.paths)
+        except (ControlFileError, StorageError):
+            return True
+        return lease is not None and not lease.is_stale()
+
+    def stop(self, timeout: float | None = None, kill_on_timeout: bool = True, lock: LifecycleLock | None = None,
+             owner: str | None = None) -> StopReport:
+        """Stop gracefully at a micro-batch boundary; after ``timeout`` (the spec's stop timeout) kill.
+
+        Runs under the lifecycle lock (see :meth:`guarded`): a stop during another action (an upgrade's
+        probation, say) is refused with what to do instead, never half-applied."""
+        timeout = self.spec.stop_timeout if timeout is None else timeout
+        with self.guarded("stop", lock, owner) as held:
+            requested_at = time.time()
+            run_id = self.begin_stop()
+            return self.finish_stop(run_id, requested_at, timeout, kill_on_timeout, held)
+
+    def begin_stop(self) -> str | None:
+        """Ask the driver to stop (remove the run marker); return the run id that was running, ``None``
+        when none was. The caller holds the lifecycle lock; :meth:`finish_stop` waits and reports."""
+        record = self.driver_record()
+        liveness = self.driver_liveness()[0] if record is not None else Liveness.GONE
+        if liveness == Liveness.UNKNOWN and record is not None and self.target_of(record).state(record).gone:
+            liveness = Liveness.GONE
+        self.request_stop()
+        return None if record is None or liveness == Liveness.GONE else record.run_id
+
+    def finish_stop(self, run_id: str | None, requested_at: float, timeout: float, kill_on_timeout: bool = True,
+                    lock: LifecycleLock | None = None) -> StopReport:
+        """Wait until ``requested_at + timeout`` for the run of a :meth:`begin_stop` to exit, kill it after
+        that, and report (a deferred stop calls this once its trigger saw the driver gone)."""
+        record = self.driver_record()
+        if run_id is None or record is None or record.run_id != run_id:
+            log.info("stream %s is not running; nothing to stop", self.spec.name)
+            return StopReport(self.spec.name, False, False, False, None, self._position(), 0.0)
+        stopped = self.wait_gone(record, max(0.0, requested_at + timeout - time.time()), lock)
+        killed = False
+        note = None
+        if not stopped:
+            if not kill_on_timeout:
+                raise TimeoutError(f"stream {self.spec.name!r} did not stop within {timeout:.0f}s")
+            log.warning("stream %s did not stop within %.0fs: killing it", self.spec.name, timeout)
+            note = self.kill(record)
+            killed = True
+        doc = self._status_of_run(record.run_id)
+        exit_code = doc.exit.get("code") if doc is not None and doc.exit else None
+        report = StopReport(self.spec.name, True, not killed and exit_code == contract.EXIT_GRACEFUL, killed,
+                            exit_code, self._position(), time.time() - requested_at, note)
+        log.info("stream %s stopped: %s", self.spec.name, report.to_dict())
+        return report
+
+    def _position(self) -> BatchPosition | None:
+        try:
+            return self.batch_position()
+        except OSError:
+            return None

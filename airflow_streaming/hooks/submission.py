@@ -1,0 +1,315 @@
+"""Submitting a stream's driver: the launch plan, spark-submit through the deploy target, the run
+marker, the standby and its promotion, and the wait for the first progress (a part of the stream's hook).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow_streaming.control import contract
+from airflow_streaming.control.contract import ControlFileError, DriverRecord, StatusDocument
+from airflow_streaming.control.storage import StorageError
+from airflow_streaming.exceptions import (
+    ApplicationNotFoundError,
+    DriverStartError,
+    JavaNotFoundError,
+    StreamAlreadyRunningError,
+)
+from airflow_streaming.hooks.liveness import hostname
+from airflow_streaming.lifecycle.lock import LifecycleLock
+from airflow_streaming.redaction import mask_spec, register_secrets, split_conf
+from airflow_streaming.spec import StreamSpec
+from airflow_streaming.targets.base import LaunchPlan
+
+log = logging.getLogger("airflow_streaming.hooks.streaming_job")
+
+LAUNCHER = str(Path(__file__).resolve().parents[2] / "spark_jobs" / "launch.py")
+JOBS_DIR = Path(__file__).resolve().parents[2] / "spark_jobs" / "jobs"
+JAVA_HINT = "install Java 17 (Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless) or set JAVA_HOME"
+KILL_GRACE_SECONDS = 10.0
+#: Spark conf every managed driver gets unless the spec overrides it: Spark's own streaming metrics
+#: (Dropwizard gauges per query) exposed for Prometheus at <driver UI>/metrics/prometheus.
+DEFAULT_SPARK_CONF = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.streaming.metricsEnabled": "true",
+    "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
+    "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
+}
+DRIVER_EXIT_GRACE_SECONDS = 30.0
+
+def check_java() -> str:
+    """Return the java binary spark-submit will use; raise :class:`JavaNotFoundError` if none (or < 17)."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={java_home} has no bin/java" if java_home else "no 'java' on PATH"
+        raise JavaNotFoundError(f"Spark needs Java 17: {where}; {JAVA_HINT}")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    major = int(match.group(1)) if match else 0
+    if major == 1 and match and match.group(2):
+        major = int(match.group(2))
+    if major < 17:
+        raise JavaNotFoundError(f"Spark 4 needs Java 17 or newer, {java} is version {major or 'unknown'}; {JAVA_HINT}")
+    return java
+
+
+def lease_ttl(spec: StreamSpec) -> float:
+    """The driver lease's ttl: long enough for a NameNode failover, at least 12 heartbeats."""
+    return max(120.0, 12 * spec.heartbeat_interval)
+
+
+class SubmissionMixin:
+    """Submit, promote, wait until ready (mixed into ``StreamingJobHook``)."""
+
+    def application_argument(self) -> list[str]:
+        """``--job NAME`` or ``--script PATH``; :class:`ApplicationNotFoundError` if it is missing."""
+        app = self.spec.application
+        if self.spec.is_bundled:
+            if not (JOBS_DIR / f"{app}.py").is_file():
+                raise ApplicationNotFoundError(f"bundled job {app!r} is not installed ({JOBS_DIR / app}.py missing)")
+            return ["--job", app]
+        if self.target.kind == "local" and not os.path.isfile(app):
+            raise ApplicationNotFoundError(f"application file {app} does not exist; nothing was submitted")
+        return ["--script", app]
+
+    def preflight(self) -> None:
+        """Refuse, before anything is written or started, a missing application or (locally) Java."""
+        self.application_argument()
+        if self.target.kind == "local":
+            check_java()
+
+    def launch_plan(self, run_id: str, standby: bool = False, gate: bool | None = None) -> LaunchPlan:
+        """What the target starts for ``run_id``: the runtime's arguments and the conf (secrets apart).
+        ``gate`` not ``None``: a gate driver (``True``: with the Spark dry run) - see :meth:`submit_gate`."""
+        spec = self.spec
+        runtime_args = [
+            "--stream", spec.name, "--version", spec.version, "--run-id", run_id,
+            "--control-dir", spec.control_dir, "--checkpoint", spec.checkpoint_location,
+            *self.application_argument(),
+            "--trigger-seconds", str(spec.trigger_interval), "--heartbeat-seconds", str(spec.heartbeat_interval),
+            "--lease-ttl", str(lease_ttl(spec)),
+            *(["--standby"] if standby else []),
+            *(["--gate-only", *([] if gate else ["--gate-no-dry-run"])] if gate is not None else []),
+            "--", *spec.application_args,
+        ]
+        conf, secret = split_conf({**DEFAULT_SPARK_CONF, **spec.spark_conf})
+        register_secrets(secret.values())
+        return self.target.plan(self.resolved_spec, run_id, LAUNCHER, runtime_args, conf, secret,
+                                self.driver_log_path(run_id), standby)
+
+    def command_for(self, run_id: str) -> tuple[list[str], str]:
+        """The spark-submit command a local/client submission of ``run_id`` runs, and its one-line record
+        (for inspection: sensitive conf never appears, it travels in a 0600 properties file)."""
+        from airflow_streaming.targets.submit_command import masked_command, spark_submit_argv
+
+        plan = self.launch_plan(run_id)
+        argv = spark_submit_argv(plan, self.target.settings.get("spark_binary", "spark-submit"),
+                                 "<0600 properties file>" if plan.secret_conf else None)
+        return argv, masked_command(argv)
+
+    def _environment(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        env["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
+        env["PYSPARK_DRIVER_PYTHON"] = os.environ.get("PYSPARK_DRIVER_PYTHON", env["PYSPARK_PYTHON"])
+        bindir = os.path.dirname(sys.executable)
+        path = os.environ.get("PATH", "")
+        if not shutil.which("spark-submit", path=path) and os.path.exists(os.path.join(bindir, "spark-submit")):
+            env["PATH"] = bindir + os.pathsep + path
+        if (self.spec.master or "").startswith("local"):
+            env["SPARK_LOCAL_IP"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
+        return env
+
+    def submit(self, run_id: str | None = None, standby: bool = False, lock: LifecycleLock | None = None,
+               owner: str | None = None) -> DriverRecord:
+        """Start the stream's driver detached and return its record, under the lifecycle lock.
+
+        Refuses (before anything is submitted) when a driver already runs the stream or that cannot be
+        told, when another lifecycle action holds the lock or is unfinished, when the application is
+        missing, or when Java is not usable. ``run_id`` lets a resumable caller choose (and record) the
+        run id before submitting, so that it can later tell whether the submission happened
+        (:meth:`processes_of_run`) instead of submitting twice.
+
+        ``standby=True`` starts a *prepared* driver beside the running one: it builds its session and
+        query, then waits - without touching the checkpoint, the lease or the status document - until
+        :meth:`promote` names it in the run marker. Its record goes to ``standby-driver.json``.
+        """
+        self.preflight()
+        with self.guarded("deploy", lock, owner) as held:
+            if not standby:
+                running = self.running_driver()
+                if running:
+                    raise StreamAlreadyRunningError(
+                        f"stream {self.spec.name!r} is already running: {running}. Stop it before deploying again.")
+            else:
+                other = self.standby_record()
+                if other is not None and other.run_id != run_id and self.processes_of_run(other.run_id):
+                    raise StreamAlreadyRunningError(f"stream {self.spec.name!r} already has a standby driver "
+                                                    f"(run {other.run_id})")
+            run_id = run_id or contract.new_run_id()
+            plan = self.launch_plan(run_id, standby=standby)
+            plan = dataclasses.replace(plan, env={**self._environment(), **plan.env})
+            self.storage.makedirs(self.paths.root)
+            if not self.remote_storage:
+                self.storage.makedirs(os.path.dirname(self.paths.log(run_id)))
+            held.ensure()
+            if not standby:
+                contract.write_marker(self.storage, self.paths, run_id, self.spec.version)
+            try:
+                handle = self.target.submit(plan)
+            except BaseException:
+                if not standby:
+                    self._remove_marker_of(run_id)
+                raise
+            record = DriverRecord(
+                run_id=run_id, stream=self.spec.name, version=self.spec.version, application=self.spec.application,
+                host=hostname(), command=self.target.describe_command(plan), log_path=plan.log_path,
+                submitted_at=time.time(), checkpoint_location=self.spec.checkpoint_location, target=self.target.kind,
+                handle=handle)
+            if standby:
+                self.storage.write_atomic(self.paths.standby_driver, record.to_json())
+            else:
+                self._record_deployment(record)
+            log.info("submitted stream %s %s%s to %s: run %s, %s, log %s", self.spec.name, self.spec.version,
+                     " (standby)" if standby else "", self.target.kind, run_id, handle, plan.log_path)
+            return record
+
+    def submit_gate(self, run_id: str, lock: LifecycleLock, dry_run: bool = True) -> DriverRecord:
+        """Start a *gate driver* on the stream's own target: a short driver that runs the compatibility gate
+        of this spec (the candidate) against its checkpoint where the checkpoint and the job's dependencies
+        are, writes ``{"id": run_id, "report" | "error"}`` to ``gate-report.json`` and exits
+        (``spark_jobs/launch.py --gate-only``). It touches neither the checkpoint, the lease, the run marker
+        nor the status document; its record goes to ``gate-driver.json`` (logs, kill). Under ``lock``."""
+        self.preflight()
+        with self.guarded("gate", lock) as held:
+            plan = self.launch_plan(run_id, gate=dry_run)
+            plan = dataclasses.replace(plan, name=f"{plan.name} gate",
+                                       env={**self._environment(), **plan.env})
+            self.storage.makedirs(self.paths.root)
+            if not self.remote_storage:
+                self.storage.makedirs(os.path.dirname(self.paths.log(run_id)))
+            held.ensure()
+            handle = self.target.submit(plan)
+            record = DriverRecord(
+                run_id=run_id, stream=self.spec.name, version=self.spec.version, application=self.spec.application,
+                host=hostname(), command=self.target.describe_command(plan), log_path=plan.log_path,
+                submitted_at=time.time(), checkpoint_location=self.spec.checkpoint_location, target=self.target.kind,
+                handle=handle)
+            self.storage.write_atomic(self.paths.gate_driver, record.to_json())
+            log.info("submitted the compatibility gate of %s %s to %s: run %s, %s, log %s", self.spec.name,
+                     self.spec.version, self.target.kind, run_id, handle, plan.log_path)
+            return record
+
+    def gate_driver_record(self) -> DriverRecord | None:
+        """The record of the last gate driver (:meth:`submit_gate`), if any."""
+        data = self.storage.read_bytes(self.paths.gate_driver)
+        return None if data is None else DriverRecord.from_json(self.paths.gate_driver, data)
+
+    def _remove_marker_of(self, run_id: str) -> None:
+        """Remove the run marker if it names ``run_id`` (a failed start must leave no marker behind)."""
+        try:
+            marker = contract.read_marker(self.storage, self.paths)
+            if marker is not None and marker.get("run_id") == run_id:
+                contract.request_stop(self.storage, self.paths)
+        except StorageError as exc:
+            log.error("could not remove the run marker of the failed run %s: %s", run_id, exc)
+
+    def _record_deployment(self, record: DriverRecord) -> None:
+        self.storage.write_atomic(self.paths.driver, record.to_json())
+        self.storage.write_atomic(self.deployed_path, json.dumps(
+            {"run_id": record.run_id, "at": record.submitted_at, "spec": mask_spec(self.spec.to_dict())},
+            indent=1).encode())
+
+    def standby_record(self) -> DriverRecord | None:
+        data = self.storage.read_bytes(self.paths.standby_driver)
+        return None if data is None else DriverRecord.from_json(self.paths.standby_driver, data)
+
+    def standby_state(self, run_id: str) -> dict[str, Any] | None:
+        """The standby driver's readiness (``state`` PREPARING / READY / FAILED / PROMOTED / EXPIRED)."""
+        raw = self.storage.read_bytes(self.paths.standby)
+        try:
+            doc = json.loads(raw) if raw is not None else None
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) and doc.get("run_id") == run_id else None
+
+    def promote(self, run_id: str, lock: LifecycleLock) -> DriverRecord:
+        """Hand the stream to the prepared standby ``run_id``: it becomes the recorded driver and the run
+        marker names it, which is its signal to take the lease and start. Only call this once no other
+        driver runs (the lease would make it wait otherwise). Idempotent."""
+        lock.ensure()
+        record = self.standby_record()
+        if record is None or record.run_id != run_id:
+            raise DriverStartError(f"no standby driver record for run {run_id} in {self.paths.standby_driver}")
+        self._record_deployment(record)
+        contract.write_marker(self.storage, self.paths, run_id, self.spec.version)
+        log.info("promoted standby run %s of %s %s", run_id, self.spec.name, self.spec.version)
+        return record
+
+    def wait_until_ready(self, record: DriverRecord, timeout: float | None = None, poll: float = 0.5,
+                         lock: LifecycleLock | None = None) -> StatusDocument:
+        """Wait until the run's query reports progress (or idles); raise :class:`DriverStartError` with the
+        driver's own error if it dies first. On timeout the driver is stopped and killed. Either way a
+        failed start leaves no run marker behind."""
+        timeout = self.spec.startup_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            readiness = self.readiness(record)
+            if readiness == "ready":
+                return self._status_of_run(record.run_id)  # type: ignore[return-value]
+            if readiness == "ended":
+                # Let the driver exit and flush its last lines; never leave a failed driver behind.
+                self.wait_gone(record, DRIVER_EXIT_GRACE_SECONDS)
+                self._remove_marker_of(record.run_id)
+                if not self.target_of(record).state(record).gone:
+                    self.kill(record)
+                final = self._status_of_run(record.run_id)
+                raise DriverStartError(self._failure_message(record, final),
+                                       error_class=(final.last_exception or {}).get("error_class") if final else None,
+                                       exit_code=(final.exit or {}).get("code") if final else None)
+            if time.monotonic() > deadline:
+                self.kill(record)
+                raise DriverStartError(
+                    f"stream {record.stream!r} did not report progress within {timeout:.0f}s; the driver was "
+                    f"stopped. Last driver output:\n{self.log_tail(record.run_id)}", timed_out=True
+                )
+            if lock is not None:
+                lock.ensure()
+            time.sleep(poll)
+
+    def readiness(self, record: DriverRecord) -> str:
+        """``ready`` (the run reported progress or idles), ``ended`` (it failed or exited first) or
+        ``waiting`` - checked once, without waiting."""
+        doc = self._status_of_run(record.run_id)
+        if doc is not None and doc.ready and doc.state == contract.RUNNING:
+            return "ready"
+        if (doc is not None and doc.is_terminal) or self.target_of(record).state(record).gone:
+            return "ended"
+        return "waiting"
+
+    def _status_of_run(self, run_id: str) -> StatusDocument | None:
+        try:
+            doc = self.status()
+        except (ControlFileError, StorageError) as exc:
+            log.warning("status of %s not readable (treated as not yet written): %s", self.spec.name, exc)
+            return None
+        return doc if doc is not None and doc.run_id == run_id else None
+
+    def _failure_message(self, record: DriverRecord, doc: StatusDocument | None) -> str:
+        head = f"driver of stream {record.stream!r} (run {record.run_id}) failed while starting"
+        if doc is not None and doc.last_exception:
+            err = doc.last_exception
+            head += f": [{err.get('error_class')}] {self.redact(str(err.get('message')))}"
+        if doc is not None and doc.exit:
+            head += f" (exit code {doc.exit.get('code')}: {doc.exit.get('reason')})"
+        return f"{head}\nLast driver output ({record.log_path}):\n{self.log_tail(record.run_id)}"
