@@ -9,7 +9,7 @@ Streams come from the deployment's own knowledge, in this order:
    ``lifecycle.json`` or ``history.json``) that the file did not list already.
 
 Reading goes through the existing readers (:class:`~airflow_streaming.hooks.streaming_job.StreamingJobHook`,
-:func:`~airflow_streaming.lifecycle.runner.read_history`, :func:`~airflow_streaming.supervision.supervisor.load_ledger`,
+:func:`~airflow_streaming.lifecycle.runner.read_history`, :func:`~airflow_streaming.supervision.ledger_file.load_ledger`,
 :func:`~airflow_streaming.compat.last_report.read_last_report`). Nothing here raises because of a bad
 file: each part that cannot be read is recorded in :attr:`StreamSnapshot.errors` with the reader's
 own message, and the rest is still shown.
@@ -73,6 +73,8 @@ class StreamSnapshot:
     history: list[dict[str, Any]] = field(default_factory=list)
     ledger: dict[str, Any] | None = None
     compat: dict[str, Any] | None = None
+    next: dict[str, Any] | None = None
+    """What the supervisor's next pass would do (``airflow_streaming.reconcile``): act, reason, event."""
     errors: dict[str, str] = field(default_factory=dict)
     """File (or part) -> the reader's message, for every part that could not be read."""
 
@@ -184,7 +186,8 @@ def read_stream(ref: StreamRef, now: float | None = None) -> StreamSnapshot:
     from airflow_streaming.control.contract import StatusDocument
     from airflow_streaming.hooks.streaming_job import StreamingJobHook
     from airflow_streaming.lifecycle.runner import read_history
-    from airflow_streaming.supervision.supervisor import load_ledger
+    from airflow_streaming.reconcile.observe import next_step
+    from airflow_streaming.supervision.ledger_file import load_ledger
 
     snap = StreamSnapshot(ref=ref, read_at=time.time() if now is None else now)
     hook = StreamingJobHook(ref.spec)
@@ -207,6 +210,7 @@ def read_stream(ref: StreamRef, now: float | None = None) -> StreamSnapshot:
         ledger = _part(snap, "supervisor.json", lambda: load_ledger(hook))
         snap.ledger = ledger.to_dict() if ledger is not None else None
     snap.compat = _part(snap, "compat.json", lambda: read_last_report(hook.storage, hook.paths.root))
+    snap.next = _part(snap, "next", lambda: next_step(hook))
     if not ref.spec_known and ref.note:
         snap.errors.setdefault("spec", ref.note)
     elif ref.note:

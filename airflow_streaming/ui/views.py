@@ -308,6 +308,7 @@ def overview_row(snap: StreamSnapshot) -> dict[str, Any]:
         "totals": status.get("totals"),
         "last_action": last_action,
         "supervisor": supervisor,
+        "next": snap.next,
         "spark_ui": status.get("spark_ui") if live else None,
         "heartbeat_age_s": round(snap.read_at - _num(status.get("heartbeat_at")), 1)
         if _num(status.get("heartbeat_at")) else None,

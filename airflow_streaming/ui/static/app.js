@@ -326,6 +326,8 @@
       stat("quarantined", num((d.totals || {}).quarantined_rows, 0)),
       stat("heartbeat", d.heartbeat_age_s !== null && d.heartbeat_age_s !== undefined ? `${seconds(d.heartbeat_age_s)} ago` : dash),
       stat("supervisor", sup ? (sup.gave_up ? "GAVE UP" : `${sup.restarts_in_window} restarts / ${Math.round(sup.window_s / 60)} min`) : "not supervised"),
+      d.next ? el("div", { class: "stat", id: "stat-next", title: d.next.reason || "" },
+        el("div", { class: "v" }, d.next.act || dash), el("div", { class: "l" }, "next supervisor pass")) : null,
       h.metrics && h.metrics.watermark_lag_s !== undefined ? stat("watermark lag now", seconds(h.metrics.watermark_lag_s)) : null);
   }
   function historyTable(actions) {
