@@ -12,6 +12,7 @@ from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.lifecycle import snapshot as snapshots
 from airflow_streaming.lifecycle.lock import LifecycleLockLost
 from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Step
+from airflow_streaming.lifecycle.waits import HEALTHY, Wait
 from airflow_streaming.redaction import restore_secrets
 from airflow_streaming.spec import StreamSpec
 
@@ -62,7 +63,8 @@ class RollbackSteps:
             record.error = f"{record.error}; and {record.from_version} did not restart: {exc}"
             self._advance(record, Step.ROLLBACK_FAILED, str(exc).splitlines()[0])
             return
-        deadline = time.time() + max(record.probation.window_s, old.spec.startup_timeout)
+        # From the step's start (recorded), so that a deferred or resumed action keeps the same deadline.
+        deadline = (record.step_started_at or time.time()) + max(record.probation.window_s, old.spec.startup_timeout)
         while True:
             self._renew()
             state, _, verdict = self._run_view(old, record.rollback_run_id)
@@ -74,4 +76,5 @@ class RollbackSteps:
                 record.error = f"{record.error}; and {record.from_version} did not become healthy: {verdict.summary()}"
                 self._advance(record, Step.ROLLBACK_FAILED, verdict.summary())
                 return
-            time.sleep(self.options.poll_s)
+            # Blocking: polls; deferrable: the task defers to the trigger (no worker slot is held).
+            self._await(record, Wait(HEALTHY, old.spec.to_dict(), record.rollback_run_id, deadline))

@@ -26,7 +26,8 @@ FILE = "file"            # a file appeared (the gate's report), or the process t
 STANDBY = "standby"      # a standby driver reported READY / FAILED, or exited
 PROBATION = "probation"  # probation decided (passed or failed), see lifecycle.record.probation_outcome
 CAUGHT_UP = "caught_up"  # a parallel stream caught up, or ended
-KINDS = (READY, GONE, FILE, STANDBY, PROBATION, CAUGHT_UP)
+HEALTHY = "healthy"      # a run is RUNNING and HEALTHY or IDLE (a rollback's restart of the old version), or ended
+KINDS = (READY, GONE, FILE, STANDBY, PROBATION, CAUGHT_UP, HEALTHY)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,15 @@ def wait_over(wait: Wait, now: float | None = None) -> bool:
     if wait.kind == STANDBY:
         state = (hook.standby_state(wait.run_id or "") or {}).get("state")
         return state in ("READY", "FAILED", "EXPIRED") or not hook.processes_of_run(wait.run_id or "")
+    if wait.kind == HEALTHY:
+        raw = hook.storage.read_bytes(hook.paths.status)
+        doc = json.loads(raw) if raw else None
+        doc = doc if isinstance(doc, dict) and doc.get("run_id") == wait.run_id else None
+        if doc is not None and doc.get("state") in ("FAILED", "STOPPED"):
+            return True
+        if not hook.processes_of_run(wait.run_id or "") and not hook.running_driver():
+            return True
+        return doc is not None and doc.get("state") == "RUNNING" and hook.health().state.value in ("HEALTHY", "IDLE")
     if wait.kind in (PROBATION, CAUGHT_UP):
         from airflow_streaming.lifecycle.record import Probation, caught_up, probation_outcome
 
