@@ -4,7 +4,9 @@ Arguments: ``--input DIR --output DIR --quarantine DIR [--max-files-per-trigger 
 
 Output layout: ``<output>/date=YYYY-MM-DD/batch_id=N/part-*.parquet``. Each micro-batch overwrites
 exactly its own ``batch_id`` partitions (dynamic partition overwrite), so a batch that Spark replays
-after a crash rewrites the same files instead of adding duplicates: exactly once end to end.
+after a crash rewrites the same files instead of adding duplicates; and the first batch of a run drops
+the partitions of every uncommitted batch (its own id and above), so a rollback that replays batches
+with other boundaries adds no duplicates either: exactly once end to end.
 Malformed lines go to ``<quarantine>/batch_id=N/`` as JSON (raw line, reason, source file) and are
 counted in the query's observed metric ``quarantined_rows``.
 """
@@ -64,10 +66,53 @@ def flatten(df: DataFrame) -> DataFrame:
     )
 
 
+def drop_batches_from(spark: SparkSession, first: int, *roots: str) -> list[str]:
+    """Delete the ``batch_id=N`` partitions with ``N >= first`` under each root (``date=*/batch_id=N`` or
+    ``batch_id=N``), through the driver's Hadoop FileSystem (any scheme). Returns what was deleted.
+
+    Spark runs batch ``first`` only when ``first - 1`` is the checkpoint's last committed batch, so any
+    partition from ``first`` on was written by a batch that never committed: the run a rollback undid
+    (its batches had other boundaries than the ones about to be replayed), or the batch a crash cut.
+    """
+    jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()  # noqa: SLF001 - py4j is the driver's only way in
+    deleted: list[str] = []
+
+    def batch_of(name: str) -> int | None:
+        return int(name.split("=", 1)[1]) if name.startswith("batch_id=") and name[9:].isdigit() else None
+
+    for root in roots:
+        path = jvm.org.apache.hadoop.fs.Path(root)
+        fs = path.getFileSystem(conf)
+        if not fs.exists(path):
+            continue
+        for status in fs.listStatus(path):
+            name = status.getPath().getName()
+            children = [status] if batch_of(name) is not None else (
+                fs.listStatus(status.getPath()) if status.isDirectory() and name.startswith("date=") else [])
+            for child in children:
+                batch = batch_of(child.getPath().getName())
+                if batch is not None and batch >= first and fs.delete(child.getPath(), True):
+                    deleted.append(child.getPath().toString())
+    return deleted
+
+
 def write_batch(ns: argparse.Namespace, flatten_fn: Any = flatten):
-    """The foreachBatch function: idempotent on batch id."""
+    """The foreachBatch function: idempotent on batch id, and exactly once across a rollback.
+
+    A batch overwrites its own ``batch_id`` partitions, so a replay of the same batch rewrites the same
+    files. A rollback replays batches with *other* boundaries (the old version restarts from the
+    snapshot, and may read more or fewer files per batch than the version it replaces): so the first
+    batch a run executes first drops every partition of its id and above (see :func:`drop_batches_from`).
+    """
+    first_of_run: list[int] = []
 
     def _write(batch: DataFrame, batch_id: int) -> None:
+        if not first_of_run:
+            first_of_run.append(batch_id)
+            dropped = drop_batches_from(batch.sparkSession, batch_id, ns.output, ns.quarantine)
+            if dropped:
+                print(f"events_etl: dropped {len(dropped)} partition(s) of uncommitted batches >= {batch_id} "
+                      f"(a rollback or a crash left them): {dropped[:5]}", flush=True)
         # Named fault points (inactive unless a test configures them): the batch is planned (its offsets
         # are logged) but nothing is written yet / its output is written but not committed.
         faults.hit("driver.batch", f"batch={batch_id}:before_write;")

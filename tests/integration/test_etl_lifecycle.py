@@ -65,3 +65,35 @@ def test_deploy_stop_restart_is_exactly_once(streams):
     assert output.duplicates == {}
     assert set(output.event_ids) == all_ids and output.rows == len(all_ids) == sum(b.valid for b in fed)
     assert count_quarantined(streams.path("quarantine", "etl")) == sum(b.malformed for b in fed)
+
+
+def test_a_rollback_that_replays_batches_with_other_boundaries_is_exactly_once(streams):
+    """v2 reads 1 file per batch and commits ~8 batches before its probation fails; the rollback restores
+    v1's checkpoint and v1 (5 files per batch) replays the same input in 2 batches. v2's foreachBatch
+    partitions batch_id=3.. would stay beside v1's as duplicates; v1's first batch drops them."""
+    from airflow_streaming.lifecycle.record import Action, Probation, Step
+    from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
+
+    inp, out = streams.path("input", "rb"), streams.path("output", "rb")
+    v1 = streams.etl_spec(name="rb").with_version("v1")
+    v1 = v1.with_version("v1", application_args=[*v1.application_args, "--max-files-per-trigger", "5"])
+    fed = [generate_events(inp, count=50, files=5, malformed_every=0, run="rb0")]
+    deployed = LifecycleRunner(v1, Action.DEPLOY).run()
+    assert deployed.step == Step.SUCCEEDED, deployed.error
+    hook = streams.hook(v1)
+    wait_for(lambda: set(read_etl_output(out).event_ids) >= set(fed[0].event_ids), 90, "v1's first files")
+    fed.append(generate_events(inp, count=80, files=8, malformed_every=0, run="rb1", file_start_index=10))
+    wait_for(lambda: set(read_etl_output(out).event_ids) >= set(fed[1].event_ids), 90, "v1 processed them")
+    # Input that only the next version will see first, 1 file per batch; its probation cannot pass.
+    v2 = v1.with_version("v2", application_args=[*v1.application_args[:-2], "--max-files-per-trigger", "1"])
+    fed.append(generate_events(inp, count=100, files=10, malformed_every=0, run="rb2", file_start_index=30))
+    upgrade = LifecycleRunner(v2, Action.UPGRADE, LifecycleOptions(probation=Probation(min_batches=40, window_s=25),
+                                                                   poll_s=0.5)).run()
+    assert upgrade.step == Step.ROLLED_BACK, (upgrade.step, upgrade.error)
+    all_ids = {i for batch in fed for i in batch.event_ids}
+    wait_for(lambda: set(read_etl_output(out).event_ids) >= all_ids, 120, "v1 replayed what v2 had done")
+    report = hook.stop()
+    assert report.graceful
+    output = read_etl_output(out)
+    assert output.duplicates == {}, f"{len(output.duplicates)} events written twice across the rollback"
+    assert set(output.event_ids) == all_ids
