@@ -79,6 +79,8 @@ from airflow_streaming.lifecycle.stored import (  # noqa: F401 - re-exported: th
     unfinished,
 )
 from airflow_streaming.lifecycle.waits import CAUGHT_UP, PROBATION, READY, Wait, WaitNeeded, wait_over
+from airflow_streaming.reconcile.decision import is_down
+from airflow_streaming.reconcile.observe import observe
 from airflow_streaming.redaction import mask_spec
 from airflow_streaming.spec import SpecError, StreamSpec
 
@@ -473,8 +475,11 @@ class LifecycleRunner(GateSteps, StopSteps, RollbackSteps):
         return self.lock
 
     def _run_view(self, hook: StreamingJobHook, run_id: str | None) -> tuple[str | None, dict[str, Any] | None, Any]:
-        """(state, status dict, health verdict) of ``run_id``; state FAILED when it is gone without status."""
-        verdict = hook.health()
+        """(state, status dict, health verdict) of ``run_id``; state FAILED when it is down: the reconcile
+        core's :func:`~airflow_streaming.reconcile.decision.is_down` over one observation (proven gone, not
+        stopped on purpose). Unknown liveness is never "down": the wait goes on until its deadline."""
+        seen = observe(hook)
+        verdict = seen.verdict
         try:
             raw = hook.storage.read_bytes(hook.paths.status)
             doc = json.loads(raw) if raw is not None else None
@@ -483,7 +488,11 @@ class LifecycleRunner(GateSteps, StopSteps, RollbackSteps):
         if not isinstance(doc, dict) or doc.get("run_id") != run_id:
             doc = None
         state = doc.get("state") if doc is not None else None
-        if not hook.processes_of_run(run_id or "") and not hook.running_driver():
+        if seen.observation.run_id == run_id:
+            down = is_down(seen.observation)
+        else:  # the driver record names another run (it was replaced): ask for this one's processes
+            down = not hook.processes_of_run(run_id or "") and not hook.running_driver()
+        if down:
             state = state if state in ("FAILED", "STOPPED") else "FAILED"
         return state, doc, verdict
 

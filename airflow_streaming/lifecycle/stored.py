@@ -122,8 +122,6 @@ def describe(hook: StreamingJobHook) -> dict[str, Any]:
         except (ControlFileError, StorageError, StreamingError) as exc:
             return {"error": str(exc)}
 
-    from airflow_streaming.reconcile.observe import next_step
-
     deployed = part(hook.deployed) or {}
     last = part(hook.lifecycle_record)
     position = part(lambda: hook.batch_position().to_dict())
@@ -137,5 +135,4 @@ def describe(hook: StreamingJobHook) -> dict[str, Any]:
         "last_action": None if last is None else last if "error" in last else
         {k: last.get(k) for k in ("id", "action", "step", "error")},
         "history": part(lambda: read_history(hook)[-5:]),
-        "next": next_step(hook),
     }

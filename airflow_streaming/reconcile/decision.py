@@ -1,8 +1,9 @@
 """What to do next with a stream: one pure function over an :class:`~.observation.Observation`.
 
-Every place that used to decide for itself asks :func:`decide`: the supervisor's pass, the hook's
-"what happens next" (the Streams page, ``describe``), and the lifecycle waits through
-:func:`is_down`. The callers only carry a decision out. The rules, in order (the first that applies
+Every place that used to decide for itself asks :func:`decide`: the supervisor's pass and the Streams
+page's "next supervisor pass"; the lifecycle runner's waits for a run (probation, a parallel stream's
+catch-up, a rollback's restart of the old version) end early only on :func:`is_down`. The callers only
+carry a decision out. The rules, in order (the first that applies
 wins; ``docs/reconcile.md`` lists the resulting table):
 
 1. an action under way owns the stream: observe;
