@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from airflow_streaming.control import contract
@@ -84,12 +86,25 @@ def test_a_rollback_that_replays_batches_with_other_boundaries_is_exactly_once(s
     wait_for(lambda: set(read_etl_output(out).event_ids) >= set(fed[0].event_ids), 90, "v1's first files")
     fed.append(generate_events(inp, count=80, files=8, malformed_every=0, run="rb1", file_start_index=10))
     wait_for(lambda: set(read_etl_output(out).event_ids) >= set(fed[1].event_ids), 90, "v1 processed them")
-    # Input that only the next version will see first, 1 file per batch; its probation cannot pass.
+    # v2 reads 1 file per batch; its probation cannot pass (40 batches in 30 s). Its input arrives once it
+    # runs (v1 is stopped and snapshotted by then), so v2 commits ~10 one-file batches before the rollback.
     v2 = v1.with_version("v2", application_args=[*v1.application_args[:-2], "--max-files-per-trigger", "1"])
-    fed.append(generate_events(inp, count=100, files=10, malformed_every=0, run="rb2", file_start_index=30))
-    upgrade = LifecycleRunner(v2, Action.UPGRADE, LifecycleOptions(probation=Probation(min_batches=40, window_s=25),
-                                                                   poll_s=0.5)).run()
+    result: list = []
+    upgrade_task = threading.Thread(target=lambda: result.append(LifecycleRunner(
+        v2, Action.UPGRADE, LifecycleOptions(probation=Probation(min_batches=40, window_s=30), poll_s=0.5)).run()))
+    upgrade_task.start()
+    try:
+        wait_for(lambda: (hook.lifecycle_record() or {}).get("step") == "PROBATION", 120, "v2 in probation")
+        fed.append(generate_events(inp, count=100, files=10, malformed_every=0, run="rb2", file_start_index=30))
+        wait_for(lambda: ((d := hook.status()) is not None and d.version == "v2" and (d.last_batch_id() or 0) >= 6)
+                 or not upgrade_task.is_alive(), 60, "v2 to commit several one-file batches")
+        v2_batches = hook.status().last_batch_id() if hook.status().version == "v2" else None
+    finally:
+        upgrade_task.join(300)
+    upgrade = result[0]
     assert upgrade.step == Step.ROLLED_BACK, (upgrade.step, upgrade.error)
+    assert v2_batches is not None and upgrade.stop_batch is not None and v2_batches >= upgrade.stop_batch + 4, (
+        v2_batches, upgrade.stop_batch)  # v2 wrote batches the rollback undid
     all_ids = {i for batch in fed for i in batch.event_ids}
     wait_for(lambda: set(read_etl_output(out).event_ids) >= all_ids, 120, "v1 replayed what v2 had done")
     report = hook.stop()
