@@ -82,3 +82,23 @@ def spark_class_archive():
             os.environ.pop("SPARK_SUBMIT_OPTS", None)
         else:
             os.environ["SPARK_SUBMIT_OPTS"] = before
+
+
+@pytest.fixture
+def inject(tmp_path, monkeypatch):
+    """Failpoints for this process (``airflow_streaming.faults``): ``inject([{...}])``; ``inject([])`` ends them."""
+    import json
+    import os
+    import time
+
+    from airflow_streaming import faults
+
+    path = tmp_path / "faults.json"
+    path.write_text("[]")
+    monkeypatch.setenv(faults.ENV, str(path))
+
+    def write(entries: list[dict]) -> None:
+        path.write_text(json.dumps(entries))
+        os.utime(path, ns=(time.time_ns(), time.time_ns()))
+
+    return write

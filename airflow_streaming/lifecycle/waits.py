@@ -89,16 +89,7 @@ def wait_over(wait: Wait, now: float | None = None) -> bool:
     if wait.kind == STANDBY:
         state = (hook.standby_state(wait.run_id or "") or {}).get("state")
         return state in ("READY", "FAILED", "EXPIRED") or not hook.processes_of_run(wait.run_id or "")
-    if wait.kind == HEALTHY:
-        raw = hook.storage.read_bytes(hook.paths.status)
-        doc = json.loads(raw) if raw else None
-        doc = doc if isinstance(doc, dict) and doc.get("run_id") == wait.run_id else None
-        if doc is not None and doc.get("state") in ("FAILED", "STOPPED"):
-            return True
-        if not hook.processes_of_run(wait.run_id or "") and not hook.running_driver():
-            return True
-        return doc is not None and doc.get("state") == "RUNNING" and hook.health().state.value in ("HEALTHY", "IDLE")
-    if wait.kind in (PROBATION, CAUGHT_UP):
+    if wait.kind in (PROBATION, CAUGHT_UP, HEALTHY):
         from airflow_streaming.lifecycle.record import Probation, caught_up, probation_outcome
 
         raw = hook.storage.read_bytes(hook.paths.status)
@@ -111,6 +102,8 @@ def wait_over(wait: Wait, now: float | None = None) -> bool:
         if wait.kind == CAUGHT_UP:
             return caught_up(doc, int(wait.params.get("min_batches", 1)))[0]
         verdict = hook.health()
+        if wait.kind == HEALTHY:
+            return (doc or {}).get("state") == "RUNNING" and verdict.state.value in ("HEALTHY", "IDLE")
         batches = int(((doc or {}).get("totals") or {}).get("batches", 0))
         passed, _ = probation_outcome(state=(doc or {}).get("state"), health=verdict.state.value, batches=batches,
                                       started_at=float(wait.params.get("started_at", now)), now=now,

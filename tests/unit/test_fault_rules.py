@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from airflow_streaming import faults
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, ControlPaths
 from airflow_streaming.control.local import LocalStorage
@@ -32,20 +31,6 @@ from airflow_streaming.lifecycle.runner import LifecycleError, LifecycleOptions,
 from airflow_streaming.spec import StreamSpec
 
 from control_fixtures import deployed_stream, spec_under, tree_digest
-
-
-@pytest.fixture
-def inject(tmp_path, monkeypatch):
-    """Write failpoints for this process: ``inject([{...}])``; ``inject([])`` ends them."""
-    path = tmp_path / "faults.json"
-    path.write_text("[]")
-    monkeypatch.setenv(faults.ENV, str(path))
-
-    def write(entries: list[dict]) -> None:
-        path.write_text(json.dumps(entries))
-        os.utime(path, ns=(time.time_ns(), time.time_ns()))
-
-    return write
 
 
 # --------------------------------------------------------------------------- the error rule

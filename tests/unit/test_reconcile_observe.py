@@ -18,26 +18,10 @@ from airflow_streaming.reconcile.decision import Act
 from airflow_streaming.reconcile.observation import ActionState, Desired, Lease, Liveness, RecordState, RunStatus
 from airflow_streaming.reconcile.observe import next_step, observe
 from airflow_streaming.supervision.policy import RestartPolicy
-from control_fixtures import RUN_ID, deployed_stream
+from control_fixtures import deployed_stream
 
 POLICY = RestartPolicy(backoff_initial_s=0)
 NEW_RUN = "20260102T000000Z-0000bbbb"
-
-
-@pytest.fixture
-def inject(tmp_path, monkeypatch):
-    """Failpoints for this process (``airflow_streaming.faults``): ``inject([{...}])``."""
-    from airflow_streaming import faults
-
-    path = tmp_path / "faults.json"
-    path.write_text("[]")
-    monkeypatch.setenv(faults.ENV, str(path))
-
-    def write(entries: list[dict]) -> None:
-        path.write_text(json.dumps(entries))
-        os.utime(path, ns=(time.time_ns(), time.time_ns()))
-
-    return write
 
 
 @pytest.fixture
