@@ -2,8 +2,10 @@
 
 Plain Python, no Airflow import: the driver side (``spark_jobs/runtime``) uses it too.
 
-- :func:`is_sensitive_key` / :func:`split_conf` / :func:`secret_values` decide which Spark conf
-  entries are secrets (they travel in a 0600 properties file, never on a command line).
+- :func:`is_sensitive_key` (by key), :func:`holds_secret` (by value: the same patterns as the log
+  redaction), :func:`is_secret_entry` (either) - the one notion of "this holds a secret" that
+  :func:`split_conf`, :func:`secret_values`, :func:`mask_spec` and :func:`secret_arguments` use: secret
+  conf travels in a 0600 properties file, never on a command line, and is masked in specs at rest.
 - :func:`remember_secrets` keeps secret *values* in a process-local registry; every later
   :func:`redact` masks them. :func:`register_secrets` also hands them to Airflow's own secrets
   masker (``airflow.sdk.log.mask_secret``), so Airflow masks them in task logs too - call it on the
@@ -37,7 +39,7 @@ _NOT_SECRET_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "o
 
 #: A key naming a secret contains one of these (any case).
 SENSITIVE_WORDS = ("password", "passwd", "pwd", "passphrase", "secret", "token", "credential", "apikey", "api_key",
-                   "api-key", "private")
+                   "api-key", "private", "accountkey", "webhook")
 _SENSITIVE_KEY_RE = re.compile(
     r"(?:" + "|".join(re.escape(w) for w in SENSITIVE_WORDS) + r")"
     r"|(?:^|\.)(?:key|keystore|truststore\.password)$"
@@ -59,10 +61,102 @@ def is_sensitive_header(name: str) -> bool:
     return name.strip().lower() in _SENSITIVE_HEADERS or is_sensitive_key(name)
 
 
+def holds_secret(value: Any) -> bool:
+    """Whether a *value* carries a secret whatever its key: a JAAS config or any ``password=`` /
+    ``secret: x`` pair inside it, a URL or JDBC string with userinfo or ``password=``, a PEM private
+    key, a bearer token or ``Authorization`` value, a ``--password x`` option, or a value this process
+    already knows as a secret. The same patterns as the log redaction (:func:`redact_text`): a value
+    holds a secret exactly when the redaction would change it."""
+    if not isinstance(value, str) or not value:
+        return False
+    return redact_text(value) != value
+
+
+def is_secret_entry(key: Any, value: Any) -> bool:
+    """Whether a ``key=value`` entry (Spark conf, a spec field) is a secret: by its key
+    (:func:`is_sensitive_key`) or by its value (:func:`holds_secret`)."""
+    return is_sensitive_key(str(key)) or holds_secret(value if isinstance(value, str) else str(value))
+
+
 def split_conf(conf: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(plain, secret)``: the conf without and with its sensitive entries."""
-    plain = {k: v for k, v in conf.items() if not is_sensitive_key(k)}
+    """``(plain, secret)``: the conf without and with its secret entries (by key or by value, see
+    :func:`is_secret_entry`). Secret entries never go on a command line."""
+    plain = {k: v for k, v in conf.items() if not is_secret_entry(k, v)}
     return plain, {k: v for k, v in conf.items() if k not in plain}
+
+
+def secret_arguments(args: Iterable[Any]) -> list[int]:
+    """The indexes of ``args`` that hold a secret: a value after an option that names one
+    (``--password x``), an ``--option=value`` pair whose option names one, or any argument whose text
+    holds one (a URL with userinfo, ``password=`` inside a JDBC string...)."""
+    args = [str(a) for a in args]
+    found = []
+    for i, arg in enumerate(args):
+        option = arg.lstrip("-")
+        previous = args[i - 1] if i else ""
+        if previous.startswith("-") and "=" not in previous and is_sensitive_key(previous.lstrip("-")) \
+                and not arg.startswith("-"):
+            found.append(i)
+        elif arg.startswith("-") and "=" in arg and is_sensitive_key(option.split("=", 1)[0]):
+            found.append(i)
+        elif holds_secret(arg) and not (arg.startswith("-") and "=" not in arg):
+            found.append(i)
+    return found
+
+
+def mask_args(args: Iterable[Any]) -> list[str]:
+    """``args`` with every argument that holds a secret (see :func:`secret_arguments`) masked."""
+    args = [str(a) for a in args]
+    secret = set(secret_arguments(args))
+    out = []
+    for i, arg in enumerate(args):
+        if i not in secret:
+            out.append(arg)
+        elif arg.startswith("-") and "=" in arg:
+            out.append(f"{arg.split('=', 1)[0]}={MASK}")
+        else:
+            masked = redact_text(arg)
+            out.append(masked if masked != arg else MASK)
+    return out
+
+
+#: Secret arguments of a job (``StreamSpec.secret_args``) travel as secret conf entries under this
+#: prefix (``<prefix><NNN>.option`` and ``.value``); the driver's runtime appends them to the job's
+#: arguments. Spark's own redaction hides them ("secret" is in the key).
+SECRET_ARG_PREFIX = "spark.airflow_streaming.secret_arg."
+
+
+def secret_args_conf(secret_args: Mapping[str, Any]) -> dict[str, str]:
+    """The secret conf entries that carry ``secret_args`` (option -> value), in order."""
+    conf: dict[str, str] = {}
+    for i, (option, value) in enumerate(secret_args.items()):
+        conf[f"{SECRET_ARG_PREFIX}{i:03d}.option"] = str(option)
+        conf[f"{SECRET_ARG_PREFIX}{i:03d}.value"] = str(value)
+    return conf
+
+
+def secret_args_of_conf(conf: Mapping[str, Any]) -> list[str]:
+    """The job arguments ``[option, value, ...]`` carried by ``conf`` (see :func:`secret_args_conf`)."""
+    indexes = sorted({k[len(SECRET_ARG_PREFIX):].split(".", 1)[0] for k in conf if str(k).startswith(SECRET_ARG_PREFIX)})
+    out: list[str] = []
+    for i in indexes:
+        option, value = conf.get(f"{SECRET_ARG_PREFIX}{i}.option"), conf.get(f"{SECRET_ARG_PREFIX}{i}.value")
+        if option is not None and value is not None:
+            out += [str(option), str(value)]
+    return out
+
+
+#: Spark's own redaction (the UI's Environment page, the event log, ``/api/v1/.../environment``), set on
+#: every submission so that it hides what ours hides: a conf entry is redacted when its key OR its value
+#: matches (Spark's rule). Keys: our sensitive words; values: ``password=``-style pairs (JAAS, JDBC),
+#: URL userinfo, bearer tokens, PEM private keys.
+SPARK_REDACTION_REGEX = (
+    r"(?i)" + "|".join(re.escape(w) for w in SENSITIVE_WORDS) + r"|access[.]key|account[.]key|jaas|"
+    r"[a-z][a-z0-9+.-]*://[^/\s@]+@|bearer\s|-----BEGIN [A-Z ]*PRIVATE KEY")
+#: Spark SQL's redaction of strings in plans and SQL UI (``spark.sql.redaction.string.regex``): the
+#: secret part of ``password=...`` pairs and URL userinfo.
+SPARK_SQL_REDACTION_STRING_REGEX = (
+    r"(?i)(?:" + "|".join(re.escape(w) for w in SENSITIVE_WORDS) + r")\s*[=:]\s*[^\s;&,)\]}]+|(?<=://)[^/\s@]+(?=@)")
 
 
 def _maskable(value: str) -> bool:
@@ -73,9 +167,9 @@ def _maskable(value: str) -> bool:
 
 
 def secret_values(conf: Mapping[str, Any]) -> list[str]:
-    """The values of ``conf``'s sensitive entries worth masking as literals: not ``true``/``false``,
-    not a number under 6 digits, not shorter than :data:`MIN_SECRET_LENGTH`."""
-    return [str(v) for k, v in conf.items() if is_sensitive_key(str(k)) and v is not None and _maskable(str(v))]
+    """The values of ``conf``'s secret entries (by key or value) worth masking as literals: not
+    ``true``/``false``, not a number under 6 digits, not shorter than :data:`MIN_SECRET_LENGTH`."""
+    return [str(v) for k, v in conf.items() if v is not None and is_secret_entry(k, v) and _maskable(str(v))]
 
 
 # ------------------------------------------------------------------------------------- known values
@@ -240,8 +334,13 @@ def mask_spec(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if spec is None:
         return None
     conf = dict(spec.get("spark_conf") or {})
-    return {**spec, "spark_conf": {k: (MASK if is_sensitive_key(k) and v not in (None, "") else v)
-                                   for k, v in conf.items()}}
+    masked = {**spec, "spark_conf": {k: (MASK if v not in (None, "") and is_secret_entry(k, v) else v)
+                                     for k, v in conf.items()}}
+    if spec.get("application_args"):
+        masked["application_args"] = mask_args(spec["application_args"])
+    if spec.get("secret_args"):
+        masked["secret_args"] = {k: MASK for k in spec["secret_args"]}
+    return masked
 
 
 def restore_secrets(spec: Mapping[str, Any], *sources: Any) -> dict[str, Any]:
@@ -252,6 +351,24 @@ def restore_secrets(spec: Mapping[str, Any], *sources: Any) -> dict[str, Any]:
     from airflow_streaming.spec import SpecError
 
     conf = dict(spec.get("spark_conf") or {})
+    restored = dict(spec)
+    for field_name in ("application_args", "secret_args"):
+        stored = spec.get(field_name)
+        if not stored or MASK not in (list(stored.values()) if isinstance(stored, Mapping) else
+                                      " ".join(map(str, stored))):
+            continue
+        for source in sources:
+            if source is None:
+                continue
+            theirs = source.get(field_name) if isinstance(source, Mapping) else getattr(source, field_name, None)
+            if theirs and mask_spec({field_name: theirs if isinstance(theirs, Mapping) else list(theirs)}).get(
+                    field_name) == (stored if isinstance(stored, Mapping) else list(stored)):
+                restored[field_name] = dict(theirs) if isinstance(theirs, Mapping) else list(theirs)
+                break
+        else:
+            raise SpecError(field_name, "its secrets are not stored in the stream's control files (they keep "
+                            "specs with secrets masked): run the action with a spec that holds them (the DAG's spec "
+                            "or the desired-state file)")
     for key, value in conf.items():
         if value != MASK:
             continue
@@ -267,4 +384,4 @@ def restore_secrets(spec: Mapping[str, Any], *sources: Any) -> dict[str, Any]:
             raise SpecError(f"spark_conf.{key}", "this secret is not stored in the stream's control files (they keep "
                             "specs with secrets masked): run the action with a spec that holds it (the DAG's spec or "
                             "the desired-state file)")
-    return {**spec, "spark_conf": conf}
+    return {**restored, "spark_conf": conf}

@@ -24,6 +24,8 @@ BUNDLED_JOBS: frozenset[str] = frozenset(
 """Names of the Spark jobs shipped with this provider (``application`` may name one)."""
 
 ROOT_FIELD = "<root>"
+#: What stored specs hold in place of a secret (``airflow_streaming.redaction.MASK``).
+MASK_VALUE = "***"
 
 _SEGMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _MASTER_RE = re.compile(r"^(local(\[(\d+|\*)\])?|spark://.+|yarn|k8s://.+)$")
@@ -180,6 +182,36 @@ def _check_application_args(value: Any) -> tuple[str, ...]:
     return tuple(result)
 
 
+def _check_secret_args(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise SpecError("secret_args", f"must be a mapping of option -> secret value, got {_type_name(value)}")
+    result: dict[str, str] = {}
+    for option, secret in value.items():
+        if not isinstance(option, str) or not option.startswith("-"):
+            raise SpecError("secret_args", f"keys are the job's options (e.g. '--db-password'), got {option!r}")
+        if not isinstance(secret, str):
+            raise SpecError(f"secret_args.{option}", f"must be a string, got {_type_name(secret)}")
+        result[option] = secret
+    return result
+
+
+def _refuse_secret_arguments(args: tuple[str, ...]) -> None:
+    """Plain arguments go on the spark-submit command line (``ps``) and into the specs at rest."""
+    from airflow_streaming.redaction import secret_arguments
+
+    found = secret_arguments(args)
+    if found:
+        index = found[0]
+        option = args[index - 1] if index and args[index - 1].startswith("-") else args[index].split("=", 1)[0]
+        raise SpecError(
+            f"application_args[{index}]",
+            "holds a secret: plain arguments go on the spark-submit command line (readable by every user of the "
+            "host) and into the specs stored on shared storage. Pass it as a secret argument instead: "
+            f"secret_args={{'{option if option.startswith('-') else '--your-option'}': <value from an Airflow "
+            "connection or variable>}} - it travels like secret Spark conf and is appended to the job's arguments "
+            "in the driver (docs/security.md)")
+
+
 def _check_spark_conf(value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
         raise SpecError("spark_conf", f"must be a mapping, got {_type_name(value)}")
@@ -315,6 +347,11 @@ class StreamSpec:
     """Airflow connection of the WebHDFS NameNode for ``hdfs://`` / ``webhdfs://`` locations
     (default ``webhdfs_default``; the HDFS provider's ``webhdfs`` connection type)."""
 
+    secret_args: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """Secret arguments of the job, option -> value (e.g. ``{"--db-password": "{{ conn.db.password }}"}``):
+    never on a command line nor in a stored spec; delivered to the driver like secret Spark conf and
+    appended to the job's arguments there. Plain ``application_args`` that hold a secret are refused."""
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         _check_segment(self.name, "name")
@@ -323,6 +360,7 @@ class StreamSpec:
         control = _check_location(self.control_location, "control_location")
         _check_segment(self.version, "version")
         set_(self, "application_args", _check_application_args(self.application_args))
+        set_(self, "secret_args", _check_secret_args(self.secret_args))
         set_(self, "spark_conf", _check_spark_conf(self.spark_conf))
         _check_str(self.conn_id, "conn_id")
         if self.master is not None:
@@ -420,6 +458,13 @@ class StreamSpec:
             changes["spark_conf"] = spark_conf
         return dataclasses.replace(self, **changes)
 
+    def refuse_plain_secrets(self) -> None:
+        """Raise :class:`SpecError` naming the argument when a plain ``application_args`` entry holds a
+        secret (it would go on a command line): called before anything is submitted or checked. (Not at
+        construction: specs stored by earlier versions must stay readable.)"""
+        if not any(MASK_VALUE in arg for arg in self.application_args):  # a stored, masked spec is no input
+            _refuse_secret_arguments(self.application_args)
+
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-safe dict; ``StreamSpec.from_dict(s.to_dict()) == s``."""
         return {
@@ -441,6 +486,7 @@ class StreamSpec:
             "deploy_mode": self.deploy_mode,
             "cluster": dict(self.cluster),
             "storage_conn_id": self.storage_conn_id,
+            **({"secret_args": dict(self.secret_args)} if self.secret_args else {}),
         }
 
     @classmethod

@@ -21,7 +21,15 @@ import sys
 from typing import TextIO
 
 from airflow_streaming.compat.model import Verdict
-from airflow_streaming.redaction import is_sensitive_key, redact, redact_text, remember_secrets, secret_values
+from airflow_streaming.redaction import (
+    SECRET_ARG_PREFIX,
+    is_sensitive_key,
+    redact,
+    redact_text,
+    remember_secrets,
+    secret_args_of_conf,
+    secret_values,
+)
 
 EXIT_OK, EXIT_INCOMPATIBLE, EXIT_WARNINGS, EXIT_ERROR = 0, 1, 2, 3
 
@@ -102,6 +110,11 @@ def _main(ns: argparse.Namespace, outcome: dict[str, object]) -> int:
         print(json.dumps({"error": str(exc), "error_type": "ValueError"}) if ns.json else f"error: {exc}")
         return EXIT_ERROR
     remember_secrets(secret_values(conf))  # masked in whatever this process prints
+    extra_args = secret_args_of_conf(conf)  # the stream's secret arguments (StreamSpec.secret_args)
+    if extra_args:
+        remember_secrets(extra_args[1::2])
+        ns.app_args = [*ns.app_args, *extra_args]
+        conf = {k: v for k, v in conf.items() if not k.startswith(SECRET_ARG_PREFIX)}
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from airflow_streaming.checkpoint.logs import CheckpointError
     from airflow_streaming.compat.check import check_compatibility

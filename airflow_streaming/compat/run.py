@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from airflow_streaming.exceptions import StreamingError
-from airflow_streaming.redaction import redact, register_secrets, secret_values, split_conf
+from airflow_streaming.redaction import redact, register_secrets, secret_args_conf, secret_values, split_conf
 from airflow_streaming.spec import StreamSpec
 
 __all__ = ["IncompatibleCandidateError", "blocking_problems", "check_command", "run_check"]
@@ -34,7 +34,9 @@ def blocking_problems(report: dict[str, Any], allow_warnings: bool) -> list[str]
 def check_command(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True) -> tuple[list[str], str | None]:
     """The child's argv (no secret on it) and what to write to its stdin: the sensitive conf as a JSON
     object, or ``None`` when there is none."""
+    spec.refuse_plain_secrets()
     plain, secret = split_conf({str(k): str(v) for k, v in spec.spark_conf.items()})
+    secret.update(secret_args_conf(spec.secret_args))  # the child appends them to the job's arguments
     cmd = [sys.executable, "-m", "airflow_streaming.compat", "--json", "--checkpoint", spec.checkpoint_location,
            "--application", spec.application, "--stream", spec.name,
            "--trigger-seconds", str(spec.trigger_interval)]

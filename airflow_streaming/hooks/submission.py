@@ -27,7 +27,14 @@ from airflow_streaming.exceptions import (
 )
 from airflow_streaming.hooks.liveness import hostname
 from airflow_streaming.lifecycle.lock import LifecycleLock
-from airflow_streaming.redaction import mask_spec, register_secrets, split_conf
+from airflow_streaming.redaction import (
+    SPARK_REDACTION_REGEX,
+    SPARK_SQL_REDACTION_STRING_REGEX,
+    mask_spec,
+    register_secrets,
+    secret_args_conf,
+    split_conf,
+)
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import LaunchPlan
 
@@ -44,6 +51,9 @@ DEFAULT_SPARK_CONF = {
     "spark.sql.streaming.metricsEnabled": "true",
     "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
     "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
+    # Spark's own redaction (UI Environment page, event log, REST API) hides what ours hides.
+    "spark.redaction.regex": SPARK_REDACTION_REGEX,
+    "spark.sql.redaction.string.regex": SPARK_SQL_REDACTION_STRING_REGEX,
 }
 DRIVER_EXIT_GRACE_SECONDS = 30.0
 
@@ -84,8 +94,10 @@ class SubmissionMixin:
         return ["--script", app]
 
     def preflight(self) -> None:
-        """Refuse, before anything is written or started, a missing application or (locally) Java."""
+        """Refuse, before anything is written or started, a missing application, a plain argument that holds
+        a secret, or (locally) a missing Java."""
         self.application_argument()
+        self.spec.refuse_plain_secrets()
         if self.target.kind == "local":
             check_java()
 
@@ -103,7 +115,9 @@ class SubmissionMixin:
             *(["--gate-only", *([] if gate else ["--gate-no-dry-run"])] if gate is not None else []),
             "--", *spec.application_args,
         ]
+        spec.refuse_plain_secrets()  # before anything reaches a command line
         conf, secret = split_conf({**DEFAULT_SPARK_CONF, **spec.spark_conf})
+        secret.update(secret_args_conf(spec.secret_args))  # appended to the job's arguments in the driver
         register_secrets(secret.values())
         return self.target.plan(self.resolved_spec, run_id, LAUNCHER, runtime_args, conf, secret,
                                 self.driver_log_path(run_id), standby)

@@ -340,10 +340,25 @@ class Driver:
         for key, value in self.secret_conf.items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
+        self._add_secret_args(spark)
         if self.ns.script:
             # Named queries of a user script without their own checkpointLocation land under the stream's.
             spark.conf.set("spark.sql.streaming.checkpointLocation", self.ns.checkpoint)
         return spark
+
+    def _add_secret_args(self, spark: Any) -> None:
+        """Append the stream's secret arguments (``StreamSpec.secret_args``, delivered as secret conf: the
+        properties file, or the cluster target's environment) to the job's arguments, once."""
+        if getattr(self, "_secret_args_added", False):
+            return
+        self._secret_args_added = True
+        from airflow_streaming.redaction import remember_secrets, secret_args_of_conf
+
+        conf = {**dict(spark.sparkContext.getConf().getAll()), **self.secret_conf}
+        extra = secret_args_of_conf(conf)
+        if extra:
+            remember_secrets(extra[1::2])
+            self.ns.app_args = [*self.ns.app_args, *extra]
 
     def _run_job(self) -> int:
         from spark_jobs.runtime.reporter import describe_exception
