@@ -10,6 +10,7 @@ import hashlib
 import json
 import shutil
 import threading
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 
 from airflow_streaming.compat.run import run_check
 from airflow_streaming.control import contract
+from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.local import run_processes
 from streams import wait_for
 
@@ -25,8 +27,13 @@ pytestmark = pytest.mark.spark
 
 S3_SECRET = "s3SECRET-a91f27c4e0d3"
 DB_PASSWORD = "dbPASSWORD-5d20b7e1c9"
-SECRETS = (S3_SECRET, DB_PASSWORD)
-SECRET_CONF = {"spark.hadoop.fs.s3a.secret.key": S3_SECRET, "spark.myapp.db.password": DB_PASSWORD}
+JAAS_PASSWORD = "jaasPASSWORD-0c4e7f9a21"  # secret by value: its key names no secret
+URL_PASSWORD = "u7e11b2d0aa9c"  # names nothing: only the URL form (userinfo) marks it
+ARG_SECRET = "a3f0b9d2c71e5"  # a secret argument of the job (StreamSpec.secret_args)
+SECRETS = (S3_SECRET, DB_PASSWORD, JAAS_PASSWORD, URL_PASSWORD, ARG_SECRET)
+JAAS = f'org.apache.kafka.common.security.scram.ScramLoginModule required username="svc" password="{JAAS_PASSWORD}";'
+SECRET_CONF = {"spark.hadoop.fs.s3a.secret.key": S3_SECRET, "spark.myapp.db.password": DB_PASSWORD,
+               "spark.kafka.sasl.jaas.config": JAAS, "spark.myapp.sink.url": f"postgres://etl:{URL_PASSWORD}@db/app"}
 REPO = Path(__file__).resolve().parents[2]
 
 # An unmodified user application: it proves the driver's SparkConf holds the secrets (it writes only
@@ -37,7 +44,9 @@ import hashlib, json, os, sys
 from pyspark.sql import SparkSession
 
 spark = SparkSession.builder.getOrCreate()
-source, checkpoint, out, *checks = sys.argv[1:]
+argv = sys.argv[1:]
+secret_arg = argv[-1] if len(argv) > 1 and argv[-2] == "--db-password" else None
+source, checkpoint, out, *checks = argv[:-2] if secret_arg is not None else argv
 
 
 def digest(value):
@@ -52,6 +61,7 @@ for item in checks:
                    "spark_conf": digest(spark.sparkContext.getConf().get(key)) == want}
     if key.startswith("spark.hadoop."):
         result[key]["hadoop"] = digest(hadoop.get(key[len("spark.hadoop."):])) == want
+result["argv"] = digest(secret_arg) if secret_arg is not None else None
 with open(out + ".tmp", "w") as fh:
     json.dump(result, fh)
 os.replace(out + ".tmp", out)
@@ -138,7 +148,9 @@ def test_secret_conf_reaches_the_driver_but_no_command_line_file_or_status(strea
     (Path(source) / "a.txt").write_text("one\ntwo\n")
     checks = [f"{key}@{sha(value)}" for key, value in SECRET_CONF.items()]
     spec = streams.spec("secrets", str(script), [source, ckpt, str(proof), *checks],
-                        spark_conf={"spark.sql.shuffle.partitions": 2, "spark.ui.enabled": "false", **SECRET_CONF})
+                        spark_conf={"spark.sql.shuffle.partitions": 2, "spark.ui.enabled": "true", "spark.ui.port": "0",
+                                    **SECRET_CONF})
+    spec = StreamSpec.from_dict({**spec.to_dict(), "secret_args": {"--db-password": ARG_SECRET}})
     hook = streams.hook(spec)
 
     with ProcessScanner(SECRETS) as scanner:
@@ -147,6 +159,9 @@ def test_secret_conf_reaches_the_driver_but_no_command_line_file_or_status(strea
         assert doc.state == contract.RUNNING
         proof_doc = json.loads(wait_for(lambda: proof.exists() and proof.read_text(), 60, "the script's proof"))
         drivers = run_processes(record.run_id)
+        # Spark's own REST API (what the UI's Environment page shows) hides them too.
+        environment = urllib.request.urlopen(f"{doc.spark_ui}/api/v1/applications/{doc.app_id}/environment",
+                                             timeout=30).read().decode()
         scanner.scan()  # at least one full scan with every driver process up
     assert scanner.scans > 10 and len(drivers) >= 2, (scanner.scans, drivers)
     # The scan did see the driver JVM (spark-submit execs it: its argv names the properties file) and
@@ -159,7 +174,11 @@ def test_secret_conf_reaches_the_driver_but_no_command_line_file_or_status(strea
 
     # The driver has every value (in the session, its SparkConf, and Hadoop's conf for spark.hadoop.*).
     assert proof_doc == {"spark.hadoop.fs.s3a.secret.key": {"session": True, "spark_conf": True, "hadoop": True},
-                         "spark.myapp.db.password": {"session": True, "spark_conf": True}}
+                         "spark.myapp.db.password": {"session": True, "spark_conf": True},
+                         "spark.kafka.sasl.jaas.config": {"session": True, "spark_conf": True},
+                         "spark.myapp.sink.url": {"session": True, "spark_conf": True},
+                         "argv": sha(ARG_SECRET)}  # the secret argument reached the job's argv
+    assert "spark.kafka.sasl.jaas.config" in environment and not [s for s in SECRETS if s in environment]
 
     # The 0600 properties file that carried them is gone once the driver started.
     properties = hook.driver_record().handle.get("properties_file")
