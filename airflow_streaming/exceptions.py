@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class StreamingError(RuntimeError):
     """Base class of airflow-streaming runtime failures."""
@@ -57,3 +59,21 @@ class StreamStateUnknownError(StreamingError):
 
 class LifecycleError(StreamingError):
     """A lifecycle action cannot go on (the message says why and what to do)."""
+
+
+class SpecError(ValueError):
+    """A stream spec is invalid.
+
+    ``field`` is the dotted name of the offending field (for example
+    ``'trigger_interval'``, ``'spark_conf.spark.x'``, ``'application_args[2]'``
+    or ``'<root>'`` for the document as a whole); ``message`` is the reason.
+    ``str(error)`` is ``"<field>: <message>"``.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field: str = field
+        self.message: str = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.field, self.message))

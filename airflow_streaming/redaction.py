@@ -7,9 +7,8 @@ Plain Python, no Airflow import: the driver side (``spark_jobs/runtime``) uses i
   :func:`split_conf`, :func:`secret_values`, :func:`mask_spec` and :func:`secret_arguments` use: secret
   conf travels in a 0600 properties file, never on a command line, and is masked in specs at rest.
 - :func:`remember_secrets` keeps secret *values* in a process-local registry; every later
-  :func:`redact` masks them. :func:`register_secrets` also hands them to Airflow's own secrets
-  masker (``airflow.sdk.log.mask_secret``), so Airflow masks them in task logs too - call it on the
-  Airflow side only, it imports Airflow.
+  :func:`redact` masks them. :func:`airflow_streaming.log_masking.register_secrets` (Airflow
+  side) also hands them to Airflow's own secrets masker, so Airflow masks them in task logs too.
 - :func:`redact_text` masks known values plus what a pattern can recognise: ``key=value`` /
   ``key: value`` pairs (JSON and query strings too) with a sensitive key, ``--password x`` style
   arguments, URL userinfo, ``Authorization`` values, ``Bearer`` tokens and PEM private key blocks.
@@ -28,6 +27,8 @@ import sys
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from airflow_streaming.exceptions import SpecError
 
 MASK = "***"
 #: Values shorter than this are never masked as literals (they would mask innocent text everywhere).
@@ -192,19 +193,6 @@ def known_secrets() -> frozenset[str]:
     return _KNOWN
 
 
-def register_secrets(values: Iterable[Any]) -> None:
-    """:func:`remember_secrets`, and tell Airflow's secrets masker about ``values`` so that Airflow masks
-    them in task logs (a no-op for Airflow where the task SDK is not installed). Airflow side only."""
-    values = [str(v) for v in values if v is not None and _maskable(str(v))]
-    remember_secrets(values)
-    try:
-        from airflow.sdk.log import mask_secret
-    except ImportError:  # an Airflow without the task SDK
-        return
-    for value in values:
-        mask_secret(value)
-
-
 def scrub(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every one of ``secrets`` (3 characters or longer) replaced by ``***``."""
     for secret in sorted({s for s in secrets if s and len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True):
@@ -348,7 +336,6 @@ def restore_secrets(spec: Mapping[str, Any], *sources: Any) -> dict[str, Any]:
     ``sources`` (``StreamSpec`` or spec dicts: the caller's own spec) that has that key.
 
     Raises ``SpecError`` naming the key when no source holds the secret: a stored spec never carries it."""
-    from airflow_streaming.spec import SpecError
 
     conf = dict(spec.get("spark_conf") or {})
     restored = dict(spec)

@@ -16,6 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_streaming.exceptions import SpecError
+from airflow_streaming.redaction import secret_arguments
+
 __all__ = ["BUNDLED_JOBS", "SpecError", "StreamSpec", "as_spec", "parse_duration"]
 
 BUNDLED_JOBS: frozenset[str] = frozenset(
@@ -41,24 +44,6 @@ _DURATION_UNITS: dict[str, float] = {
 }
 _DURATION_HINT = "'5 seconds', '500 milliseconds', '2 minutes', '10s', '250ms' or '1m'"
 _MAX_HEARTBEAT_INTERVAL = 60.0
-
-
-class SpecError(ValueError):
-    """A stream spec is invalid.
-
-    ``field`` is the dotted name of the offending field (for example
-    ``'trigger_interval'``, ``'spark_conf.spark.x'``, ``'application_args[2]'``
-    or ``'<root>'`` for the document as a whole); ``message`` is the reason.
-    ``str(error)`` is ``"<field>: <message>"``.
-    """
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field: str = field
-        self.message: str = message
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.field, self.message))
 
 
 def _type_name(value: Any) -> str:
@@ -197,7 +182,6 @@ def _check_secret_args(value: Any) -> dict[str, str]:
 
 def _refuse_secret_arguments(args: tuple[str, ...]) -> None:
     """Plain arguments go on the spark-submit command line (``ps``) and into the specs at rest."""
-    from airflow_streaming.redaction import secret_arguments
 
     found = secret_arguments(args)
     if found:

@@ -14,7 +14,8 @@ from urllib.parse import urlparse
 
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlPaths
-from airflow_streaming.control.storage import local_path, storage_for
+from airflow_streaming.control.storage import local_path
+from airflow_streaming.control.locations import storage_for
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.spec import StreamSpec
 

@@ -9,7 +9,8 @@ import argparse
 import sys
 
 from airflow_streaming.checkpoint.reader import CheckpointError, read_checkpoint
-from airflow_streaming.control.storage import ControlStorage, StorageError, storage_for
+from airflow_streaming.control.storage import ControlStorage, StorageError
+from airflow_streaming.control.locations import storage_for
 
 
 def main(argv: list[str] | None = None) -> int:

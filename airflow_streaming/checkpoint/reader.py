@@ -39,7 +39,8 @@ from airflow_streaming.checkpoint.state_schema import (
     parse_operator_metadata,
     parse_state_schema,
 )
-from airflow_streaming.control.storage import ControlStorage, StorageError, storage_for
+from airflow_streaming.control.storage import ControlStorage, StorageError
+from airflow_streaming.control.locations import storage_for
 
 __all__ = [
     "CheckpointError",

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report(ns: argparse.Namespace, outcome: dict[str, object]) -> None:
     """Write the detached check's answer where the lifecycle runner (or its trigger) waits for it."""
-    from airflow_streaming.control.storage import storage_for
+    from airflow_streaming.control.locations import storage_for
 
     answer = {"id": ns.report_id, **(outcome or {"error": "the check ended without a report"})}
     storage, path = storage_for(ns.report_to)

@@ -32,7 +32,8 @@ from airflow_streaming.compat.model import (
     SourceFacts,
     Verdict,
 )
-from airflow_streaming.control.storage import ControlStorage, storage_for
+from airflow_streaming.control.storage import ControlStorage
+from airflow_streaming.control.locations import storage_for
 
 
 @dataclass

@@ -13,7 +13,8 @@ import sys
 from typing import Any
 
 from airflow_streaming.exceptions import StreamingError
-from airflow_streaming.redaction import redact, register_secrets, secret_args_conf, secret_values, split_conf
+from airflow_streaming.log_masking import register_secrets
+from airflow_streaming.redaction import redact, secret_args_conf, secret_values, split_conf
 from airflow_streaming.spec import StreamSpec
 
 __all__ = ["IncompatibleCandidateError", "blocking_problems", "check_command", "run_check"]

@@ -13,7 +13,7 @@ unreadable lease for a free stream.
 
 Backends: :class:`~airflow_streaming.control.local.LocalStorage` (local or mounted POSIX paths) and
 :class:`~airflow_streaming.control.webhdfs.WebHdfsStorage` (``hdfs://`` and ``webhdfs://`` through
-WebHDFS); :func:`storage_for` picks one from a location's scheme.
+WebHDFS); :func:`airflow_streaming.control.locations.storage_for` picks one from a location's scheme.
 """
 
 from __future__ import annotations
@@ -249,31 +249,3 @@ def local_path(location: str) -> str:
     if parsed.scheme in ("", "file"):
         return parsed.path if parsed.scheme == "file" else location
     raise StorageError(errno.EINVAL, f"{location!r} is not a local path (file:// or /absolute)")
-
-
-def storage_for(location: str, conn_id: str | None = None) -> tuple[ControlStorage, str]:
-    """The storage backend for a location and the location's path inside it.
-
-    ``/abs`` and ``file:///abs``: the local file system. ``hdfs://nn:port/abs`` and
-    ``webhdfs://nn:port/abs``: WebHDFS (the Airflow connection ``conn_id``, default
-    ``webhdfs_default``, or the NameNode named in the URI; see ``airflow_streaming.control.webhdfs``).
-    """
-    parsed = urlparse(location)
-    if parsed.scheme in ("", "file"):
-        from airflow_streaming.control.local import LocalStorage
-
-        return LocalStorage(), local_path(location)
-    if parsed.scheme in ("hdfs", "webhdfs"):
-        from airflow_streaming.control.webhdfs import webhdfs_storage
-
-        return webhdfs_storage(location, conn_id), parsed.path or "/"
-    raise StorageError(errno.EINVAL, f"no storage backend for {location!r}: use an absolute path, file://, "
-                                     "hdfs:// or webhdfs://")
-
-
-def __getattr__(name: str) -> object:
-    if name == "LocalStorage":  # kept importable from here
-        from airflow_streaming.control.local import LocalStorage
-
-        return LocalStorage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,11 +27,11 @@ from airflow_streaming.exceptions import (
 )
 from airflow_streaming.hooks.liveness import hostname
 from airflow_streaming.lifecycle.lock import LifecycleLock
+from airflow_streaming.log_masking import register_secrets
 from airflow_streaming.redaction import (
     SPARK_REDACTION_REGEX,
     SPARK_SQL_REDACTION_STRING_REGEX,
     mask_spec,
-    register_secrets,
     secret_args_conf,
     split_conf,
 )

@@ -45,7 +45,9 @@ from pydantic import StrictBool, StrictFloat, StrictInt, StrictStr
 from pydantic.dataclasses import dataclass
 
 from airflow_streaming.checkpoint.batches import read_batch_position
-from airflow_streaming.control.storage import ControlStorage, LocalStorage, local_path, storage_for
+from airflow_streaming.control.storage import ControlStorage, local_path
+from airflow_streaming.control.local import LocalStorage
+from airflow_streaming.control.locations import storage_for
 from airflow_streaming.lifecycle import snapshot_copy
 from airflow_streaming.models import parse
 

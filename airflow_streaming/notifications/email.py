@@ -23,13 +23,14 @@ from typing import Any
 
 from airflow.sdk import BaseNotifier
 
+from airflow_streaming.log_masking import register_secrets
 from airflow_streaming.notifications.events import (
     SUBJECT_PREFIX,
     NotificationError,
     event_from_context,
     render_text,
 )
-from airflow_streaming.redaction import redact, register_secrets
+from airflow_streaming.redaction import redact
 
 # A stdlib logger: Airflow routes it to the task log, and tests can capture it (caplog).
 log = logging.getLogger(__name__)

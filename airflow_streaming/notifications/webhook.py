@@ -22,13 +22,14 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from airflow.sdk import BaseNotifier
 
+from airflow_streaming.log_masking import register_secrets
 from airflow_streaming.notifications.events import (
     NotificationError,
     event_from_context,
     render_json,
     render_slack,
 )
-from airflow_streaming.redaction import is_sensitive_header, redact, register_secrets
+from airflow_streaming.redaction import is_sensitive_header, redact
 
 # A stdlib logger: Airflow routes it to the task log, and tests can capture it (caplog).
 log = logging.getLogger(__name__)

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import abc
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_streaming.control.contract import ControlPaths, DriverRecord
 from airflow_streaming.control.storage import ControlStorage
+from airflow_streaming.targets.launch_plan import LaunchPlan
+from airflow_streaming.targets.submit_command import masked_command, spark_submit_argv
 
 
 class Liveness(str, enum.Enum):
@@ -56,33 +58,6 @@ class DriverState:
         return self.liveness == Liveness.GONE
 
 
-@dataclass(frozen=True)
-class LaunchPlan:
-    """Everything a target needs to start one run of a stream's driver.
-
-    ``conf`` holds the Spark conf without secrets; ``secret_conf`` the sensitive entries, which a
-    target must never put on a command line (``ps`` shows it): a 0600 properties file, the
-    environment or a request body instead.
-    """
-
-    run_id: str
-    name: str
-    master: str
-    deploy_mode: str
-    launcher: str
-    """The driver entry point (``spark_jobs/launch.py``) as the driver's host sees it."""
-    runtime_args: list[str]
-    conf: dict[str, str]
-    secret_conf: dict[str, str] = field(default_factory=dict)
-    py_files: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    """Extra environment of the driver (besides the submitting process's own)."""
-    log_path: str = ""
-    standby: bool = False
-    submit_args: list[str] = field(default_factory=list)
-    """Extra spark-submit options from the Spark connection (``--queue``, ``--principal``...)."""
-
-
 class DriverTarget(abc.ABC):
     """A place where drivers run (see the module docstring). One instance serves one stream."""
 
@@ -103,8 +78,6 @@ class DriverTarget(abc.ABC):
 
     def describe_command(self, plan: LaunchPlan) -> str:
         """The submission as one line for records and logs (never a secret)."""
-        from airflow_streaming.targets.submit_command import masked_command, spark_submit_argv
-
         return masked_command(spark_submit_argv(plan, self.settings.get("spark_binary", "spark-submit"),
                                                 "<0600 properties file>" if plan.secret_conf else None))
 

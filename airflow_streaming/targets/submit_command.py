@@ -8,7 +8,8 @@ that the driver's runtime deletes as soon as it has started: ``ps`` never shows 
 from __future__ import annotations
 
 from airflow_streaming.properties_file import read_properties_file, write_properties_file
-from airflow_streaming.targets.base import LaunchPlan
+from airflow_streaming.redaction import MASK, is_sensitive_key
+from airflow_streaming.targets.launch_plan import LaunchPlan
 
 __all__ = ["masked_command", "read_properties_file", "spark_submit_argv", "write_properties_file"]
 
@@ -28,8 +29,6 @@ def spark_submit_argv(plan: LaunchPlan, binary: str = "spark-submit", properties
 
 def masked_command(argv: list[str]) -> str:
     """The command as a string for records and logs (it carries no secret: see the module docstring)."""
-    from airflow_streaming.redaction import MASK, is_sensitive_key
-
     shown = []
     for arg in argv:
         key, sep, _ = arg.partition("=")

@@ -122,7 +122,7 @@ def _spec_from_dir(name: str, location: str, read: Callable[[str], bytes | None]
 
 def discover(desired_state: str | None, control_locations: Iterable[str]) -> Discovery:
     """Find the managed streams (see the module docstring). Never raises on a bad file or location."""
-    from airflow_streaming.control.storage import storage_for
+    from airflow_streaming.control.locations import storage_for
 
     found = Discovery()
     seen: set[str] = set()

@@ -329,7 +329,7 @@ def driver_storage(location: str) -> tuple[ControlStorage, str]:
     (``hdfs://``, ``webhdfs://``, any Hadoop-compatible store) the JVM's Hadoop FileSystem."""
     parsed = urlparse(location)
     if parsed.scheme in ("", "file"):
-        from airflow_streaming.control.storage import storage_for
+        from airflow_streaming.control.locations import storage_for
 
         return storage_for(location)
     if not parsed.path.startswith("/"):

@@ -14,7 +14,6 @@ watches the run marker and SIGTERM, stops between micro-batches, and exits with:
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import os
@@ -25,7 +24,6 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
@@ -40,39 +38,13 @@ from airflow_streaming.control.contract import (
     StatusDocument,
 )
 from airflow_streaming.control.storage import StorageError
+from spark_jobs.runtime.bundled_job import JobContext, bundled_writer, query_name
 from spark_jobs.runtime.hadoop_storage import driver_storage
+
+__all__ = ["Driver", "JobContext", "bundled_writer", "main", "query_name"]
 
 log = logging.getLogger("airflow_streaming.runtime")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-@dataclass(frozen=True)
-class JobContext:
-    """What a bundled job's ``build(spark, args, ctx)`` gets to know about its stream."""
-
-    stream: str
-    version: str
-    checkpoint_location: str
-    trigger_seconds: float
-
-
-def query_name(stream: str) -> str:
-    """The query name of a stream's bundled query (a SQL-safe identifier)."""
-    return stream.replace("-", "_").replace(".", "_")
-
-
-def bundled_writer(spark: Any, job: str, args: list[str], ctx: JobContext) -> Any:
-    """The bundled job's DataStreamWriter with the runtime's checkpoint, trigger and query name applied.
-
-    Shared by the driver (which starts it) and the compatibility check (which only plans it).
-    """
-    module = importlib.import_module(f"spark_jobs.jobs.{job}")
-    return (
-        module.build(spark, args, ctx)
-        .option("checkpointLocation", ctx.checkpoint_location)
-        .trigger(processingTime=f"{ctx.trigger_seconds} seconds")
-        .queryName(query_name(ctx.stream))
-    )
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -7,7 +7,8 @@ import os
 import pytest
 
 from airflow_streaming.checkpoint.batches import BatchPosition, read_batch_position
-from airflow_streaming.control.storage import LocalStorage, storage_for
+from airflow_streaming.control.local import LocalStorage
+from airflow_streaming.control.locations import storage_for
 
 
 def _log(directory, *names: str) -> None:

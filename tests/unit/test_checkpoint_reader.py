@@ -20,7 +20,8 @@ from airflow_streaming.checkpoint.batches import BatchPosition, read_batch_posit
 from airflow_streaming.checkpoint.logs import parse_offsets
 from airflow_streaming.checkpoint.reader import CheckpointError, CheckpointInfo, read_checkpoint
 from airflow_streaming.checkpoint.state_schema import parse_state_schema
-from airflow_streaming.control.storage import ControlStorage, LocalStorage
+from airflow_streaming.control.storage import ControlStorage
+from airflow_streaming.control.local import LocalStorage
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"

@@ -49,7 +49,9 @@ from airflow_streaming.control.contract import (
     write_marker,
     write_status,
 )
-from airflow_streaming.control.storage import LocalStorage, StorageError, local_path, storage_for
+from airflow_streaming.control.storage import StorageError, local_path
+from airflow_streaming.control.local import LocalStorage
+from airflow_streaming.control.locations import storage_for
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOST = socket.gethostname()
@@ -537,7 +539,7 @@ _CHILD = r"""
 import sys, time
 sys.path.insert(0, sys.argv[1])
 from airflow_streaming.control.contract import ControlPaths, acquire_lease
-from airflow_streaming.control.storage import LocalStorage
+from airflow_streaming.control.local import LocalStorage
 lease = acquire_lease(LocalStorage(), ControlPaths(sys.argv[2]), "child-run", 30.0)
 print(lease.pid, flush=True)
 time.sleep(60)

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from airflow_streaming.control.contract import process_start_time
-from airflow_streaming.control.storage import LocalStorage
+from airflow_streaming.control.local import LocalStorage
 from airflow_streaming.lifecycle.lock import LOCK_NAME, LifecycleLock, LifecycleLockHeld, LifecycleLockLost
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_streaming.control.storage import LocalStorage
+from airflow_streaming.control.local import LocalStorage
 from airflow_streaming.notifications.events import (
     EventKind,
     NotificationGate,

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from airflow_streaming import redaction
+from airflow_streaming.log_masking import register_secrets
 from airflow_streaming.redaction import (
     MASK,
     RedactingFormatter,
@@ -20,7 +21,6 @@ from airflow_streaming.redaction import (
     is_sensitive_key,
     redact,
     redact_text,
-    register_secrets,
     remember_secrets,
     scrub,
     secret_values,

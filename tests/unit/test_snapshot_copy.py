@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from airflow_streaming.control.local import LocalStorage
-from airflow_streaming.control.storage import StorageError, TreeEntry, storage_for
+from airflow_streaming.control.storage import StorageError, TreeEntry
+from airflow_streaming.control.locations import storage_for
 from airflow_streaming.control.webhdfs import WebHdfsSettings, WebHdfsStorage
 from airflow_streaming.lifecycle import snapshot_copy
 from airflow_streaming.lifecycle.snapshot import SnapshotError, load_manifest, restore_snapshot, take_snapshot

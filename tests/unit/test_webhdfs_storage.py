@@ -22,7 +22,8 @@ from airflow_streaming.checkpoint.batches import read_batch_position
 from airflow_streaming.checkpoint.reader import read_checkpoint
 from airflow_streaming.control import webhdfs
 from airflow_streaming.control.local import LocalStorage
-from airflow_streaming.control.storage import StorageError, storage_for
+from airflow_streaming.control.storage import StorageError
+from airflow_streaming.control.locations import storage_for
 from airflow_streaming.control.webhdfs import WebHdfsSettings, WebHdfsStorage, settings_for
 from webhdfs_standin import WebHdfsStandIn
 
@@ -350,7 +351,8 @@ def test_kerberos_without_the_extension_says_what_to_install():
 def test_module_imports_and_works_without_airflow(nn):
     code = (
         "import sys; sys.modules['airflow'] = None\n"
-        "from airflow_streaming.control.storage import storage_for, StorageError\n"
+        "from airflow_streaming.control.locations import storage_for\n"
+        "from airflow_streaming.control.storage import StorageError\n"
         f"st, p = storage_for('webhdfs://127.0.0.1:{nn.nn_port}/c/x')\n"
         "st.write_atomic(p, b'ok'); print(st.read_bytes(p).decode())\n"
         "try:\n    storage_for('hdfs://nn:8020/c')\nexcept StorageError as e:\n    print('ERR', e)\n"
