@@ -72,3 +72,25 @@ def _escape(text: str, key: bool) -> str:
     elif out.startswith(" "):
         out = "\\" + out
     return out
+
+
+def forget_properties_file(path: str | None, run_id: str) -> bool:
+    """Delete the properties file of ``run_id`` that :func:`write_properties_file` wrote - and nothing else.
+
+    The path comes from the driver record (``handle.properties_file``), a file on shared storage that
+    a driver can write: a path outside the secrets directory, of another run, a symlink or anything but
+    a regular file is left alone (a control file never decides what is deleted). ``True`` if deleted.
+    """
+    if not path:
+        return False
+    directory, name = os.path.split(os.path.abspath(path))
+    ours = (os.path.dirname(directory) == os.path.abspath(tempfile.gettempdir())
+            and os.path.basename(directory).startswith("airflow-streaming-secrets")
+            and name.startswith(f"{run_id}-") and name.endswith(".properties") and "/" not in run_id)
+    if not ours or os.path.islink(path) or not os.path.isfile(path):
+        return False
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True

@@ -4,7 +4,8 @@ Pick a stream of the desired-state file (``[airflow_streaming] desired_state_fil
 optionally a version: ``deploy`` / ``stop`` / ``restart`` / ``upgrade`` (to the chosen version, or the
 wanted one) / ``rollback`` (to the version before the last successful upgrade) / ``status``. The form
 rejects unknown streams and actions; a version the stream does not list fails with the list of its
-versions. Upgrades, restarts and rollbacks go through the same gated, snapshotted, resumable machinery
+versions. The desired-state file is the deployment's (set in this file or the configuration), never a
+field of the form: whoever may trigger the DAG chooses among the streams it lists, not a spec file. Upgrades, restarts and rollbacks go through the same gated, snapshotted, resumable machinery
 as the upgrade window (``docs/upgrades.md``); triggering the same operation again after a crash
 resumes it. The task is :class:`~airflow_streaming.operators.lifecycle.SparkStreamOperationOperator`:
 with ``[operators] default_deferrable = True`` every wait (the gate's report, a driver's exit, a start,
@@ -53,7 +54,6 @@ ACTIONS = ["status", "deploy", "stop", "restart", "upgrade", "rollback"]
         "version": Param("", type="string", title="Version", description="empty: the version wanted in the "
                          "desired-state file", **({"enum": ["", *VERSIONS]} if VERSIONS else {})),
         "allow_warnings": Param(False, type="boolean", title="Allow compatibility warnings"),
-        "desired_state": Param(DESIRED_STATE, type="string", title="Desired-state file"),
     },
     doc_md=__doc__,
 )
@@ -61,7 +61,7 @@ def stream_operations():
     SparkStreamOperationOperator(
         task_id="operate", stream="{{ params.stream }}", action="{{ params.action }}",
         version="{{ params.version }}", allow_warnings="{{ params.allow_warnings }}",
-        desired_state="{{ params.desired_state }}")
+        desired_state=DESIRED_STATE)  # never a form field: whoever may trigger must not pick the spec file
 
 
 stream_operations()

@@ -142,7 +142,9 @@ class SparkStreamOperationOperator(DeferrableLifecycleMixin, BaseOperator):
         lifecycle_poll_interval``.
     """
 
-    template_fields: Sequence[str] = ("stream", "action", "version", "allow_warnings", "desired_state")
+    # Not ``desired_state``: the file that says which specs run is the DAG author's, never a form's or a
+    # Param's (a templated path would let whoever may trigger the DAG run any spec file).
+    template_fields: Sequence[str] = ("stream", "action", "version", "allow_warnings")
     operator_extra_links = STREAM_LINKS
     ui_color = "#c9f2d0"
 

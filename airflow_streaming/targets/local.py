@@ -27,6 +27,7 @@ import psutil
 from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.control.process import process_start_time, processes_with_token
 from airflow_streaming.exceptions import ApplicationNotFoundError
+from airflow_streaming.properties_file import forget_properties_file
 from airflow_streaming.targets.base import DriverState, DriverTarget, LaunchPlan, Liveness
 from airflow_streaming.targets.submit_command import spark_submit_argv, write_properties_file
 
@@ -164,11 +165,9 @@ class LocalTarget(DriverTarget):
 
     def _forget_secrets(self, record: DriverRecord) -> None:
         path = record.handle.get("properties_file")
-        if path:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        if path and not forget_properties_file(path, record.run_id) and os.path.lexists(path):
+            log.warning("not deleting %s named by the driver record of run %s: not a properties file this "
+                        "provider wrote for that run", path, record.run_id)
 
     def reap(self) -> None:
         reap_children()
