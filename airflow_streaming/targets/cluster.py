@@ -28,6 +28,7 @@ from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import ApplicationNotFoundError, DriverStartError
 from airflow_streaming.redaction import scrub
 from airflow_streaming.targets.base import DriverTarget, LaunchPlan
+from airflow_streaming.targets.driver_env import driver_environment
 from airflow_streaming.targets.submit_command import masked_command, spark_submit_argv, write_properties_file
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ def run_spark_submit(target: ClusterTarget, plan: LaunchPlan, what: str,
     is deleted once spark-submit has exited (it hands the application over and returns: the targets
     set ``waitAppCompletion=false``). The output, secrets masked, is noted in the run's log. A
     spark-submit still running after ``timeout`` is killed; raises :class:`DriverStartError` then."""
-    env = {**os.environ, **plan.env}
+    env = driver_environment(os.environ, plan.env)
     # This host's Python means nothing on a NodeManager or in an image: the driver's Python is
     # cluster.python (spark.pyspark.python), else the cluster's default.
     env.pop("PYSPARK_PYTHON", None)

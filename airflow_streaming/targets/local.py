@@ -29,6 +29,7 @@ from airflow_streaming.control.process import process_start_time, processes_with
 from airflow_streaming.exceptions import ApplicationNotFoundError
 from airflow_streaming.properties_file import forget_properties_file
 from airflow_streaming.targets.base import DriverState, DriverTarget, LaunchPlan, Liveness
+from airflow_streaming.targets.driver_env import driver_environment
 from airflow_streaming.targets.submit_command import spark_submit_argv, write_properties_file
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class LocalTarget(DriverTarget):
     kind = "local"
 
     def submit(self, plan: LaunchPlan) -> dict[str, Any]:
-        env = {**os.environ, **plan.env}
+        env = driver_environment(os.environ, plan.env)
         binary = self.settings.get("spark_binary", "spark-submit")
         if shutil.which(binary, path=env.get("PATH")) is None:
             raise ApplicationNotFoundError(
