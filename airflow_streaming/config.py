@@ -36,6 +36,7 @@ class Option:
     default: str
     description: str
     example: str | None = None
+    sensitive: bool = False
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -63,6 +64,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("lifecycle_poll_interval", "float", "2",
            "Default poll_interval (seconds) of the deferrable lifecycle operators (deploy, stop, upgrade, "
            "operation): how often the triggerer checks whether a deferred action's wait is over.", "5"),
+    Option("control_seal_key", "string", "",
+           "Key that seals the specs the Airflow side stores beside a stream (deployed.json, the lifecycle record, "
+           "the history): a stored spec runs only with a valid seal or when it is the caller's own spec, so a "
+           "driver that can write its control directory cannot choose what runs. Empty: a random key kept in "
+           "$AIRFLOW_HOME/airflow_streaming_seal.key. Set the same value on every Airflow host of a deployment.",
+           "a long random string", sensitive=True),
     Option("notification_repeat_window", "float", "900",
            "Default repeat_window_s (seconds) of SparkStreamSupervisorOperator: a repeat of the last message "
            "about a stream within this window is suppressed and counted in the next one.", "3600"),
@@ -77,7 +84,7 @@ def provider_config() -> dict[str, Any]:
             "description": "Defaults of the airflow-streaming provider (Spark Structured Streaming lifecycle).",
             "options": {
                 o.name: {"description": o.description, "version_added": VERSION_ADDED, "type": o.type,
-                         "example": o.example, "default": o.default}
+                         "example": o.example, "default": o.default, **({"sensitive": True} if o.sensitive else {})}
                 for o in OPTIONS
             },
         }

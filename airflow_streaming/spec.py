@@ -478,10 +478,12 @@ class StreamSpec:
         """Build and validate a spec from a mapping (e.g. parsed YAML/JSON).
 
         Unknown keys and missing required fields raise :class:`SpecError`.
-        A ``None`` value for an optional field means "use the default".
+        A ``None`` value for an optional field means "use the default". The ``seal`` of a spec stored by
+        the Airflow side (see :mod:`airflow_streaming.control.seal`) is not a field and is ignored here.
         """
         if not isinstance(data, Mapping):
             raise SpecError(ROOT_FIELD, f"must be a mapping, got {_type_name(data)}")
+        data = {k: v for k, v in data.items() if k != "seal"}
         fields = [f for f in dataclasses.fields(cls) if f.init]
         allowed = [f.name for f in fields]
         for key in data:

@@ -241,6 +241,7 @@ class AirflowStack:
             "PATH": bindir + os.pathsep + env.get("PATH", ""), "PYSPARK_PYTHON": sys.executable,
             "SPARK_LOCAL_IP": env.get("SPARK_LOCAL_IP", "127.0.0.1"),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.postgres.url,
+            "AIRFLOW__AIRFLOW_STREAMING__CONTROL_SEAL_KEY": os.environ.get("AIRFLOW__AIRFLOW_STREAMING__CONTROL_SEAL_KEY", ""),
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": str(self.options.parallelism),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

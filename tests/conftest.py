@@ -14,6 +14,9 @@ _AIRFLOW_HOME = tempfile.mkdtemp(prefix="airflow-streaming-tests-")
 os.environ["AIRFLOW_HOME"] = _AIRFLOW_HOME
 atexit.register(shutil.rmtree, _AIRFLOW_HOME, True)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+# One deployment: this process and the Airflow services a test starts (tests/airflow_stack.py, another
+# AIRFLOW_HOME) seal stored specs with the same key, as every host of a real deployment is told to.
+os.environ["AIRFLOW__AIRFLOW_STREAMING__CONTROL_SEAL_KEY"] = "tests-" + os.urandom(16).hex()
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(os.path.dirname(os.path.dirname(__file__)), "dags")
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ["PYSPARK_PYTHON"] = sys.executable

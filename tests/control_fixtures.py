@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+from airflow_streaming.sealing import sealed
 from airflow_streaming.control import contract
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.spec import StreamSpec
@@ -33,7 +34,7 @@ def deployed_stream(tmp_path: Path, with_checkpoint: bool = True) -> tuple[Strea
     if with_checkpoint:
         shutil.copytree(FIXTURE_CHECKPOINT, spec.checkpoint_location)
     run_id = RUN_ID
-    storage.write_atomic(hook.deployed_path, json.dumps({"run_id": run_id, "at": 1.0, "spec": spec.to_dict()}).encode())
+    storage.write_atomic(hook.deployed_path, json.dumps({"run_id": run_id, "at": 1.0, "spec": sealed(spec.to_dict())}).encode())
     doc = contract.StatusDocument(stream="s1", version="v1", run_id=run_id, state=contract.STOPPED, pid=1,
                                   host="elsewhere", started_at=1.0, heartbeat_at=2.0, ready=True,
                                   queries=[contract.QueryStatus("q", "r", "s1", False, last_batch_id=3)],

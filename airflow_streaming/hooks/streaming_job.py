@@ -139,7 +139,7 @@ class StreamingJobHook(SubmissionMixin, LivenessMixin, StoppingMixin, BaseHook):
         is still checked where it runs)."""
         if self._target is not None and self._target.kind == record.target:
             return self._target
-        return target_for_record(record, self.storage, self.paths, dict(self.spec.cluster))
+        return target_for_record(record, self.storage, self.paths, dict(self.spec.cluster), self.spec.master or "")
 
     def _spec_with_connection(self) -> StreamSpec:
         """The spec with master, deploy mode and submit options taken from its ``spark`` connection."""

@@ -31,10 +31,10 @@ from airflow_streaming.log_masking import register_secrets
 from airflow_streaming.redaction import (
     SPARK_REDACTION_REGEX,
     SPARK_SQL_REDACTION_STRING_REGEX,
-    mask_spec,
     secret_args_conf,
     split_conf,
 )
+from airflow_streaming.sealing import sealed
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import LaunchPlan
 
@@ -241,7 +241,7 @@ class SubmissionMixin:
     def _record_deployment(self, record: DriverRecord) -> None:
         self.storage.write_atomic(self.paths.driver, record.to_json())
         self.storage.write_atomic(self.deployed_path, json.dumps(
-            {"run_id": record.run_id, "at": record.submitted_at, "spec": mask_spec(self.spec.to_dict())},
+            {"run_id": record.run_id, "at": record.submitted_at, "spec": sealed(self.spec.to_dict())},
             indent=1).encode())
 
     def standby_record(self) -> DriverRecord | None:

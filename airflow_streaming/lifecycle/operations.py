@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from airflow_streaming.control.contract import ControlFileError
 from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.lifecycle.desired_state import DesiredState, StreamTarget, pending_changes
@@ -22,8 +23,8 @@ from airflow_streaming.lifecycle.runner import (
     restart_spec,
     resume_target,
 )
-from airflow_streaming.redaction import redact
-from airflow_streaming.redaction import restore_secrets
+from airflow_streaming.lifecycle.trust import trusted_spec
+from airflow_streaming.redaction import redact, restore_secrets
 from airflow_streaming.spec import SpecError, StreamSpec
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,14 @@ def deployment(target: StreamTarget) -> tuple[str | None, StreamingJobHook]:
         if best is None or at > best[0]:
             version = (deployed.get("spec") or {}).get("version")
             wanted = target.spec_for(version) if version in target.versions else target.spec
-            best = (at, version, StreamingJobHook(StreamSpec.from_dict(restore_secrets(deployed["spec"], wanted))))
+            try:
+                stored = trusted_spec(deployed["spec"], hook.deployed_path,
+                                      *(target.spec_for(v) for v in target.versions))
+            except ControlFileError as exc:  # not ours: act with the desired-state file's spec instead
+                log.warning("%s", exc)
+                best = (at, version, StreamingJobHook(wanted))
+            else:
+                best = (at, version, StreamingJobHook(StreamSpec.from_dict(restore_secrets(stored, wanted))))
     if best is None:
         return None, StreamingJobHook(target.spec)
     return best[1], best[2]
@@ -88,17 +96,18 @@ def operate(state: DesiredState, stream: str, action: str, version: str | None =
         return stop_stream(hook.spec, options, resume)
     if action == "deploy":
         return deploy_stream(target.spec_for(version or current_version or target.version), options, resume)
+    known = tuple(target.spec_for(v) for v in target.versions)  # the desired-state file's: trusted
     if action in ("restart", "rollback", "upgrade"):
         accepted = (Action.UPGRADE, Action.PARALLEL) if action == "upgrade" else (Action(action),)
         for candidate in _hooks(target):
-            resumed = resume_target(candidate, *accepted)
+            resumed = resume_target(candidate, *accepted, known=known)
             if resumed is not None:  # the task running this action died: finish that action, as recorded
                 kind, target_spec, current_spec = resumed
                 return _run(LifecycleRunner(target_spec, kind, options, current=current_spec, notify=notify,
                                             resume=resume))
     if action in ("restart", "rollback"):
         kind = Action(action)
-        return _run(LifecycleRunner(restart_spec(hook, kind), kind, options, notify=notify, resume=resume))
+        return _run(LifecycleRunner(restart_spec(hook, kind, *known), kind, options, notify=notify, resume=resume))
     # upgrade
     wanted = version or target.version
     spec = target.spec_for(wanted)

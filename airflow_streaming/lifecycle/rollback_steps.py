@@ -12,6 +12,7 @@ from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.lifecycle import snapshot as snapshots
 from airflow_streaming.lifecycle.lock import LifecycleLockLost
 from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Step
+from airflow_streaming.lifecycle.trust import trusted_spec
 from airflow_streaming.lifecycle.waits import HEALTHY, Wait
 from airflow_streaming.redaction import restore_secrets
 from airflow_streaming.spec import StreamSpec
@@ -53,8 +54,9 @@ class RollbackSteps:
         self._advance(record, Step.RESTARTING_OLD, f"run {record.rollback_run_id} of {record.from_version}")
 
     def _restarting_old(self, record: LifecycleRecord) -> None:
-        old = StreamingJobHook(StreamSpec.from_dict(restore_secrets(
-            record.from_spec or {}, self.current, self.home.spec, self.target)))
+        stored = trusted_spec(record.from_spec or {}, f"{self.home.paths.root}/lifecycle.json", self.current,
+                              self.home.spec, self.target)
+        old = StreamingJobHook(StreamSpec.from_dict(restore_secrets(stored, self.current, self.home.spec, self.target)))
         try:
             self._submit_once(old, record.rollback_run_id)
         except LifecycleLockLost:

@@ -81,7 +81,8 @@ from airflow_streaming.lifecycle.stored import (  # noqa: F401 - re-exported: th
 from airflow_streaming.lifecycle.waits import CAUGHT_UP, PROBATION, READY, Wait, WaitNeeded, wait_over
 from airflow_streaming.reconcile.decision import is_down
 from airflow_streaming.reconcile.observe import observe
-from airflow_streaming.redaction import mask_spec
+from airflow_streaming.lifecycle.trust import trusted_spec
+from airflow_streaming.sealing import sealed
 from airflow_streaming.spec import SpecError, StreamSpec
 
 log = logging.getLogger(__name__)
@@ -325,9 +326,11 @@ class LifecycleRunner(GateSteps, StopSteps, RollbackSteps):
             return record
         deployed = self.home.deployed()
         from_spec = self.current.to_dict() if self.current is not None else (deployed or {}).get("spec")
-        record = LifecycleRecord(  # specs at rest carry no secret (see redaction.mask_spec)
-            stream=self.home.spec.name, action=self.action, from_spec=mask_spec(from_spec),
-            to_spec=mask_spec(self.target.to_dict()),
+        if self.current is None and from_spec is not None:  # the rollback target: never a forged deployed.json
+            from_spec = trusted_spec(from_spec, self.home.deployed_path, self.home.spec, self.target)
+        record = LifecycleRecord(  # specs at rest: no secret (redaction.mask_spec), sealed (lifecycle.trust)
+            stream=self.home.spec.name, action=self.action, from_spec=sealed(from_spec),
+            to_spec=sealed(self.target.to_dict()),
             allow_warnings=self.options.allow_warnings, probation=self.options.probation, owner=self.options.owner,
             warm_start=self.options.warm_start and self.action in IN_PLACE_CHANGES)
         record.old_run_id = (deployed or {}).get("run_id")

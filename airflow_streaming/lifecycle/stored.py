@@ -12,21 +12,15 @@ from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import LifecycleError, StreamingError
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.lifecycle.record import Action, LifecycleRecord, previous_spec, unfinished_message
-from airflow_streaming.redaction import mask_spec, restore_secrets
+from airflow_streaming.lifecycle.trust import same_spec, trusted_spec
+from airflow_streaming.redaction import restore_secrets
 from airflow_streaming.spec import SpecError, StreamSpec
 
 RECORD_NAME = "lifecycle.json"
 HISTORY_NAME = "history.json"
 
 
-def _same_spec(spec_dict: dict[str, Any] | None, spec: StreamSpec) -> bool:
-    """Whether a stored (masked) spec is ``spec``."""
-    if spec_dict is None:
-        return False
-    try:
-        return StreamSpec.from_dict(mask_spec(spec_dict)) == StreamSpec.from_dict(mask_spec(spec.to_dict()))
-    except (SpecError, TypeError):
-        return False
+_same_spec = same_spec  # the name the runner and its steps use
 
 
 def _first_batch(doc: dict[str, Any] | None) -> int | None:
@@ -58,9 +52,11 @@ def unfinished(hook: StreamingJobHook) -> LifecycleRecord | None:
     return None if record.done else record
 
 
-def resume_target(hook: StreamingJobHook, *actions: Action) -> tuple[Action, StreamSpec, StreamSpec | None] | None:
+def resume_target(hook: StreamingJobHook, *actions: Action, known: tuple[StreamSpec, ...] = ()
+                  ) -> tuple[Action, StreamSpec, StreamSpec | None] | None:
     """``(action, target, current)`` to resume the stream's unfinished action if it is one of ``actions``;
-    ``None`` if nothing is unfinished.
+    ``None`` if nothing is unfinished. The record's specs are used only if sealed by this deployment or
+    equal to ``hook.spec`` or one of ``known`` (see :mod:`airflow_streaming.lifecycle.trust`).
 
     Raises :class:`LifecycleError` when a different action is unfinished: it must be finished first.
     """
@@ -70,14 +66,18 @@ def resume_target(hook: StreamingJobHook, *actions: Action) -> tuple[Action, Str
     if record.action not in actions:
         raise LifecycleError(unfinished_message(record.stream, record.action.value, record.id, record.to_version,
                                                 record.step.value, "/".join(a.value for a in actions)))
-    current = StreamSpec.from_dict(restore_secrets(record.from_spec, hook.spec)) \
+    where = f"{hook.paths.root}/{RECORD_NAME}"
+    current = StreamSpec.from_dict(restore_secrets(trusted_spec(record.from_spec, where, hook.spec, *known), hook.spec)) \
         if record.action == Action.PARALLEL and record.from_spec is not None else None
-    return record.action, StreamSpec.from_dict(restore_secrets(record.to_spec, hook.spec)), current
+    return record.action, StreamSpec.from_dict(restore_secrets(trusted_spec(record.to_spec, where, hook.spec, *known),
+                                                               hook.spec)), current
 
 
-def restart_spec(hook: StreamingJobHook, action: Action) -> StreamSpec:
+def restart_spec(hook: StreamingJobHook, action: Action, *known: StreamSpec) -> StreamSpec:
     """The spec a restart (the deployed one) or a rollback (the one before the last successful upgrade)
-    of the stream starts; :class:`SpecError` saying why there is none."""
+    of the stream starts; :class:`SpecError` saying why there is none. The stored spec is used only if
+    sealed by this deployment or equal to ``hook.spec`` or one of ``known`` (the desired-state file's
+    versions, say): :class:`ControlFileError` otherwise (see :mod:`airflow_streaming.lifecycle.trust`)."""
     deployed = (hook.deployed() or {}).get("spec")
     if deployed is None:
         raise SpecError("action", f"stream {hook.spec.name!r} was never deployed (no {hook.deployed_path}): "
@@ -87,8 +87,9 @@ def restart_spec(hook: StreamingJobHook, action: Action) -> StreamSpec:
         if previous is None:
             raise SpecError("action", f"stream {hook.spec.name!r} has no earlier version to roll back to: its "
                             f"history has no successful upgrade to {deployed.get('version')}")
+        previous = trusted_spec(previous, f"{hook.paths.root}/{HISTORY_NAME}", hook.spec, *known)
         return StreamSpec.from_dict(restore_secrets(previous, hook.spec))
-    return StreamSpec.from_dict(restore_secrets(deployed, hook.spec))
+    return StreamSpec.from_dict(restore_secrets(trusted_spec(deployed, hook.deployed_path, hook.spec, *known), hook.spec))
 
 
 def read_history(hook: StreamingJobHook) -> list[dict[str, Any]]:

@@ -50,10 +50,11 @@ def target_for(spec: Any, storage: ControlStorage, paths: ControlPaths) -> Drive
 
 
 def target_for_record(record: DriverRecord, storage: ControlStorage, paths: ControlPaths,
-                      settings: dict[str, Any] | None = None) -> DriverTarget:
-    """The target that can check and kill the driver of ``record``, rebuilt from its handle alone (where
-    the driver runs: REST URL, ResourceManager, API server, namespace) plus ``settings`` for what a
-    handle never holds (credentials files, TLS). Works from any host and whatever the spec says now."""
+                      settings: dict[str, Any] | None = None, master: str = "") -> DriverTarget:
+    """The target that can check and kill the driver of ``record``: where the driver runs from its handle
+    (REST URL, ResourceManager, namespace) plus ``settings`` for what a handle never holds (credentials
+    files, TLS). A Kubernetes API server - the endpoint that gets the bearer token - comes only from
+    ``settings`` or ``master`` (the caller's spec), never from the handle (see ``_api_of``)."""
     settings = dict(settings or {})
     handle = record.handle
     if record.target == "standalone-cluster":
@@ -69,8 +70,11 @@ def target_for_record(record: DriverRecord, storage: ControlStorage, paths: Cont
     if record.target == "kubernetes":
         from airflow_streaming.targets.kubernetes import KubernetesClusterTarget
 
-        where = {k: handle[k] for k in ("namespace", "api_server") if handle.get(k)}
-        return KubernetesClusterTarget(storage, paths, {**settings, **where}, master="")
+        where = {"namespace": handle["namespace"]} if handle.get("namespace") else {}
+        if not settings.get("api_server") and not master.startswith("k8s://") and handle.get("api_server"):
+            raise ValueError(f"run {record.run_id}: cluster.api_server is not set and the master is not "
+                             "k8s://...: the API server of a driver record is not trusted with a token")
+        return KubernetesClusterTarget(storage, paths, {**settings, **where}, master=master)
     from airflow_streaming.targets.local import LocalTarget
 
     return LocalTarget(storage, paths, settings)

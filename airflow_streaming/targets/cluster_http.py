@@ -85,10 +85,12 @@ class ClusterHttp:
     :param ca_file: a CA bundle to verify the server with (default: the system's).
     :param verify_tls: ``False`` skips certificate verification (test clusters only).
     :param token_file: a file holding a bearer token, read at every request (tokens are rotated).
+    :param allow_plain_http: send the token over ``http://`` too (default: only over TLS).
     """
 
     def __init__(self, timeout: float = DEFAULT_TIMEOUT, hint: str = "", ca_file: str | None = None,
-                 verify_tls: bool = True, token_file: str | None = None):
+                 verify_tls: bool = True, token_file: str | None = None, allow_plain_http: bool = False):
+        self.allow_plain_http = allow_plain_http
         self.timeout = timeout
         self.hint = hint
         self.ca_file = ca_file
@@ -130,6 +132,10 @@ class ClusterHttp:
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode("utf-8")
             all_headers["Content-Type"] = content_type
+        if self.token_file and not url.startswith("https:") and not self.allow_plain_http:
+            raise ClusterUnreachableError(url, "refusing to send the bearer token over plain http (anyone on the "
+                                          "path could read it)", "use an https:// API server, or set the cluster "
+                                          "setting allow_plain_http: true for a test cluster")
         token = self._token()
         if token:
             all_headers["Authorization"] = f"Bearer {token}"

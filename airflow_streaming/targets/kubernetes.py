@@ -112,7 +112,7 @@ class KubernetesClusterTarget(ClusterTarget):
         token = self.settings.get("kube_token_file") or _in_cluster("token")
         ca = self.settings.get("kube_ca_file") or _in_cluster("ca.crt")
         self.http = ClusterHttp(hint=API_HINT, ca_file=ca, verify_tls=self.settings.get("verify_tls", True),
-                                token_file=token)
+                                token_file=token, allow_plain_http=self.settings.get("allow_plain_http") is True)
 
     # ------------------------------------------------------------------ submit
     def plan(self, spec: Any, run_id: str, launcher: str, runtime_args: list[str], conf: dict[str, str],
@@ -180,8 +180,19 @@ class KubernetesClusterTarget(ClusterTarget):
         return {"namespace": namespace, "pod": pod, "api_server": self.api_server}
 
     # ------------------------------------------------------------------ the API server
+    def _api_of(self, handle: dict[str, Any] | None) -> str:
+        """The API server to ask about a recorded pod: always this target's (from the spec and the master),
+        never one a driver record names - it is a file a driver can write, and the request carries the
+        token. A record naming another one is refused: :class:`ClusterUnreachableError` (liveness UNKNOWN)."""
+        named = (handle or {}).get("api_server")
+        if named and str(named).rstrip("/") != self.api_server:
+            raise ClusterUnreachableError(str(named), f"the driver record names API server {named}, but this "
+                                          f"stream's spec names {self.api_server}: nothing is sent to it",
+                                          "a record is data, not configuration; check cluster.api_server")
+        return self.api_server
+
     def _pod_url(self, handle: dict[str, Any], suffix: str = "") -> str:
-        api = (handle.get("api_server") or self.api_server).rstrip("/")
+        api = self._api_of(handle)
         ns = quote(str(handle.get("namespace") or self.namespace), safe="")
         return f"{api}/api/v1/namespaces/{ns}/pods/{quote(str(handle.get('pod') or ''), safe='')}{suffix}"
 
@@ -261,7 +272,7 @@ class KubernetesClusterTarget(ClusterTarget):
 
     def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
         selector = f"{RUN_LABEL}={label_value(run_id)},spark-role=driver"
-        api = (record.handle.get("api_server") if record else None) or self.api_server
+        api = self._api_of(record.handle if record else None)
         namespace = (record.handle.get("namespace") if record else None) or self.namespace
         url = f"{api}/api/v1/namespaces/{quote(namespace, safe='')}/pods?{urlencode({'labelSelector': selector})}"
         try:

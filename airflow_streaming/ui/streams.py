@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_streaming import config
+from airflow_streaming.control.seal import is_sealed_by
+from airflow_streaming.sealing import seal_key
 from airflow_streaming.spec import BUNDLED_JOBS, StreamSpec
 
 log = logging.getLogger(__name__)
@@ -104,7 +106,15 @@ def _spec_from_dir(name: str, location: str, read: Callable[[str], bytes | None]
     try:
         raw = read("deployed.json")
         if raw is not None:
-            return StreamSpec.from_dict(json.loads(raw)["spec"]), True, None
+            stored = json.loads(raw)["spec"]
+            if is_sealed_by(stored, seal_key()):
+                return StreamSpec.from_dict(stored), True, None
+            # Not sealed by this deployment: a driver may have written it. Its cluster settings (where to
+            # send credentials, which API server to ask) are not used; the stream is read from its files.
+            note = "deployed.json's spec is not sealed by this Airflow deployment: shown without asking its cluster"
+            app, ckpt = stored.get("application"), stored.get("checkpoint_location")
+            return _stand_in(name, location, app if isinstance(app, str) else None,
+                             ckpt if isinstance(ckpt, str) else None), False, note
     except Exception as exc:  # noqa: BLE001 - any garbage: fall back, say why
         note = f"deployed.json unreadable ({type(exc).__name__}: {exc})"
     for fname in ("driver.json", "status.json"):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_streaming.sealing import sealed
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, ControlPaths
 from airflow_streaming.control.local import LocalStorage
@@ -302,7 +303,7 @@ def test_stop_kill_and_supervisor_never_signal_a_process_that_is_not_the_recorde
         spec = StreamSpec.from_dict({**spec.to_dict(), "application": str(tmp_path / "gone_job.py")})
         hook = StreamingJobHook(spec)
         hook.storage.write_atomic(hook.deployed_path, json.dumps({"run_id": "r-old", "at": 1.0,
-                                                                  "spec": spec.to_dict()}).encode())
+                                                                  "spec": sealed(spec.to_dict())}).encode())
         record = contract.DriverRecord(
             run_id="20260101T000000Z-0000aaaa", stream="s1", version="v1", application=spec.application,
             host=os.uname().nodename, command="spark-submit ...", log_path=str(tmp_path / "l.log"), submitted_at=1.0,

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+from airflow_streaming.sealing import sealed
 from airflow_streaming.control import contract
 from airflow_streaming.control.process import process_start_time
 from airflow_streaming.lifecycle.lock import LifecycleLock
@@ -36,8 +37,8 @@ def test_restarting_old_defers_instead_of_holding_the_worker(tmp_path):
         runner = LifecycleRunner(spec.with_version("v2", application="device_signals_v2"), Action.UPGRADE,
                                  LifecycleOptions(defer=True, poll_s=0.2))
         runner._locks = [LifecycleLock.acquire(hook.storage, hook.paths.root, "upgrade")]
-        action = LifecycleRecord(stream="s1", action=Action.UPGRADE, from_spec=spec.to_dict(),
-                                 to_spec=spec.with_version("v2").to_dict())
+        action = LifecycleRecord(stream="s1", action=Action.UPGRADE, from_spec=sealed(spec.to_dict()),
+                                 to_spec=sealed(spec.with_version("v2").to_dict()))
         for step in (Step.CHECKED, Step.STOPPING, Step.ROLLING_BACK, Step.RESTORED, Step.RESTARTING_OLD):
             action.advance(step)
         action.rollback_run_id = OLD_RUN
