@@ -107,6 +107,7 @@ def target(request, tmp_path):
     if request.param == "local":
         yield request.param, {"spark_conf": {"spark.ui.enabled": "true", "spark.ui.port": "0"}}, None
         return
+    (tmp_path / "cluster").mkdir()
     with running_cluster(tmp_path / "cluster") as cluster:
         yield request.param, {
             "master": cluster.master, "deploy_mode": "cluster", "master_ui_url": cluster.ui,
