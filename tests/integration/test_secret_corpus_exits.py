@@ -108,7 +108,9 @@ def target(request, tmp_path):
         yield request.param, {"spark_conf": {"spark.ui.enabled": "true", "spark.ui.port": "0"}}, None
         return
     (tmp_path / "cluster").mkdir()
-    with running_cluster(tmp_path / "cluster") as cluster:
+    # 4 cores, as in test_two_hosts: the stream's driver and executor, and the upgrade's gate (no free core:
+    # the gate waits until its timeout refuses the upgrade, docs/cluster.md)
+    with running_cluster(tmp_path / "cluster", cores=4, memory="3g") as cluster:
         yield request.param, {
             "master": cluster.master, "deploy_mode": "cluster", "master_ui_url": cluster.ui,
             "cluster": {"rest_url": cluster.rest, "driver_memory": "512m", "driver_cores": 1},
