@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_streaming.notifications.events import (
     EventKind,
+    GateStateCorrupt,
     NotificationError,
     NotificationGate,
     StreamEvent,
@@ -37,6 +38,7 @@ _LAZY = {
 
 __all__ = [
     "EventKind",
+    "GateStateCorrupt",
     "NotificationError",
     "NotificationGate",
     "StreamEmailNotifier",
