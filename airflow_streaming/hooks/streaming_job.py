@@ -31,10 +31,11 @@ from airflow.sdk import BaseHook
 from airflow_streaming.checkpoint.batches import BatchPosition, read_batch_position
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, ControlPaths, DriverRecord, StatusDocument
-from airflow_streaming.control.storage import ControlStorage, StorageError, retrying
+from airflow_streaming.control.storage import ControlStorage, StorageError
 from airflow_streaming.control.locations import storage_for
 from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.hooks.liveness import LivenessMixin
+from airflow_streaming.hooks.storage_retry import retrying
 from airflow_streaming.hooks.stopping import KILL_GRACE_SECONDS, StopReport, StoppingMixin
 from airflow_streaming.hooks.submission import (
     DEFAULT_SPARK_CONF,
