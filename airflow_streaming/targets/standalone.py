@@ -35,15 +35,13 @@ from urllib.parse import quote, urlparse
 from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.exceptions import DriverStartError, StreamStateUnknownError
 from airflow_streaming.targets.base import DriverState, LaunchPlan, Liveness
-from airflow_streaming.targets.cluster import RUN_ID_CONF, ClusterTarget
+from airflow_streaming.targets.cluster import RUN_ID_CONF, SECRET_CONF_ENV, ClusterTarget
 from airflow_streaming.targets.cluster_http import ClusterHttp, ClusterUnreachableError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_REST_PORT = 6066
 DEFAULT_UI_PORT = 8080
-SECRET_CONF_ENV = "AIRFLOW_STREAMING_SECRET_CONF"
-"""Environment variable carrying secret conf (JSON) to a cluster driver; the runtime applies and drops it."""
 ALIVE_STATES = frozenset({"SUBMITTED", "RUNNING", "RELAUNCHING"})
 GONE_STATES = frozenset({"FINISHED", "KILLED", "FAILED", "ERROR"})
 EXITED_STATES = frozenset({"FINISHED", "KILLED", "FAILED"})

@@ -6,6 +6,7 @@ the identity checks - not Kubernetes itself."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from airflow_streaming.targets.base import Liveness
 from airflow_streaming.targets.kubernetes import (
     RUN_LABEL,
     KubernetesClusterTarget,
+    conf_secret_name,
     driver_pod_name,
     label_value,
     liveness_of,
@@ -128,8 +130,9 @@ def test_submission_argv_pod_labels_and_no_secret(tmp_path, api, tls, token_file
     assert conf["spark.airflow_streaming.run_id"] == record.run_id
     assert argv[argv.index("--py-files") + 1].endswith(".zip")
     assert SECRET not in " ".join(argv) and TOKEN not in " ".join(argv) and SECRET not in record.command
-    assert call["properties_mode"] == "0o600" and SECRET in call["properties"]
-    assert not os.path.exists(call["properties_file"])
+    # Secret conf never reaches spark-submit (it would land in the driver's ConfigMap): it is in a Secret.
+    assert "--properties-file" not in argv and "properties" not in call
+    assert conf["spark.kubernetes.driver.secretKeyRef.AIRFLOW_STREAMING_SECRET_CONF"] == f"{pod}-conf:conf.json"
     assert record.target == "kubernetes"
     assert record.handle == {"namespace": "streams", "pod": pod, "api_server": api.url}
     assert api.pods[("streams", pod)]["metadata"]["labels"]["spark-role"] == "driver"
@@ -210,3 +213,51 @@ def test_tls_token_and_unreachable_api_are_unknown_never_gone(tmp_path, api, tls
     with pytest.raises(StreamStateUnknownError):
         target(api_server=closed).find(record.run_id)
     assert TOKEN not in state.detail
+
+
+def test_secret_conf_goes_in_a_secret_of_the_run_never_in_the_drivers_configmap(tmp_path, api, tls, token_file,
+                                                                                 submit_record, caplog):
+    """Issue 20: Spark writes every conf spark-submit knows into the driver's ConfigMap (``spark.properties``);
+    the secret conf must not be there but in a Secret the driver reads, created and deleted with the run."""
+    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={
+        "spark.hadoop.fs.s3a.secret.key": SECRET, "spark.kubernetes.file.upload.path": "s3a://bucket/uploads"}))
+    with caplog.at_level(logging.DEBUG):
+        record = hook.submit()
+    pod = record.handle["pod"]
+    name = conf_secret_name(pod)
+
+    (configmap,) = api.objects["configmaps"].values()
+    assert "spark.kubernetes.file.upload.path=s3a://bucket/uploads" in configmap["data"]["spark.properties"]
+    assert SECRET not in json.dumps(list(api.objects["configmaps"].values()))
+    secret = api.objects["secrets"][("streams", name)]
+    assert json.loads(base64.b64decode(secret["data"]["conf.json"])) == {"spark.hadoop.fs.s3a.secret.key": SECRET}
+    assert secret["metadata"]["labels"][RUN_LABEL] == record.run_id
+    assert secret["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": pod,
+                                                      "uid": f"uid-{pod}"}]
+    env = api.pods[("streams", pod)]["spec"]["containers"][0]["env"]
+    assert env == [{"name": "AIRFLOW_STREAMING_SECRET_CONF",
+                    "valueFrom": {"secretKeyRef": {"name": name, "key": "conf.json"}}}]
+    assert SECRET not in record.command and SECRET not in caplog.text
+    assert "secret conf entries in Kubernetes Secret" in record.command
+
+    hook.kill(record, grace=1)
+    assert ("streams", name) not in api.objects["secrets"]  # gone with the run
+
+
+def test_a_failed_submission_deletes_the_runs_secret_and_another_runs_secret_is_never_touched(
+        tmp_path, api, tls, token_file, submit_record, monkeypatch):
+    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file))
+    monkeypatch.setenv("FAKE_SPARK_SUBMIT_EXIT", "1")
+    with pytest.raises(Exception, match="spark-submit exit code 1"):
+        hook.submit()
+    assert api.objects["secrets"] == {}  # created before spark-submit, deleted after its failure
+    monkeypatch.delenv("FAKE_SPARK_SUBMIT_EXIT")
+
+    record = hook.submit()
+    other = replace(record, run_id="20990101T000000Z-00000000")  # a record of another run naming this pod
+    target = hook.target_of(record)
+    assert target._delete_conf_secret("streams", record.handle["pod"], other.run_id) is False
+    assert ("streams", conf_secret_name(record.handle["pod"])) in api.objects["secrets"]
+    api.pods.pop(("streams", record.handle["pod"]))  # the pod went without its owned Secret (no GC ran)
+    assert target.kill(record, grace=1).startswith("nothing to kill")
+    assert api.objects["secrets"] == {}
