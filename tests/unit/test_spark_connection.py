@@ -238,3 +238,18 @@ def test_standalone_cluster_refuses_kerberos_with_what_to_do(tmp_path, monkeypat
     with pytest.raises(ValueError, match="no Kerberos login") as raised:
         hook.launch_plan("20261123T000000Z-12345678")
     assert "YARN or Kubernetes" in str(raised.value) and KEYTAB_B64 not in str(raised.value)
+
+
+def test_kubernetes_connection_namespace_and_kerberos_land_on_the_plan(tmp_path, monkeypatch, keytab_dir):
+    from airflow_streaming.targets.submit_command import spark_submit_argv
+
+    conn_id = set_conn(monkeypatch, "spark_k8s", host="k8s://https://api.example:6443", extra={
+        "deploy-mode": "cluster", "namespace": "streams", "principal": PRINCIPAL, "keytab": KEYTAB_B64})
+    hook = StreamingJobHook(stream(tmp_path, conn_id, cluster={"image": "img:1", "runtime_path": "/opt/as"}))
+    assert hook.target.kind == "kubernetes" and hook.target.namespace == "streams"
+    assert hook.target.api_server == "https://api.example:6443"
+    argv = spark_submit_argv(hook.launch_plan("20261123T000000Z-12345678"))
+    assert argv[argv.index("--master") + 1] == "k8s://https://api.example:6443"
+    assert "spark.kubernetes.namespace=streams" in argv
+    assert argv[argv.index("--principal") + 1] == PRINCIPAL
+    assert Path(argv[argv.index("--keytab") + 1]).read_bytes() == KEYTAB and KEYTAB_B64 not in " ".join(argv)
