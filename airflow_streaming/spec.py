@@ -231,6 +231,9 @@ CLUSTER_SETTINGS = {
     # Kerberos (--principal / --keytab on spark-submit) and the standalone REST server's scheme and port;
     # also read from the Spark connection (airflow_streaming.hooks.spark_connection).
     "principal": str, "keytab": str, "rest_scheme": str, "rest_port": int,
+    # Kubernetes: a kubeconfig and its context for the API (targets/kube_api.py); credentials over plain http
+    # only when allowed (a test cluster).
+    "kubeconfig": str, "kube_context": str, "allow_plain_http": bool,
 }
 
 

@@ -12,9 +12,13 @@
   pod and go with it.
 - find: ``GET /api/v1/namespaces/<ns>/pods?labelSelector=airflow-streaming/run-id=<run>,spark-role=driver``.
 
-Auth: a bearer token read from ``cluster.kube_token_file`` and the CA bundle ``cluster.kube_ca_file``;
-by default the pod's own service account (``/var/run/secrets/kubernetes.io/serviceaccount``) when
-Airflow itself runs in the cluster. The token is read at every request and never logged.
+The API is asked through the official Kubernetes Python client (:mod:`.kube_api`, extra
+``kubernetes``). Auth: a kubeconfig (``cluster.kubeconfig``, ``cluster.kube_context``: client
+certificates, exec plugins, OIDC - its context's server must be the spec's API server), or a bearer
+token read from ``cluster.kube_token_file`` and the CA bundle ``cluster.kube_ca_file``; by default the
+pod's own service account (``/var/run/secrets/kubernetes.io/serviceaccount``) when Airflow itself runs
+in the cluster. The token is read at every request and never logged; credentials never go over plain
+http unless ``cluster.allow_plain_http: true``.
 
 The runtime is either in the image (``cluster.runtime_path``) or shipped with the application
 (``--py-files`` of the runtime zip, which needs ``spark.kubernetes.file.upload.path``).
@@ -40,13 +44,14 @@ import os
 import re
 import time
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.exceptions import DriverStartError, StreamStateUnknownError
 from airflow_streaming.targets.base import DriverState, LaunchPlan, Liveness
 from airflow_streaming.targets.cluster import SECRET_CONF_ENV, ClusterTarget, run_spark_submit, submit_failure
-from airflow_streaming.targets.cluster_http import ClusterHttp, ClusterUnreachableError
+from airflow_streaming.targets.cluster_http import ClusterUnreachableError
+from airflow_streaming.targets.kube_api import KubeApi
 from airflow_streaming.targets.runtime_bundle import bundle_path
 
 log = logging.getLogger(__name__)
@@ -109,8 +114,8 @@ class KubernetesClusterTarget(ClusterTarget):
     """A driver pod (see the module docstring).
 
     :param settings: the spec's ``cluster`` settings: ``image`` (required), ``namespace`` (default
-        ``default``), ``service_account``, ``api_server`` (default: from the master), ``kube_token_file``,
-        ``kube_ca_file``, ``verify_tls``, ``runtime_path`` (the runtime inside the image),
+        ``default``), ``service_account``, ``api_server`` (default: from the master), ``kubeconfig``,
+        ``kube_context``, ``kube_token_file``, ``kube_ca_file``, ``verify_tls``, ``allow_plain_http``, ``runtime_path`` (the runtime inside the image),
         ``pod_template_file``, ``python``, ``archives``, ``driver_cores``, ``driver_memory``, ``spark_binary``.
     :param master: the spec's ``k8s://https://host:port`` master URL.
     """
@@ -125,10 +130,21 @@ class KubernetesClusterTarget(ClusterTarget):
             raise ValueError("cluster.api_server: not set and the master is not k8s://https://host:port")
         self.api_server = (api if "://" in api else f"https://{api}").rstrip("/")
         self.namespace = self.settings.get("namespace") or "default"
-        token = self.settings.get("kube_token_file") or _in_cluster("token")
-        ca = self.settings.get("kube_ca_file") or _in_cluster("ca.crt")
-        self.http = ClusterHttp(hint=API_HINT, ca_file=ca, verify_tls=self.settings.get("verify_tls", True),
-                                token_file=token, allow_plain_http=self.settings.get("allow_plain_http") is True)
+        self.kubeconfig = self.settings.get("kubeconfig")
+        self.token_file = None if self.kubeconfig else self.settings.get("kube_token_file") or _in_cluster("token")
+        self.ca_file = None if self.kubeconfig else self.settings.get("kube_ca_file") or _in_cluster("ca.crt")
+        self._api: KubeApi | None = None
+
+    @property
+    def api(self) -> KubeApi:
+        """The API server's client (the official Kubernetes client: extra ``kubernetes``); a ``ValueError``
+        saying how to install it when it is missing."""
+        if self._api is None:
+            self._api = KubeApi(self.api_server, API_HINT, token_file=self.token_file, ca_file=self.ca_file,
+                                verify_tls=self.settings.get("verify_tls", True),
+                                allow_plain_http=self.settings.get("allow_plain_http") is True,
+                                kubeconfig=self.kubeconfig, context=self.settings.get("kube_context"))
+        return self._api
 
     # ------------------------------------------------------------------ submit
     def plan(self, spec: Any, run_id: str, launcher: str, runtime_args: list[str], conf: dict[str, str],
@@ -153,10 +169,12 @@ class KubernetesClusterTarget(ClusterTarget):
             k8s_conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = settings["service_account"]
         if settings.get("pod_template_file"):
             k8s_conf["spark.kubernetes.driver.podTemplateFile"] = settings["pod_template_file"]
-        if self.http.ca_file:
-            k8s_conf["spark.kubernetes.authenticate.submission.caCertFile"] = self.http.ca_file
-        if self.http.token_file:
-            k8s_conf["spark.kubernetes.authenticate.submission.oauthTokenFile"] = self.http.token_file
+        if self.ca_file:
+            k8s_conf["spark.kubernetes.authenticate.submission.caCertFile"] = self.ca_file
+        if self.token_file:
+            k8s_conf["spark.kubernetes.authenticate.submission.oauthTokenFile"] = self.token_file
+        if self.kubeconfig and settings.get("kube_context"):
+            k8s_conf["spark.kubernetes.context"] = settings["kube_context"]
         py_files: list[str] = []
         if settings.get("runtime_path"):
             launcher = f"local://{settings['runtime_path'].rstrip('/')}/spark_jobs/launch.py"
@@ -177,8 +195,9 @@ class KubernetesClusterTarget(ClusterTarget):
         submit_args = list(plan.submit_args)
         if settings.get("archives"):
             submit_args += ["--archives", ",".join(settings["archives"])]
+        env = {**plan.env, **({"KUBECONFIG": self.kubeconfig} if self.kubeconfig else {})}  # spark-submit's too
         return dataclasses.replace(plan, conf={**plan.conf, **fixed}, py_files=[*py_files, *plan.py_files],
-                                   submit_args=submit_args)
+                                   submit_args=submit_args, env=env)
 
     def describe_command(self, plan: LaunchPlan) -> str:
         """The spark-submit line for records and logs; secret conf only counted (it goes in a Secret)."""
@@ -220,10 +239,6 @@ class KubernetesClusterTarget(ClusterTarget):
         return {"namespace": namespace, "pod": pod, "api_server": self.api_server}
 
     # ------------------------------------------------------------------ the run's Secret
-    def _secrets_url(self, namespace: str, name: str = "") -> str:
-        base = f"{self.api_server}/api/v1/namespaces/{quote(namespace, safe='')}/secrets"
-        return f"{base}/{quote(name, safe='')}" if name else base
-
     def _create_conf_secret(self, plan: LaunchPlan, namespace: str, pod: str) -> None:
         """Create the run's Secret with ``plan.secret_conf``; :class:`DriverStartError` (nothing submitted) if
         the API server refuses. A Secret of the same name left by an earlier try of the same run is replaced;
@@ -235,7 +250,7 @@ class KubernetesClusterTarget(ClusterTarget):
                 "stringData": {SECRET_CONF_KEY: json.dumps(plan.secret_conf, sort_keys=True)}}
         for attempt in (1, 2):
             try:
-                reply = self.http.request("POST", self._secrets_url(namespace), body)
+                reply = self.api.create_secret(namespace, body)
             except ClusterUnreachableError as exc:
                 raise DriverStartError(f"cannot create the Secret {namespace}/{name} with the secret conf of run "
                                        f"{plan.run_id}: {exc}; nothing was submitted") from None
@@ -259,8 +274,7 @@ class KubernetesClusterTarget(ClusterTarget):
             if not uid:
                 raise ClusterUnreachableError(self._pod_url({"namespace": namespace, "pod": pod}), "no pod uid")
             patch = {"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid}]}}
-            reply = self.http.request("PATCH", self._secrets_url(namespace, name), patch,
-                                      content_type="application/merge-patch+json")
+            reply = self.api.patch_secret(namespace, name, patch)
             if not reply.ok:
                 raise ClusterUnreachableError(reply.url, reply.message())
         except ClusterUnreachableError as exc:
@@ -272,7 +286,7 @@ class KubernetesClusterTarget(ClusterTarget):
         and was deleted. Never raises."""
         name = conf_secret_name(pod)
         try:
-            reply = self.http.request("GET", self._secrets_url(namespace, name))
+            reply = self.api.read_secret(namespace, name)
             if reply.status == 404:
                 return False
             labels = ((reply.json() or {}).get("metadata") or {}).get("labels") or {}
@@ -280,7 +294,7 @@ class KubernetesClusterTarget(ClusterTarget):
                 log.error("not deleting the Secret %s/%s: %s", namespace, name,
                           reply.message() if not reply.ok else f"it is not labelled with run {run_id}")
                 return False
-            reply = self.http.request("DELETE", self._secrets_url(namespace, name))
+            reply = self.api.delete_secret(namespace, name)
             return reply.ok or reply.status == 404
         except (ClusterUnreachableError, ValueError) as exc:
             log.error("cannot delete the Secret %s/%s of run %s now (%s): delete it by hand", namespace, name,
@@ -307,7 +321,8 @@ class KubernetesClusterTarget(ClusterTarget):
     def pod(self, handle: dict[str, Any]) -> dict[str, Any] | None:
         """The recorded driver pod, ``None`` if it does not exist; :class:`ClusterUnreachableError` when the
         API server cannot be asked or refuses (401/403: the pod may well exist)."""
-        reply = self.http.request("GET", self._pod_url(handle))
+        self._api_of(handle)
+        reply = self.api.read_pod(str(handle.get("namespace") or self.namespace), str(handle.get("pod") or ""))
         if reply.status == 404:
             return None
         if not reply.ok:
@@ -356,10 +371,9 @@ class KubernetesClusterTarget(ClusterTarget):
             log.error("%s", message)
             return message
         seconds = max(0, int(grace))
-        url = self._pod_url(record.handle, f"?{urlencode({'gracePeriodSeconds': seconds})}")
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": seconds}
         try:
-            reply = self.http.request("DELETE", url, body)
+            self._api_of(record.handle)
+            reply = self.api.delete_pod(namespace, str(record.handle.get("pod")), seconds)
         except ClusterUnreachableError as exc:
             message = f"delete of pod {name} (run {record.run_id}) not sent: {exc}"
             log.error("%s", message)
@@ -384,13 +398,12 @@ class KubernetesClusterTarget(ClusterTarget):
 
     def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
         selector = f"{RUN_LABEL}={label_value(run_id)},spark-role=driver"
-        api = self._api_of(record.handle if record else None)
         namespace = (record.handle.get("namespace") if record else None) or self.namespace
-        url = f"{api}/api/v1/namespaces/{quote(namespace, safe='')}/pods?{urlencode({'labelSelector': selector})}"
         try:
-            reply = self.http.request("GET", url)
+            self._api_of(record.handle if record else None)
+            reply = self.api.list_pods(namespace, selector)
             if not reply.ok:
-                raise ClusterUnreachableError(url, reply.message(), API_HINT)
+                raise ClusterUnreachableError(reply.url, reply.message(), API_HINT)
             doc = reply.json()
         except (ClusterUnreachableError, ValueError) as exc:
             raise StreamStateUnknownError(f"cannot tell whether run {run_id} has a driver pod: {exc}") from exc
@@ -409,9 +422,10 @@ class KubernetesClusterTarget(ClusterTarget):
 
     def log_tail(self, record: DriverRecord, lines: int) -> str:
         """The driver container's log from the API server, else the run's notes in the control log."""
-        url = self._pod_url(record.handle, f"/log?{urlencode({'container': DRIVER_CONTAINER, 'tailLines': lines})}")
         try:
-            reply = self.http.request("GET", url)
+            self._api_of(record.handle)
+            reply = self.api.pod_log(str(record.handle.get("namespace") or self.namespace),
+                                     str(record.handle.get("pod") or ""), DRIVER_CONTAINER, lines)
             if reply.ok:
                 return "\n".join(reply.text().splitlines()[-lines:])
             note = f"(the driver pod's log cannot be read: {reply.message()})"

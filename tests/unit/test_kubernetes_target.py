@@ -181,7 +181,8 @@ def test_state_kill_find_and_logs_through_the_pod_api(tmp_path, api, tls, token_
     api.set_phase("streams", other.handle["pod"], "Failed", "Error")
     assert other_hook.target_of(other).state(other).liveness == Liveness.GONE
     # The bearer token travelled in headers only: never in a message or a log line.
-    assert all(h.get("Authorization") == f"Bearer {TOKEN}" for _, _, h, _ in api.requests)
+    assert all({k.lower(): v for k, v in h.items()}.get("authorization") == f"Bearer {TOKEN}"
+               for _, _, h, _ in api.requests)
     assert TOKEN not in caplog.text and TOKEN not in outcome
 
 
@@ -261,3 +262,52 @@ def test_a_failed_submission_deletes_the_runs_secret_and_another_runs_secret_is_
     api.pods.pop(("streams", record.handle["pod"]))  # the pod went without its owned Secret (no GC ran)
     assert target.kill(record, grace=1).startswith("nothing to kill")
     assert api.objects["secrets"] == {}
+
+
+def kubeconfig(path: Path, server: str, ca: str, token: str) -> str:
+    path.write_text(json.dumps({  # YAML is a superset of JSON
+        "apiVersion": "v1", "kind": "Config", "current-context": "streams",
+        "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority": ca}}],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [{"name": "streams", "context": {"cluster": "c", "user": "u", "namespace": "streams"}}]}))
+    return str(path)
+
+
+def test_a_kubeconfig_gives_the_credentials_for_the_specs_api_server_only(tmp_path, api, tls, token_file,
+                                                                           submit_record):
+    """The official client's kubeconfig support (here a token user; exec plugins and client certificates work
+    the same way): the API server stays the spec's, the kubeconfig only says how to talk to it."""
+    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file))
+    record = hook.submit()
+    config = kubeconfig(tmp_path / "kubeconfig", api.url, tls[0], TOKEN)
+    settings = {"image": "i", "namespace": "streams", "kubeconfig": config, "kube_context": "streams"}
+    target = KubernetesClusterTarget(hook.storage, hook.paths, settings, master=f"k8s://{api.url}")
+    assert target.state(record).liveness == Liveness.ALIVE
+    plan = target.plan(hook.spec, "20261123T000000Z-0000cfg0", "l.py", [], {"spark.kubernetes.file.upload.path": "x"},
+                       {}, "")
+    assert plan.env["KUBECONFIG"] == config and plan.conf["spark.kubernetes.context"] == "streams"
+    assert "spark.kubernetes.authenticate.submission.oauthTokenFile" not in plan.conf
+    # A kubeconfig whose context points at another server is a configuration error, never a redirect.
+    other = kubeconfig(tmp_path / "other", "https://10.0.0.9:6443", tls[0], TOKEN)
+    with pytest.raises(ValueError, match="points at https://10.0.0.9:6443, but this stream's API server is"):
+        KubernetesClusterTarget(hook.storage, hook.paths, {**settings, "kubeconfig": other},
+                                master=f"k8s://{api.url}").state(record)
+
+
+def test_without_the_kubernetes_client_the_target_says_how_to_install_it(tmp_path, monkeypatch, tls, token_file):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # as if not installed
+    target = KubernetesClusterTarget(None, None, {"image": "i", "kube_token_file": token_file},
+                                     master="k8s://https://127.0.0.1:6443")
+    record = replace(_record_of(), handle={"namespace": "streams", "pod": "p"})
+    with pytest.raises(ValueError, match=r"pip install 'airflow-streaming\[kubernetes\]'"):
+        target.state(record)
+
+
+def _record_of():
+    from airflow_streaming.control.contract import DriverRecord
+
+    return DriverRecord(run_id="20261123T000000Z-0000none", stream="s", version="v1", application="events_etl",
+                        host="h", command="", log_path="", submitted_at=1.0, checkpoint_location="/c",
+                        target="kubernetes", handle={})
