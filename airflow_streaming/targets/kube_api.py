@@ -121,9 +121,9 @@ class KubeApi:
                 raise ClusterUnreachableError(f"{method} {url}", str(exc.reason or exc), self.hint) from None
             body = exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode()
             return HttpReply(url, int(exc.status), body, dict(exc.headers or {}))
-        except ValueError:
-            raise  # the token file (see _refresh_token)
         except Exception as exc:  # noqa: BLE001 - urllib3 (MaxRetryError, SSLError, timeouts), OSError
+            if isinstance(exc, ValueError) and not isinstance(exc, OSError):
+                raise  # the token file cannot be read (see _refresh_token): configuration, named
             reason = getattr(exc, "reason", None) or exc
             raise ClusterUnreachableError(f"{method} {url}", str(reason) or type(exc).__name__, self.hint) from None
         return HttpReply(url, int(response.status), response.data or b"", dict(response.headers or {}))
