@@ -51,7 +51,8 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {"integration-name": "Spark Structured Streaming",
              "python-modules": ["airflow_streaming.hooks.streaming_job", "airflow_streaming.hooks.submission",
-                                "airflow_streaming.hooks.liveness", "airflow_streaming.hooks.stopping"]}
+                                "airflow_streaming.hooks.liveness", "airflow_streaming.hooks.stopping",
+                                "airflow_streaming.hooks.spark_connection", "airflow_streaming.hooks.storage_retry"]}
         ],
         "triggers": [
             {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.triggers.health",
@@ -59,11 +60,9 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "extra-links": ["airflow_streaming.ui.links.SparkUILink", "airflow_streaming.ui.links.StreamDashboardLink"],
         "notifications": [
-            "airflow_streaming.notifications.webhook.StreamWebhookNotifier",
-            "airflow_streaming.notifications.email.StreamEmailNotifier",
+            "airflow_streaming.notifications.http_provider.StreamHttpNotifier",
             "airflow_streaming.notifications.smtp_provider.StreamSmtpNotifier",
             "airflow_streaming.notifications.slack_provider.StreamSlackWebhookNotifier",
-            "airflow_streaming.notifications.http_provider.StreamHttpNotifier",
         ],
         "connection-types": [],
         "plugins": [],

@@ -33,6 +33,9 @@ from airflow_streaming.targets.submit_command import masked_command, spark_submi
 
 log = logging.getLogger(__name__)
 
+SECRET_CONF_ENV = "AIRFLOW_STREAMING_SECRET_CONF"
+"""Environment variable carrying secret conf (JSON) to a cluster driver (standalone: in the REST request;
+Kubernetes: from a Secret); the runtime applies it to its SparkSession and removes it from its environment."""
 RUN_ID_CONF = "spark.airflow_streaming.run_id"
 """Spark conf key carrying the run id on every cluster driver (shown in the Spark UI's Environment)."""
 STREAM_CONF = "spark.airflow_streaming.stream"
@@ -111,20 +114,23 @@ def spark_submit_binary(settings: dict[str, Any], env: dict[str, str]) -> str:
 
 
 def run_spark_submit(target: ClusterTarget, plan: LaunchPlan, what: str,
-                     timeout: float = SPARK_SUBMIT_TIMEOUT) -> tuple[int, str]:
+                     timeout: float = SPARK_SUBMIT_TIMEOUT, secret_conf_file: bool = True) -> tuple[int, str]:
     """Run ``spark-submit`` for a cluster-mode ``plan`` and return ``(exit code, output)``.
 
     The conf is on the command line except the secret entries, which go in a 0600 properties file that
     is deleted once spark-submit has exited (it hands the application over and returns: the targets
-    set ``waitAppCompletion=false``). The output, secrets masked, is noted in the run's log. A
-    spark-submit still running after ``timeout`` is killed; raises :class:`DriverStartError` then."""
+    set ``waitAppCompletion=false``) - unless ``secret_conf_file`` is false: then spark-submit never
+    sees them (the target delivers them to the driver another way). The output, secrets masked, is
+    noted in the run's log. A spark-submit still running after ``timeout`` is killed; raises
+    :class:`DriverStartError` then."""
     env = driver_environment(os.environ, plan.env)
     # This host's Python means nothing on a NodeManager or in an image: the driver's Python is
     # cluster.python (spark.pyspark.python), else the cluster's default.
     env.pop("PYSPARK_PYTHON", None)
     env.pop("PYSPARK_DRIVER_PYTHON", None)
     binary = spark_submit_binary(target.settings, env)
-    properties = write_properties_file(plan.secret_conf, plan.run_id) if plan.secret_conf else None
+    properties = write_properties_file(plan.secret_conf, plan.run_id) if plan.secret_conf and secret_conf_file \
+        else None
     argv = spark_submit_argv(plan, binary, properties)
     target.note(plan.log_path, f"{what}: {masked_command(argv)}")
     try:

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from airflow_streaming.control.contract import DriverRecord
-from airflow_streaming.control.process import process_start_time, processes_with_token
+from airflow_streaming.control.process import has_token, process_start_time
 from airflow_streaming.exceptions import ApplicationNotFoundError
 from airflow_streaming.properties_file import forget_properties_file
 from airflow_streaming.targets.base import DriverState, DriverTarget, LaunchPlan, Liveness
@@ -45,12 +45,15 @@ def reap_children() -> None:
 
 
 def run_processes(run_id: str) -> list[psutil.Process]:
-    """Live local processes that carry ``run_id`` on their command line, plus their descendants."""
+    """Live (non-zombie) local processes that carry ``--run-id <run_id>`` on their command line, plus their
+    descendants. psutil's ``Process`` objects remember each one's creation time: a later ``send_signal``
+    refuses a pid that was reused meanwhile (``NoSuchProcess``) instead of signalling a stranger."""
     found: dict[int, psutil.Process] = {}
-    for pid in processes_with_token(run_id):
+    for proc in psutil.process_iter(["cmdline"]):
         try:
-            proc = psutil.Process(pid)
-            found[pid] = proc
+            if not has_token(proc.info["cmdline"] or [], run_id):
+                continue
+            found[proc.pid] = proc
             for child in proc.children(recursive=True):
                 found.setdefault(child.pid, child)
         except psutil.Error:

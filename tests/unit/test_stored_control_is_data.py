@@ -181,7 +181,8 @@ def test_a_token_never_goes_over_plain_http_unless_allowed(tmp_path):
         assert refused.liveness == Liveness.UNKNOWN and "plain http" in refused.detail and server.requests == []
         KubernetesClusterTarget(None, None, {**settings, "allow_plain_http": True},
                                 master=f"k8s://{server.url}").state(record)
-        assert [r["headers"].get("Authorization") for r in server.requests] == ["Bearer sa-token-plain"]
+        assert [{k.lower(): v for k, v in r["headers"].items()}.get("authorization")
+                for r in server.requests] == ["Bearer sa-token-plain"]
 
 
 def test_the_streams_page_sends_nothing_where_a_forged_deployed_json_says(tmp_path):
