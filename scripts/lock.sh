@@ -21,7 +21,7 @@ echo "structlog==25.4.0" >"$lowest_overrides"
 uv pip compile pyproject.toml --all-extras --group pyproject.toml:test --python-version "$PYVER" \
   --no-emit-package airflow-streaming \
   --custom-compile-command "scripts/lock.sh" -o constraints.txt -q "$@"
-uv pip compile pyproject.toml --group pyproject.toml:test --python-version "$PYVER" \
+uv pip compile pyproject.toml --extra pyspark --group pyproject.toml:test --python-version "$PYVER" \
   --no-emit-package airflow-streaming \
   --resolution lowest-direct -c "$lowest_overrides" --no-annotate \
   --custom-compile-command "scripts/lock.sh" -o constraints-lowest.txt -q
