@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_streaming import __version__
 from airflow_streaming.config import provider_config
 
 
@@ -24,7 +25,7 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "airflow-streaming",
         "name": "Spark Structured Streaming lifecycle",
         "description": "Deploy, watch, stop, restart and upgrade Spark Structured Streaming jobs from Airflow DAGs.",
-        "versions": ["0.1.0"],
+        "versions": [__version__],
         "integrations": [
             {
                 "integration-name": "Spark Structured Streaming",

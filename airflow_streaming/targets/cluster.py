@@ -26,6 +26,7 @@ from typing import Any
 from airflow_streaming.control.contract import ControlFileError, DriverRecord
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import ApplicationNotFoundError, DriverStartError
+from airflow_streaming.pyspark_install import spark_submit_missing
 from airflow_streaming.redaction import scrub
 from airflow_streaming.targets.base import DriverTarget, LaunchPlan
 from airflow_streaming.targets.driver_env import driver_environment
@@ -106,10 +107,8 @@ def spark_submit_binary(settings: dict[str, Any], env: dict[str, str]) -> str:
     """The spark-submit to run; :class:`ApplicationNotFoundError` (nothing submitted) if it is missing."""
     binary = settings.get("spark_binary", "spark-submit")
     if shutil.which(binary, path=env.get("PATH")) is None:
-        raise ApplicationNotFoundError(
-            f"{binary} is not on PATH: install PySpark in the Airflow worker's environment "
-            "(pip install pyspark==4.2.0 pyspark-client==4.2.0), put Spark's bin directory on PATH, or set "
-            "cluster.spark_binary; nothing was submitted")
+        raise ApplicationNotFoundError(f"{spark_submit_missing(binary)}, or set cluster.spark_binary; "
+                                       "nothing was submitted")
     return binary
 
 

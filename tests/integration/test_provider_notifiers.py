@@ -42,8 +42,9 @@ def provider(module: str) -> Any:
     """Import a provider notifier module, or skip the test saying which provider is missing."""
     try:
         return __import__(module, fromlist=["_"])
-    except ImportError as exc:  # pragma: no cover - the test extra installs them
-        pytest.skip(f"{module} needs a provider that is not installed here: {exc} (pip install -e '.[test]')")
+    except ImportError as exc:  # pragma: no cover - the test dependency group installs them
+        pytest.skip(f"{module} needs a provider that is not installed here: {exc} "
+                    "(the `test` dependency group: scripts/setup_env.sh)")
 
 
 @pytest.fixture
