@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 from typing import Any
 from urllib.parse import quote, urlparse
 
@@ -313,13 +312,7 @@ class StandaloneClusterTarget(ClusterTarget):
             return message
         sent = f"kill of {sid} (run {record.run_id}; identified by {proof}) sent to {rest}: {doc.get('message')}"
         log.warning("%s", sent)
-        deadline = time.monotonic() + max(grace, 1.0)
-        while time.monotonic() < deadline:
-            now = self.state(record)
-            if now.gone:
-                return f"{sent}; driver {now.cluster_state}"
-            time.sleep(0.3)
-        return f"{sent}; still {self.state(record).detail} after {grace:.0f}s"
+        return self.await_gone(record, sent, grace, "driver", poll=0.3)
 
     def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
         found: list[str] = []
