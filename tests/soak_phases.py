@@ -48,7 +48,7 @@ from streams import wait_for
 PHASES = ("deploy_start", "supervisor_restart", "supervisor_pass", "standby", "gate", "probation", "rollback",
           "task")
 #: Upper bound (seconds) of the random delay into each phase: about the phase's length on 2 cores.
-DELAY_S = {"deploy_start": 14, "supervisor_restart": 14, "supervisor_pass": 3, "standby": 25, "gate": 12,
+DELAY_S = {"deploy_start": 9, "supervisor_restart": 9, "supervisor_pass": 3, "standby": 25, "gate": 12,
            "probation": 20, "rollback": 15, "task": 45}
 
 
@@ -289,7 +289,7 @@ class PhaseSoak:
             o = result.get("observation") or {}
             if result["act"] == "REPORT" and o.get("action") == "ABANDONED_OTHER":
                 record = self.record()
-                action, version = record.get("action"), record.get("to_version")
+                action, version = record.get("action"), (record.get("to_spec") or {}).get("version")
                 trial.person_reran.append(f"{action} {version} (reported at {record.get('step')})")
                 code = self.run_task(action, version if action in ("upgrade", "deploy") else None)
                 trial.detail.setdefault("reran_exit", []).append(code)

@@ -61,7 +61,7 @@ def test_upgrade_task_killed_at_named_steps_resumes_with_one_driver_exactly_once
     assert result["exactly_once"]["exactly_once"], result["exactly_once"]
 
 
-def test_a_kill_in_every_phase_leaves_no_stream_down_and_the_output_exactly_once(streams):
+def test_every_phase_a_kill_leaves_no_stream_down_and_the_output_exactly_once(streams):
     """kill -9 at a random moment of a random phase (startup, a supervisor's restart, the supervising
     process mid-pass, a standby's preparation, the gate, probation, a rollback, the upgrade task): the
     suite runs a few trials; ``./scripts/soak.sh`` runs every phase many times (RELIABILITY.md)."""
