@@ -21,7 +21,6 @@ import dataclasses
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
@@ -33,7 +32,7 @@ from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, ControlPaths, DriverRecord, StatusDocument
 from airflow_streaming.control.storage import ControlStorage, StorageError, retrying
 from airflow_streaming.control.locations import storage_for
-from airflow_streaming.exceptions import StreamingError
+from airflow_streaming.exceptions import SparkBinaryNotAllowedError, StreamingError
 from airflow_streaming.hooks.liveness import LivenessMixin
 from airflow_streaming.hooks.stopping import KILL_GRACE_SECONDS, StopReport, StoppingMixin
 from airflow_streaming.hooks.submission import (
@@ -47,6 +46,7 @@ from airflow_streaming.hooks.submission import (
     lease_ttl,
 )
 from airflow_streaming.lifecycle.lock import LifecycleLock
+from airflow_streaming.private_dir import private_dir
 from airflow_streaming.redaction import redact, secret_values
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets import target_for, target_for_record
@@ -63,6 +63,29 @@ def storage_path(location: str) -> str:
     """The storage-local path of a checkpoint location or a Hadoop-qualified path (``file:/x`` -> ``/x``)."""
     parsed = urlparse(location)
     return parsed.path if parsed.scheme else location
+
+
+def allowed_spark_binaries() -> list[str]:
+    """The programs a Spark connection's ``spark-binary`` extra may name: the Spark provider's own list."""
+    try:
+        from airflow.providers.apache.spark.hooks.spark_submit import ALLOWED_SPARK_BINARIES
+    except ImportError:  # a provider version without the list: the same three names
+        return ["spark-submit", "spark2-submit", "spark3-submit"]
+    return list(ALLOWED_SPARK_BINARIES)
+
+
+def allowed_spark_binary(value: Any, conn_id: str) -> str:
+    """``value`` (a connection's ``spark-binary`` extra) if the Spark provider allows it;
+    :class:`SparkBinaryNotAllowedError` otherwise (nothing is run)."""
+    allowed = allowed_spark_binaries()
+    if value not in allowed:
+        raise SparkBinaryNotAllowedError(
+            f"the Spark connection {conn_id!r} has extra spark-binary={str(value)[:200]!r}, which is not one of "
+            f"{', '.join(allowed)}: a connection does not choose which program the workers run (the Spark "
+            "provider's SparkSubmitHook has the same rule). Put one of those on PATH and name it in the extra "
+            "(or remove the extra); a DAG may set another program in its spec's cluster.spark_binary. "
+            "Nothing was submitted")
+    return str(value)
 
 
 class StreamingJobHook(SubmissionMixin, LivenessMixin, StoppingMixin, BaseHook):
@@ -111,11 +134,11 @@ class StreamingJobHook(SubmissionMixin, LivenessMixin, StoppingMixin, BaseHook):
     def driver_log_path(self, run_id: str) -> str:
         """Where the submitting host writes a run's spark-submit output: ``logs/<run_id>.log`` in the control
         dir on local storage; a local file on remote storage (a process's output cannot go to HDFS):
-        ``$AIRFLOW_STREAMING_LOG_DIR`` (default ``<tmp>/airflow-streaming-logs``) ``/<stream>/<run_id>.log``."""
+        ``$AIRFLOW_STREAMING_LOG_DIR`` (default: this user's private ``<tmp>/airflow-streaming-logs-<uid>``,
+        created 0700 and verified: :func:`airflow_streaming.private_dir.private_dir`) ``/<stream>/<run_id>.log``."""
         if not self.remote_storage:
             return self.paths.log(run_id)
-        base = os.environ.get("AIRFLOW_STREAMING_LOG_DIR") or os.path.join(tempfile.gettempdir(),
-                                                                           "airflow-streaming-logs")
+        base = os.environ.get("AIRFLOW_STREAMING_LOG_DIR") or private_dir("airflow-streaming-logs")
         return os.path.join(base, self.spec.name, f"{run_id}.log")
 
     @property
@@ -161,7 +184,7 @@ class StreamingJobHook(SubmissionMixin, LivenessMixin, StoppingMixin, BaseHook):
         if extra.get("namespace"):
             cluster.setdefault("namespace", extra["namespace"])
         if extra.get("spark-binary"):
-            cluster.setdefault("spark_binary", extra["spark-binary"])
+            cluster.setdefault("spark_binary", allowed_spark_binary(extra["spark-binary"], self.spec.conn_id))
         return dataclasses.replace(self.spec, master=master, deploy_mode=self.spec.deploy_mode or extra.get("deploy-mode"),
                                    cluster=cluster)
 
