@@ -268,3 +268,15 @@ def test_streams_are_shown_to_who_may_read_the_deploying_dag(airflow_db, tmp_pat
     assert names["bob"] == ({"beta-stream", "shared-stream"}, False)
     assert names["root"] == ({r.name for r in refs}, True)
     assert names["nobody"] == (set(), False)
+
+
+def test_a_control_directory_with_markup_for_a_name_is_reported_not_shown(tmp_path):
+    ctl = tmp_path / "control"
+    bad = ctl / "<img src=x onerror=alert(1)>"
+    bad.mkdir(parents=True)
+    (bad / "status.json").write_text("{}")
+    (ctl / "good").mkdir()
+    (ctl / "good" / "status.json").write_text(_status(tmp_path))
+    found = discover(None, [str(ctl)])  # before: the stand-in spec of that name raised, and the page failed
+    assert [r.name for r in found.streams] == ["good"]
+    assert len(found.errors) == 1 and "not a valid stream name" in found.errors[0]

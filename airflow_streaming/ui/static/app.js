@@ -208,7 +208,7 @@
     app.replaceChildren(
       el("div", { class: "head" }, el("h1", {}, "Streams"),
         el("span", { class: "muted" }, Object.entries(counts).map(([k, v]) => `${v} ${k.toLowerCase().replaceAll("_", " ")}`).join(" · "))),
-      (data.errors || []).map((e) => el("div", { class: "err" }, e)),
+      ...(data.errors || []).map((e) => el("div", { class: "err discovery-error" }, e)), // replaceChildren does not flatten
       rows.length ? el("table", { id: "streams" }, el("thead", {}, head), el("tbody", {}, rows.map(overviewRow)))
         : el("p", { class: "muted" }, "No managed streams found. Configure [airflow_streaming] desired_state_file or control_locations (docs/ui.md)."));
   }
@@ -290,7 +290,8 @@
     // name, so the legend has one entry per outcome.
     const segments = actions.map((a) => {
       const k = outcomeClass(a), lane = lanes.indexOf(a.action);
-      return { name: labels[k], type: "line", showSymbol: false, lineStyle: { width: 10, color: TIMELINE_COLORS[k] },
+      // Symbols at both ends carry the action's tooltip (a line without symbols has no item to hover).
+      return { name: labels[k], type: "line", showSymbol: true, symbolSize: 10, lineStyle: { width: 10, color: TIMELINE_COLORS[k] },
         itemStyle: { color: TIMELINE_COLORS[k] }, data: [{ value: [a.start, lane], a }, { value: [a.end || Date.now(), lane], a }] };
     });
     const steps = actions.flatMap((a) => (a.steps || []).filter((s) => s.at).map((s) => ({ value: [s.at, lanes.indexOf(a.action)], s })));
