@@ -280,3 +280,71 @@ def test_a_control_directory_with_markup_for_a_name_is_reported_not_shown(tmp_pa
     found = discover(None, [str(ctl)])  # before: the stand-in spec of that name raised, and the page failed
     assert [r.name for r in found.streams] == ["good"]
     assert len(found.errors) == 1 and "not a valid stream name" in found.errors[0]
+
+
+def _drop_dags(session, dags: list[str], bundles: list[str], teams: list[str]) -> None:
+    from sqlalchemy import delete
+
+    from airflow.models.dag import DagModel
+    from airflow.models.dagbundle import DagBundleModel
+    from airflow.models.team import Team, dag_bundle_team_association_table
+
+    session.execute(delete(DagModel).where(DagModel.dag_id.in_(dags)))
+    session.execute(delete(dag_bundle_team_association_table).where(
+        dag_bundle_team_association_table.c.dag_bundle_name.in_(bundles)))
+    session.execute(delete(DagBundleModel).where(DagBundleModel.name.in_(bundles)))
+    session.execute(delete(Team).where(Team.name.in_(teams)))
+
+
+def test_the_api_shows_a_stream_only_to_readers_of_its_dag(airflow_db, tmp_path, monkeypatch):
+    """The plugin's own routes (FastAPI app, real SimpleAuthManager with teams, the tests' metadata DB):
+    the overview lists only the user's streams, the stream's page answers 404 for another team's stream
+    exactly as for a missing one, and discovery errors go only to who may read every DAG."""
+    from fastapi.testclient import TestClient
+
+    import airflow.api_fastapi.app as airflow_app
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from airflow.api_fastapi.common.db.common import _get_session
+    from airflow.utils.session import create_session
+
+    from airflow_streaming.ui import api
+
+    ctl = tmp_path / "control"
+    for name, owner in (("alpha-stream", "api_alpha.deploy run r1 try 1"), ("beta-stream", "api_beta.deploy run r2 try 1")):
+        d = ctl / name
+        d.mkdir(parents=True)
+        spec = StreamSpec(name=name, application="events_etl", control_location=str(ctl),
+                          checkpoint_location=str(tmp_path / "ckpt" / name), master="local[2]")
+        (d / "deployed.json").write_text(json.dumps({"run_id": RUN, "at": 1.0, "spec": sealed(spec.to_dict()),
+                                                     "deployed_by": sealed_deployer(name, owner)}))
+    (ctl / "bad name!").mkdir()
+    (ctl / "bad name!" / "status.json").write_text("{}")
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_STREAMING__CONTROL_LOCATIONS", str(ctl))
+    monkeypatch.setattr(airflow_app, "get_auth_manager", lambda: SimpleAuthManager())
+    layout = {"api_alpha": ("api_bundle_alpha", "api_alpha_team"), "api_beta": ("api_bundle_beta", "api_beta_team")}
+    app = api.create_app()
+
+    def session_dep():
+        with create_session() as s:
+            yield s
+
+    app.dependency_overrides[_get_session] = session_dep
+    seen = {}
+    try:
+        with create_session() as session:
+            _dags(session, layout)
+        for user in (SimpleAuthManagerUser(username="ann", role="VIEWER", teams=["api_alpha_team"]),
+                     SimpleAuthManagerUser(username="root", role="ADMIN")):
+            app.dependency_overrides[api.authorized_user] = lambda u=user: u
+            client = TestClient(app)
+            overview = client.get("/api/streams").json()
+            seen[user.username] = ({r["name"] for r in overview["streams"]}, bool(overview["errors"]),
+                                   client.get("/api/streams/beta-stream").status_code,
+                                   client.get("/api/streams/alpha-stream").status_code,
+                                   client.get("/api/streams/no-such-stream").status_code)
+    finally:
+        with create_session() as session:  # leave the shared metadata DB as it was
+            _drop_dags(session, list(layout), [b for b, _ in layout.values()], [t for _, t in layout.values()])
+    assert seen["ann"] == ({"alpha-stream"}, False, 404, 200, 404)
+    assert seen["root"] == ({"alpha-stream", "beta-stream"}, True, 200, 200, 404)
