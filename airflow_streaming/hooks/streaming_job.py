@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
@@ -32,7 +33,7 @@ from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, ControlPaths, DriverRecord, StatusDocument
 from airflow_streaming.control.storage import ControlStorage, StorageError, retrying
 from airflow_streaming.control.locations import storage_for
-from airflow_streaming.exceptions import SparkBinaryNotAllowedError, StreamingError
+from airflow_streaming.exceptions import SparkBinaryNotAllowedError, StreamingError, UnsafeDirectoryError
 from airflow_streaming.hooks.liveness import LivenessMixin
 from airflow_streaming.hooks.stopping import KILL_GRACE_SECONDS, StopReport, StoppingMixin
 from airflow_streaming.hooks.submission import (
@@ -281,20 +282,27 @@ class StreamingJobHook(SubmissionMixin, LivenessMixin, StoppingMixin, BaseHook):
     # ------------------------------------------------------------------ liveness
 
     def log_tail(self, run_id: str, lines: int = 40) -> str:
-        """The last lines of a run's driver output, with secrets masked."""
+        """The last lines of a run's driver output, with secrets masked.
+
+        Read where this host puts a run's output (:meth:`driver_log_path`), never where ``driver.json``
+        says: a driver can write that record, and a ``log_path`` of ``/proc/self/environ`` or
+        ``airflow.cfg`` would put the worker's own secrets into task logs and errors."""
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", run_id or ""):
+            return f"(no driver log: {str(run_id)[:80]!r} is not a run id)"
         try:
             record = self.driver_record()
         except (ControlFileError, StorageError):
             record = None
         try:
             if record is not None and record.run_id == run_id:
+                record = dataclasses.replace(record, log_path=self.driver_log_path(run_id))
                 text = self.target_of(record).log_tail(record, lines)
             else:
                 from airflow_streaming.control.local import LocalStorage
 
                 logs = LocalStorage() if self.remote_storage else self.storage
                 text = "\n".join((logs.read_text(self.driver_log_path(run_id)) or "").splitlines()[-lines:])
-        except StorageError as exc:
+        except (StorageError, UnsafeDirectoryError) as exc:
             text = f"(the driver log cannot be read: {exc})"
         return self.redact(text)
 

@@ -19,6 +19,7 @@ import os
 import stat
 import tempfile
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -199,3 +200,25 @@ def test_a_parent_others_may_write_without_the_sticky_bit_is_refused(tmp_path, m
     monkeypatch.setattr(tempfile, "tempdir", str(loose))
     with pytest.raises(UnsafeDirectoryError, match="sticky"):
         private_dir("airflow-streaming-secrets")
+
+
+# ------------------------------------------------------------------ driver logs are read where this host writes them
+
+
+def test_a_driver_record_does_not_choose_which_file_goes_into_task_logs(tmp_path):
+    """A forged ``driver.json`` names a file of the worker as the run's log: its content would be shown in
+    task logs and error messages (``log_tail``). The log is read where this host writes it instead."""
+    worker_file = tmp_path / "worker-environ"
+    worker_file.write_text("AIRFLOW__CORE__FERNET_KEY=fernetMaterial0123456789\n")
+    spec = StreamSpec(name="logs", application="events_etl", checkpoint_location=str(tmp_path / "ckpt"),
+                      control_location=str(tmp_path / "control"), master="local[1]")
+    hook = StreamingJobHook(spec)
+    hook.storage.makedirs(f"{hook.paths.root}/logs")
+    Path(hook.paths.log(RUN)).write_text("the run's own output\n")
+    record = {"run_id": RUN, "stream": "logs", "version": "v1", "application": "events_etl", "host": "h",
+              "command": "", "log_path": str(worker_file), "submitted_at": 1.0, "checkpoint_location": "/c",
+              "target": "local", "handle": {}}
+    Path(hook.paths.driver).write_text(json.dumps(record))
+    assert hook.log_tail(RUN) == "the run's own output"
+    assert "fernetMaterial" not in hook.log_tail(RUN)
+    assert "not a run id" in hook.log_tail("../../../../" + str(worker_file))
