@@ -245,10 +245,10 @@ def build_client(settings: WebHdfsSettings) -> Any:
 
     if settings.password and not settings.use_ssl and not settings.allow_plain_http:
         raise PlainHttpCredentialsError(errno.EACCES, (
-            f"{settings.source or 'WebHDFS'}: refusing to send the connection's password to {', '.join(settings.urls)} over "
-            "plain http, where anyone on the network path can read it. Use TLS (extra use_ssl: true and the "
-            "NameNode's https port, 9871 by default), remove the password, or - on a trusted network only - set "
-            "extra allow_plain_http: true. Nothing was sent"))
+            f"{settings.source or 'WebHDFS'}: refusing to send the connection's password to "
+            f"{', '.join(settings.urls)} over plain http, where anyone on the network path can read it. Use TLS "
+            "(extra use_ssl: true and the NameNode's https port, 9871 by default), remove the password, or - on a "
+            "trusted network only - set extra allow_plain_http: true. Nothing was sent"))
     if settings.password and not settings.use_ssl:
         log.warning("%s sends its password over plain http (extra allow_plain_http is set)",
                     settings.source or ", ".join(settings.urls))
@@ -566,5 +566,5 @@ def clear_cache() -> None:
         _CACHE.clear()
 
 
-__all__ = ["DEFAULT_CONN_ID", "CredentialScope", "PlainHttpCredentialsError", "WebHdfsSettings", "WebHdfsStorage", "build_client", "clear_cache", "settings_for",
-           "webhdfs_storage"]
+__all__ = ["DEFAULT_CONN_ID", "CredentialScope", "PlainHttpCredentialsError", "WebHdfsSettings", "WebHdfsStorage",
+           "build_client", "clear_cache", "settings_for", "webhdfs_storage"]

@@ -192,7 +192,8 @@ def current_lag(points: list[dict[str, Any]], live: bool = True) -> dict[str, An
         return {"kind": "offsets", "value": last["offsets_behind"], "label": f"{last['offsets_behind']:.0f} offsets"}
     for key, kind in (("event_lag_s", "event_time"), ("watermark_lag_s", "watermark")):
         if last.get(key) is not None:
-            lag = {"kind": kind, "value": max(0.0, last[key]), "label": f"{max(0.0, last[key]):.1f}s ({kind.replace('_', ' ')})"}
+            value = max(0.0, last[key])
+            lag = {"kind": kind, "value": value, "label": f"{value:.1f}s ({kind.replace('_', ' ')})"}
             if last[key] < 0:
                 lag["note"] = (f"the newest {kind.replace('_', ' ')} is {-last[key]:.1f}s after the batch started "
                                "(events stamped ahead of the driver's clock): caught up, shown as 0")
