@@ -62,7 +62,3 @@ def visible_streams(refs: Iterable[StreamRef], user: Any, session: Any, auth_man
             access.hidden += 1
     return access
 
-
-def may_see(ref: StreamRef, user: Any, session: Any, auth_manager: Any = None) -> bool:
-    """Whether ``user`` may see the one stream ``ref``."""
-    return bool(visible_streams([ref], user, session, auth_manager).visible)
