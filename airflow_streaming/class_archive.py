@@ -98,6 +98,11 @@ def build(path: Path | None = None, timeout: float = 600) -> Path:
 
     One build at a time per folder (a lock file); the archive is written under a temporary name and
     renamed into place, so a JVM never maps a half-written one."""
+    from airflow_streaming.pyspark_install import full_pyspark_missing, needs_full_pyspark
+
+    missing = full_pyspark_missing()
+    if missing:
+        raise RuntimeError(needs_full_pyspark("building the class archive", missing))
     path = path or default_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / ".build.lock", "w") as lock:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 SECTION = "airflow_streaming"
-VERSION_ADDED = "0.1.0"
 #: The environment variable the example DAGs read the desired-state file from (kept for compatibility).
 DESIRED_STATE_ENV = "AIRFLOW_STREAMING_DESIRED_STATE"
 
@@ -29,6 +28,9 @@ class Option:
     :param default: the default, as Airflow's configuration stores it (a string).
     :param description: what it does, for ``airflow config list`` and the docs.
     :param example: an example value.
+    :param version_added: the provider release that added the option (``version_added`` in the provider
+        info); ``None`` for the options of the first release. A history fact, not the package's version
+        (that is ``airflow_streaming.__version__``): set it to the upcoming release when adding an option.
     """
 
     name: str
@@ -37,6 +39,7 @@ class Option:
     description: str
     example: str | None = None
     sensitive: bool = False
+    version_added: str | None = None
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -83,7 +86,7 @@ def provider_config() -> dict[str, Any]:
         SECTION: {
             "description": "Defaults of the airflow-streaming provider (Spark Structured Streaming lifecycle).",
             "options": {
-                o.name: {"description": o.description, "version_added": VERSION_ADDED, "type": o.type,
+                o.name: {"description": o.description, "version_added": o.version_added, "type": o.type,
                          "example": o.example, "default": o.default, **({"sensitive": True} if o.sensitive else {})}
                 for o in OPTIONS
             },

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_streaming import __version__
 from airflow_streaming.config import provider_config
 
 
@@ -24,7 +25,7 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "airflow-streaming",
         "name": "Spark Structured Streaming lifecycle",
         "description": "Deploy, watch, stop, restart and upgrade Spark Structured Streaming jobs from Airflow DAGs.",
-        "versions": ["0.1.0"],
+        "versions": [__version__],
         "integrations": [
             {
                 "integration-name": "Spark Structured Streaming",
@@ -51,7 +52,8 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {"integration-name": "Spark Structured Streaming",
              "python-modules": ["airflow_streaming.hooks.streaming_job", "airflow_streaming.hooks.submission",
-                                "airflow_streaming.hooks.liveness", "airflow_streaming.hooks.stopping"]}
+                                "airflow_streaming.hooks.liveness", "airflow_streaming.hooks.stopping",
+                                "airflow_streaming.hooks.spark_connection", "airflow_streaming.hooks.storage_retry"]}
         ],
         "triggers": [
             {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.triggers.health",
@@ -59,11 +61,9 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "extra-links": ["airflow_streaming.ui.links.SparkUILink", "airflow_streaming.ui.links.StreamDashboardLink"],
         "notifications": [
-            "airflow_streaming.notifications.webhook.StreamWebhookNotifier",
-            "airflow_streaming.notifications.email.StreamEmailNotifier",
+            "airflow_streaming.notifications.http_provider.StreamHttpNotifier",
             "airflow_streaming.notifications.smtp_provider.StreamSmtpNotifier",
             "airflow_streaming.notifications.slack_provider.StreamSlackWebhookNotifier",
-            "airflow_streaming.notifications.http_provider.StreamHttpNotifier",
         ],
         "connection-types": [],
         "plugins": [],

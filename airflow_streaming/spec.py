@@ -191,6 +191,12 @@ CLUSTER_SETTINGS = {
     "driver_memory": str, "queue": str, "max_app_attempts": int, "attempt_failures_validity_interval": str,
     "spark_binary": str, "submit_args": list, "kube_token_file": str, "kube_ca_file": str, "verify_tls": bool,
     "pod_template_file": str, "archives": list, "supervise": bool,
+    # Kerberos (--principal / --keytab on spark-submit) and the standalone REST server's scheme and port;
+    # also read from the Spark connection (airflow_streaming.hooks.spark_connection).
+    "principal": str, "keytab": str, "rest_scheme": str, "rest_port": int,
+    # Kubernetes: a kubeconfig and its context for the API (targets/kube_api.py); credentials over plain http
+    # only when allowed (a test cluster).
+    "kubeconfig": str, "kube_context": str, "allow_plain_http": bool,
 }
 
 

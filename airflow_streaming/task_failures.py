@@ -60,8 +60,13 @@ def is_retryable(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def fail_fast_on_permanent_errors() -> Iterator[None]:
-    """Re-raise a permanent failure as ``AirflowFailException`` (same message, the original chained as
-    its cause); let Airflow's own exceptions and retryable failures through unchanged."""
+    """Re-raise a permanent failure as ``AirflowFailException``; let Airflow's own exceptions and
+    retryable failures through unchanged.
+
+    The ``AirflowFailException`` has the original's message and carries the original's traceback (where
+    it was raised) and the original itself as ``original`` (see :func:`original_error`) - but is not
+    *chained* to it: Airflow logs a failed task's exception with its whole chain, and a chained original
+    would print the same message twice in the task log."""
     from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
     try:
@@ -71,4 +76,12 @@ def fail_fast_on_permanent_errors() -> Iterator[None]:
     except Exception as exc:
         if is_retryable(exc):
             raise
-        raise AirflowFailException(str(exc)) from exc
+        fail = AirflowFailException(str(exc))
+        fail.original = exc  # type: ignore[attr-defined]
+        fail.add_note(f"({type(exc).__module__}.{type(exc).__qualname__}: a permanent failure, not retried)")
+        raise fail.with_traceback(exc.__traceback__) from None
+
+
+def original_error(exc: BaseException) -> BaseException:
+    """The error :func:`fail_fast_on_permanent_errors` turned into ``exc`` (``exc`` itself otherwise)."""
+    return getattr(exc, "original", None) or exc

@@ -19,13 +19,13 @@ STREAMS = [f"{os.path.dirname(__file__)}/specs/device_signals.yaml"]
 
 notifiers = []
 if os.environ.get("AIRFLOW_STREAMING_WEBHOOK_URL"):
-    from airflow_streaming.notifications.webhook import StreamWebhookNotifier
+    from airflow_streaming.notifications import StreamHttpNotifier
 
-    notifiers.append(StreamWebhookNotifier(url=os.environ["AIRFLOW_STREAMING_WEBHOOK_URL"], payload_format="slack"))
+    notifiers.append(StreamHttpNotifier(url=os.environ["AIRFLOW_STREAMING_WEBHOOK_URL"], payload_format="slack"))
 if os.environ.get("AIRFLOW_STREAMING_ALERT_EMAIL"):
-    from airflow_streaming.notifications.email import StreamEmailNotifier
+    from airflow_streaming.notifications import StreamSmtpNotifier
 
-    notifiers.append(StreamEmailNotifier(to=[os.environ["AIRFLOW_STREAMING_ALERT_EMAIL"]]))
+    notifiers.append(StreamSmtpNotifier(to=[os.environ["AIRFLOW_STREAMING_ALERT_EMAIL"]]))
 
 with DAG(dag_id="stream_supervisor", schedule="* * * * *", start_date=datetime(2026, 1, 1), catchup=False,
          max_active_runs=1, tags=["airflow-streaming", "example"], doc_md=__doc__):

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import dag, get_current_context, task
 
 from airflow_streaming.config import desired_state_file
 from airflow_streaming.operators.lifecycle import SparkStreamOperationOperator
@@ -34,7 +34,6 @@ DESIRED_STATE = desired_state_file(Path(__file__).resolve().parent)
     catchup=False,
     max_active_runs=1,
     tags=["streaming", "lifecycle"],
-    params={"desired_state": Param(DESIRED_STATE, type="string", description="path of the desired-state YAML")},
     doc_md=__doc__,
 )
 def stream_upgrade_window():
@@ -44,7 +43,7 @@ def stream_upgrade_window():
         from airflow_streaming.lifecycle.operations import deployed_versions
 
         ctx = get_current_context()
-        state = load_desired_state(ctx["params"]["desired_state"])
+        state = load_desired_state(DESIRED_STATE)  # the DAG author's file, never a trigger form's
         changes = pending_changes(state, deployed_versions(state))
         for c in changes:
             print(f"pending: {c.stream} {c.from_version or '(not deployed)'} -> {c.to_version} ({c.transition})")
@@ -58,7 +57,7 @@ def stream_upgrade_window():
 
     # One stream at a time; an outcome other than success is reported by the summary, not raised here.
     apply = SparkStreamOperationOperator.partial(
-        task_id="apply", desired_state="{{ params.desired_state }}", fail_on_outcome=False,
+        task_id="apply", desired_state=DESIRED_STATE, fail_on_outcome=False,
         max_active_tis_per_dagrun=1).expand_kwargs(plan())
 
     @task(trigger_rule="all_done")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerate the two constraint files from pyproject.toml (needs uv):
-#   constraints.txt         the newest tested set; scripts/setup_env.sh and the Docker image install it.
+# Regenerate the two constraint files from pyproject.toml (needs uv 0.6.7+ for --group):
+#   constraints.txt         the newest tested set (every extra and the `test` dependency group);
+#                           scripts/setup_env.sh and the Docker image install it.
 #                           Existing pins are kept unless pyproject.toml forces a change (uv reuses the
 #                           versions already in the output file); to move one: scripts/lock.sh --upgrade-package NAME
 #   constraints-lowest.txt  the lowest set pyproject.toml allows (uv --resolution lowest-direct: every direct
@@ -17,9 +18,11 @@ lowest_overrides="$(mktemp)"
 trap 'rm -f "$lowest_overrides"' EXIT
 echo "structlog==25.4.0" >"$lowest_overrides"
 
-uv pip compile pyproject.toml --all-extras --python-version "$PYVER" --no-emit-package airflow-streaming \
+uv pip compile pyproject.toml --all-extras --group pyproject.toml:test --python-version "$PYVER" \
+  --no-emit-package airflow-streaming \
   --custom-compile-command "scripts/lock.sh" -o constraints.txt -q "$@"
-uv pip compile pyproject.toml --extra test --python-version "$PYVER" --no-emit-package airflow-streaming \
+uv pip compile pyproject.toml --extra pyspark --group pyproject.toml:test --python-version "$PYVER" \
+  --no-emit-package airflow-streaming \
   --resolution lowest-direct -c "$lowest_overrides" --no-annotate \
   --custom-compile-command "scripts/lock.sh" -o constraints-lowest.txt -q
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create ./.venv and install the project with its test extras at the pinned, tested versions of
-# constraints.txt; check Java 17; install PostgreSQL, Chromium and docker-compose (end-to-end tests) when missing.
+# Create ./.venv and install the project with its `pyspark` extra and its `test` dependency group at the
+# pinned, tested versions of constraints.txt; check Java 17; install PostgreSQL, Chromium and docker-compose
+# (end-to-end tests) when missing.
 # Sourced by demo.sh and test.sh (idempotent: re-installs only when pyproject.toml or constraints.txt changed).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,19 +48,35 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   exit 1
 fi
 
+# What is installed: the project (editable) with its `pyspark` extra (full PySpark: spark-submit and Spark's
+# jars, which the tests start) and the `test` dependency group (PEP 735, not published with the package),
+# at the versions of constraints.txt. `--group` needs uv 0.6.7+ or pip 25.1+; an older uv is not used, and
+# the venv's own pip is upgraded first when older. AIRFLOW_STREAMING_SETUP_WITH=pip takes the pip path.
 stamp="$VENV/.installed-$(cat "$REPO/pyproject.toml" "$REPO/constraints.txt" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "setting up $VENV (first run takes a few minutes: Airflow + PySpark) ..." >&2
-  if ! command -v uv >/dev/null 2>&1; then
+  if ! command -v uv >/dev/null 2>&1 && [ "${AIRFLOW_STREAMING_SETUP_WITH:-uv}" != pip ]; then
     "$PY" -m pip install --quiet --disable-pip-version-check uv >&2 || true
   fi
-  if command -v uv >/dev/null 2>&1 || "$PY" -m uv --version >/dev/null 2>&1; then
+  UV=""
+  if [ "${AIRFLOW_STREAMING_SETUP_WITH:-uv}" = pip ]; then
+    :
+  elif command -v uv >/dev/null 2>&1 || "$PY" -m uv --version >/dev/null 2>&1; then
     UV="$(command -v uv || echo "$PY -m uv")"
+    if ! $UV pip install --help 2>/dev/null | grep -q -- '--group'; then
+      echo "NOTE: $($UV --version) has no 'uv pip install --group' (uv 0.6.7+): installing with pip" >&2
+      UV=""
+    fi
+  fi
+  if [ -n "$UV" ]; then
     [ -x "$VENV/bin/python" ] || $UV venv --quiet --python "$PY" "$VENV" >&2
-    $UV pip install --quiet --python "$VENV/bin/python" -c "$REPO/constraints.txt" -e "$REPO[test]" >&2
+    $UV pip install --quiet --python "$VENV/bin/python" -c "$REPO/constraints.txt" \
+      -e "$REPO[pyspark]" --group "$REPO/pyproject.toml:test" >&2
   else
     [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c "$REPO/constraints.txt" -e "$REPO[test]" >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "pip>=25.1" >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c "$REPO/constraints.txt" \
+      -e "$REPO[pyspark]" --group "$REPO/pyproject.toml:test" >&2
   fi
   rm -f "$VENV"/.installed-*
   touch "$stamp"

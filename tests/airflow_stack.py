@@ -87,7 +87,7 @@ def missing_requirements() -> str | None:
         try:
             __import__(module)
         except ImportError:
-            return f"the Python package {module} is missing (pip install -e '.[test]')"
+            return f"the Python package {module} is missing (the `test` dependency group: scripts/setup_env.sh)"
     return None
 
 

@@ -214,7 +214,7 @@ def driver_kill_trials(streams: Any, trials: int, seed: int, fault_file: Path) -
 # --------------------------------------------------------------------------- the lifecycle task killed at a step
 
 
-def desired_state_file(streams: Any, name: str) -> str:
+def desired_state_file(streams: Any, name: str, probation_batches: int = 2) -> str:
     args = ["--input", streams.path("input", name), "--output", streams.path("output", name),
             "--quarantine", streams.path("quarantine", name)]
     broken_output = Path(streams.path("broken-output"))
@@ -225,7 +225,7 @@ def desired_state_file(streams: Any, name: str) -> str:
                      "heartbeat_interval": 1, "stop_timeout": 60, "startup_timeout": 180,
                      "spark_conf": {"spark.sql.shuffle.partitions": 2, "spark.ui.enabled": "false"}},
         "streams": {name: {
-            "version": "v1", "probation": {"min_batches": 2, "window": "90 seconds"}, "allow_warnings": True,
+            "version": "v1", "probation": {"min_batches": probation_batches, "window": "90 seconds"}, "allow_warnings": True,
             "spec": {"checkpoint_location": streams.path("checkpoints", name)},
             "versions": {"v1": {"application": "events_etl", "application_args": args},
                          "v2": {"application": "events_etl_v2", "application_args": args},

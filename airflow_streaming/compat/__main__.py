@@ -116,6 +116,14 @@ def _main(ns: argparse.Namespace, outcome: dict[str, object]) -> int:
         ns.app_args = [*ns.app_args, *extra_args]
         conf = {k: v for k, v in conf.items() if not k.startswith(SECRET_ARG_PREFIX)}
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from airflow_streaming.pyspark_install import full_pyspark_missing, needs_full_pyspark
+
+    missing = full_pyspark_missing()
+    if missing:  # only pyspark-client here: a local session cannot start (say which extra to install)
+        message = needs_full_pyspark("the compatibility check", missing)
+        outcome["error"] = message
+        print(json.dumps({"error": message, "error_type": "PySparkNotInstalled"}) if ns.json else f"error: {message}")
+        return EXIT_ERROR
     from airflow_streaming.checkpoint.logs import CheckpointError
     from airflow_streaming.compat.check import check_compatibility
 

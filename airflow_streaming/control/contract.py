@@ -29,7 +29,6 @@ from typing import Any
 from airflow_streaming.control.process import (
     ProcessIdentity,
     process_alive,
-    process_group_members,
     process_start_time,
 )
 from airflow_streaming.control.storage import ControlStorage, StorageError
@@ -533,7 +532,7 @@ def write_status(storage: ControlStorage, paths: ControlPaths, doc: StatusDocume
 __all__ = [
     "ControlFileError", "ControlPaths", "DriverRecord", "Lease", "LeaseHeldError", "LeaseLostError",
     "ProcessIdentity", "QueryStatus", "StatusDocument", "StorageError", "acquire_lease", "marker_present",
-    "new_run_id", "process_alive", "process_group_members", "process_start_time", "read_driver_record",
+    "new_run_id", "process_alive", "process_start_time", "read_driver_record",
     "read_lease", "read_marker", "read_status", "release_lease", "renew_lease", "request_stop", "write_marker",
     "write_status",
 ]

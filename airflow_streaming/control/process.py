@@ -11,6 +11,14 @@ identified by three things recorded when it started:
   command line.
 
 A mismatch in any of them means "that process is gone", never "signal it".
+
+Why ``/proc`` and not psutil (a dependency of the Airflow side): this module is on the driver side -
+the driver records its own identity in the stream's lease and checks a lease holder's - which imports
+only the standard library (``docs/architecture.md``; psutil is a C extension the runtime zip cannot
+carry to a NodeManager or an image). One reader of identities, so that what a driver records and what
+Airflow checks always agree (psutil's ``create_time`` is wall-clock based: another unit). What only
+Airflow does - finding the processes of a run, signalling them - uses psutil
+(:mod:`airflow_streaming.targets.local`), which re-checks a process's identity before every signal.
 """
 
 from __future__ import annotations
@@ -46,13 +54,6 @@ def process_cmdline(pid: int) -> list[str] | None:
     except OSError:
         return None
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def process_group(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
 
 
 def cmdline_hash(cmdline: list[str]) -> str:
@@ -118,36 +119,6 @@ class ProcessIdentity:
 
     def alive(self) -> bool:
         return self.check()[0]
-
-
-def processes_with_token(token: str) -> list[int]:
-    """Live (non-zombie) local processes whose command line carries ``--run-id <token>``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        cmdline = process_cmdline(pid)
-        if cmdline and has_token(cmdline, token) and process_start_time(pid) is not None:
-            found.append(pid)
-    return found
-
-
-def process_group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) local processes of process group ``pgid``."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read().decode()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            members.append(int(entry))
-    return members
 
 
 def process_alive(pid: int | None, start_time: float | None = None, host: str | None = None) -> bool:

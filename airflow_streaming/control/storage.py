@@ -25,13 +25,10 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 from urllib.parse import urlparse
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 #: A compare-and-swap mutex (``<path>.cas``) older than this is left over from a crashed holder.
 CAS_MUTEX_STALE_SECONDS = 30.0
@@ -220,27 +217,10 @@ class _Mutex:
             log.warning("could not remove the mutex %s (it expires after %.0fs)", self.path, CAS_MUTEX_STALE_SECONDS)
 
 
-#: Errors a retry cannot fix (a wrong path, missing permissions, bytes that are not text).
+#: Errors a retry cannot fix (a wrong path, missing permissions, bytes that are not text). The Airflow side's
+#: bounded retries (``airflow_streaming.hooks.storage_retry``) raise them at once.
 PERMANENT_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EILSEQ, errno.EINVAL,
                               errno.ENOSYS, errno.EROFS})
-
-
-def retrying(fn: Callable[[], T], what: str, attempts: int = 3, first_delay: float = 0.2,
-             max_delay: float = 2.0) -> T:
-    """Call ``fn``; on :class:`StorageError` retry with bounded exponential backoff, logging each
-    failure, and raise the last error after ``attempts`` tries. A transient error costs a retry,
-    never a wrong answer."""
-    delay = first_delay
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except StorageError as exc:
-            if attempt == attempts or exc.errno in PERMANENT_ERRNOS:
-                raise
-            log.warning("%s failed (attempt %d/%d, retrying in %.1fs): %s", what, attempt, attempts, delay, exc)
-            time.sleep(delay)
-            delay = min(max_delay, delay * 2)
-    raise AssertionError("unreachable")
 
 
 def local_path(location: str) -> str:

@@ -31,10 +31,11 @@ from airflow.sdk import BaseHook
 from airflow_streaming.checkpoint.batches import BatchPosition, read_batch_position
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, ControlPaths, DriverRecord, StatusDocument
-from airflow_streaming.control.storage import ControlStorage, StorageError, retrying
+from airflow_streaming.control.storage import ControlStorage, StorageError
 from airflow_streaming.control.locations import storage_for
-from airflow_streaming.exceptions import SparkBinaryNotAllowedError, StreamingError, UnsafeDirectoryError
+from airflow_streaming.exceptions import StreamingError, UnsafeDirectoryError
 from airflow_streaming.hooks.liveness import LivenessMixin
+from airflow_streaming.hooks.storage_retry import retrying
 from airflow_streaming.hooks.stopping import KILL_GRACE_SECONDS, StopReport, StoppingMixin
 from airflow_streaming.hooks.submission import (
     DEFAULT_SPARK_CONF,
@@ -66,35 +67,14 @@ def storage_path(location: str) -> str:
     return parsed.path if parsed.scheme else location
 
 
-def allowed_spark_binaries() -> list[str]:
-    """The programs a Spark connection's ``spark-binary`` extra may name: the Spark provider's own list."""
-    try:
-        from airflow.providers.apache.spark.hooks.spark_submit import ALLOWED_SPARK_BINARIES
-    except ImportError:  # a provider version without the list: the same three names
-        return ["spark-submit", "spark2-submit", "spark3-submit"]
-    return list(ALLOWED_SPARK_BINARIES)
-
-
-def allowed_spark_binary(value: Any, conn_id: str) -> str:
-    """``value`` (a connection's ``spark-binary`` extra) if the Spark provider allows it;
-    :class:`SparkBinaryNotAllowedError` otherwise (nothing is run)."""
-    allowed = allowed_spark_binaries()
-    if value not in allowed:
-        raise SparkBinaryNotAllowedError(
-            f"the Spark connection {conn_id!r} has extra spark-binary={str(value)[:200]!r}, which is not one of "
-            f"{', '.join(allowed)}: a connection does not choose which program the workers run (the Spark "
-            "provider's SparkSubmitHook has the same rule). Put one of those on PATH and name it in the extra "
-            "(or remove the extra); a DAG may set another program in its spec's cluster.spark_binary. "
-            "Nothing was submitted")
-    return str(value)
-
-
 class StreamingJobHook(SubmissionMixin, LivenessMixin, StoppingMixin, BaseHook):
     """Submit, watch, stop and kill the driver of one stream described by a :class:`StreamSpec`.
 
-    Connections: the spec's ``conn_id`` (a ``spark`` connection of the Spark provider: master as host
-    and port, ``deploy-mode``, ``queue``, ``namespace``, ``spark-binary`` extras), used when the spec
-    sets no ``master``; and ``storage_conn_id`` (a ``webhdfs`` connection of the HDFS provider) for
+    Connections: the spec's ``conn_id`` (a ``spark`` connection of the Spark provider, read as its
+    ``SparkSubmitHook`` reads it: master, ``deploy-mode``, ``queue``, ``namespace``, ``principal``,
+    ``keytab``, ``rest-scheme``, ``rest-port``, ``yarn_resourcemanager_webapp_address``,
+    ``spark-binary``; see :mod:`airflow_streaming.hooks.spark_connection`), used when the spec sets no
+    ``master``; and ``storage_conn_id`` (a ``webhdfs`` connection of the HDFS provider) for
     ``hdfs://`` / ``webhdfs://`` control and checkpoint locations.
 
     :param spec: the stream.
@@ -166,8 +146,12 @@ class StreamingJobHook(SubmissionMixin, LivenessMixin, StoppingMixin, BaseHook):
         return target_for_record(record, self.storage, self.paths, dict(self.spec.cluster), self.spec.master or "")
 
     def _spec_with_connection(self) -> StreamSpec:
-        """The spec with master, deploy mode and submit options taken from its ``spark`` connection."""
+        """The spec with master, deploy mode and submit settings taken from its ``spark`` connection (every
+        field ``SparkSubmitHook`` reads: see :mod:`airflow_streaming.hooks.spark_connection`); the spec's own
+        ``cluster`` settings win."""
         from airflow.sdk import BaseHook
+
+        from airflow_streaming.hooks.spark_connection import settings_of
 
         try:
             conn = BaseHook.get_connection(self.spec.conn_id)
@@ -177,17 +161,10 @@ class StreamingJobHook(SubmissionMixin, LivenessMixin, StoppingMixin, BaseHook):
                 f"loaded ({exc}); set `master: local[2]` in the spec or define the connection "
                 f"(e.g. AIRFLOW_CONN_{self.spec.conn_id.upper()}='{{\"conn_type\": \"spark\", \"host\": \"local[2]\"}}')"
             ) from exc
-        extra = conn.extra_dejson or {}
-        master = (conn.host or "local[2]") + (f":{conn.port}" if conn.port else "")
-        cluster = dict(self.spec.cluster)
-        if extra.get("queue"):
-            cluster.setdefault("queue", extra["queue"])
-        if extra.get("namespace"):
-            cluster.setdefault("namespace", extra["namespace"])
-        if extra.get("spark-binary"):
-            cluster.setdefault("spark_binary", allowed_spark_binary(extra["spark-binary"], self.spec.conn_id))
-        return dataclasses.replace(self.spec, master=master, deploy_mode=self.spec.deploy_mode or extra.get("deploy-mode"),
-                                   cluster=cluster)
+        settings = settings_of(conn, self.spec.conn_id, self.spec.spark_conf)
+        cluster = {**settings.cluster, **dict(self.spec.cluster)}
+        return dataclasses.replace(self.spec, master=settings.master,
+                                   deploy_mode=self.spec.deploy_mode or settings.deploy_mode, cluster=cluster)
 
     # ------------------------------------------------------------------ reading
     def _read(self, what: str, fn: Any) -> Any:

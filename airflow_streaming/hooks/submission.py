@@ -74,6 +74,24 @@ def check_java() -> str:
     return java
 
 
+#: The log4j2 configuration of drivers in spark-submit's JVM on this host: Spark's defaults, each line
+#: passed through the secret patterns of the log redaction (see the file's header).
+DRIVER_LOG4J2 = Path(__file__).resolve().parents[1] / "targets" / "driver_log4j2.properties"
+
+
+def redacting_log_options(spec: StreamSpec, environ: dict[str, str] | os._Environ[str]) -> str | None:
+    """``SPARK_SUBMIT_OPTS`` that give a driver running in spark-submit's JVM here (local master or client
+    mode) the redacting log4j2 configuration, so the raw driver log holds no secret the JVM logged;
+    ``None`` for cluster mode (the driver's JVM is elsewhere) or when a log4j configuration is already
+    named (``SPARK_SUBMIT_OPTS`` or ``spark.driver.extraJavaOptions``): the user's wins."""
+    if spec.deploy_mode == "cluster":
+        return None
+    current = environ.get("SPARK_SUBMIT_OPTS", "")
+    if "log4j" in current or "log4j" in str(spec.spark_conf.get("spark.driver.extraJavaOptions", "")):
+        return None
+    return f"{current} -Dlog4j2.configurationFile={DRIVER_LOG4J2.as_uri()}".strip()
+
+
 def lease_ttl(spec: StreamSpec) -> float:
     """The driver lease's ttl: long enough for a NameNode failover, at least 12 heartbeats."""
     return max(120.0, 12 * spec.heartbeat_interval)
@@ -142,6 +160,9 @@ class SubmissionMixin:
             env["PATH"] = bindir + os.pathsep + path
         if (self.spec.master or "").startswith("local"):
             env["SPARK_LOCAL_IP"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
+        log_options = redacting_log_options(self.resolved_spec, os.environ)
+        if log_options:
+            env["SPARK_SUBMIT_OPTS"] = log_options
         return env
 
     def submit(self, run_id: str | None = None, standby: bool = False, lock: LifecycleLock | None = None,

@@ -54,6 +54,7 @@ from airflow_streaming.lifecycle.gate_steps import GateSteps
 from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockLost
 from airflow_streaming.lifecycle.record import (
     IN_PLACE_CHANGES,
+    TERMINAL,
     Action,
     LifecycleRecord,
     Probation,
@@ -184,8 +185,11 @@ class LifecycleRunner(GateSteps, StopSteps, RollbackSteps):
         record.advance(step, detail)
         self.save(record)
         faults.hit("runner.step", f"{record.action.value}:{step.value};")  # e.g. the task killed right here
+        # A failed outcome's reason is the action's error, which whoever reports the outcome shows (the
+        # operators' exception, the CLI's JSON): logged here too, it would print twice in one task log.
+        shown = detail if detail and not (step in TERMINAL and record.error and detail in record.error) else None
         log.info("%s %s of %s: %s%s", record.action.value, record.id, record.stream, step.value,
-                 f" ({detail})" if detail else "")
+                 f" ({shown})" if shown else "")
 
     def _ensure_lock(self) -> None:
         """Stop before any side effect once the lock was lost (it was taken over)."""
@@ -262,8 +266,14 @@ class LifecycleRunner(GateSteps, StopSteps, RollbackSteps):
         step = record.step
         self.failure = exc
         what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (StreamingError, OSError)) else str(exc)
-        log.error("%s %s of %s failed at %s: %s", record.action.value, record.id, record.stream, step.value, what,
-                  exc_info=not isinstance(exc, (StreamingError, OSError, SpecError)))
+        expected = isinstance(exc, (StreamingError, OSError, SpecError))
+        ends = step not in _ROLLBACK_STEPS and (step in _UNTOUCHED or step == Step.RETIRING or record.action in (
+            Action.DEPLOY, Action.STOP, Action.RECOVER))
+        if ends and expected:  # the action ends FAILED with this error as its outcome: reported once, there
+            log.warning("%s %s of %s failed at %s", record.action.value, record.id, record.stream, step.value)
+        else:  # the action goes on (rolling back), or a bug: the error and its traceback now
+            log.error("%s %s of %s failed at %s: %s", record.action.value, record.id, record.stream, step.value,
+                      what, exc_info=not expected)
         if isinstance(exc, (StorageError, ControlFileError)) and not self._can_write_record():
             raise exc  # the record cannot be saved: leave it where it is, to resume from
         if step in _ROLLBACK_STEPS:

@@ -1,7 +1,9 @@
-"""Notifications about streams: events, rendering, flap protection (pure Python) and two Airflow notifiers.
+"""Notifications about streams: events, rendering, flap protection (pure Python) and the Airflow notifiers.
 
-The event side (:mod:`.events`) imports no Airflow; the notifiers (:class:`StreamWebhookNotifier`,
-:class:`StreamEmailNotifier`) are imported lazily on first access, so ``airflow_streaming.notifications``
+The event side (:mod:`.events`) imports no Airflow; the notifiers - :class:`StreamHttpNotifier` (the
+HTTP provider's), :class:`StreamSmtpNotifier` (the SMTP provider's), :class:`StreamSlackWebhookNotifier`
+(the Slack provider's), and the deprecated aliases :class:`StreamWebhookNotifier` and
+:class:`StreamEmailNotifier` - are imported lazily on first access, so ``airflow_streaming.notifications``
 stays cheap for the supervisor and the driver side.
 """
 
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_streaming.notifications.events import (
     EventKind,
+    GateStateCorrupt,
     NotificationError,
     NotificationGate,
     StreamEvent,
@@ -28,19 +31,29 @@ from airflow_streaming.notifications.events import (
 
 if TYPE_CHECKING:
     from airflow_streaming.notifications.email import StreamEmailNotifier
+    from airflow_streaming.notifications.http_provider import StreamHttpNotifier
+    from airflow_streaming.notifications.slack_provider import StreamSlackWebhookNotifier
+    from airflow_streaming.notifications.smtp_provider import StreamSmtpNotifier
     from airflow_streaming.notifications.webhook import StreamWebhookNotifier
 
 _LAZY = {
+    "StreamHttpNotifier": "airflow_streaming.notifications.http_provider",
+    "StreamSmtpNotifier": "airflow_streaming.notifications.smtp_provider",
+    "StreamSlackWebhookNotifier": "airflow_streaming.notifications.slack_provider",
     "StreamWebhookNotifier": "airflow_streaming.notifications.webhook",
     "StreamEmailNotifier": "airflow_streaming.notifications.email",
 }
 
 __all__ = [
     "EventKind",
+    "GateStateCorrupt",
     "NotificationError",
     "NotificationGate",
     "StreamEmailNotifier",
     "StreamEvent",
+    "StreamHttpNotifier",
+    "StreamSlackWebhookNotifier",
+    "StreamSmtpNotifier",
     "StreamWebhookNotifier",
     "call_notifier",
     "event_from_context",

@@ -99,10 +99,11 @@ class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
 
         record = LifecycleRunner(target, action, options, current=current, notify=notify, resume=resume).run()
         result = result_of(record)
-        for line in result["steps"]:
-            self.log.info("%s", line)
+        # The runner logged each step as it happened; the outcome's error is in the exception, once.
         if record.step.value != "SUCCEEDED":
             raise LifecycleOutcomeError(result)  # recorded as finished: not retried (task_failures)
+        self.log.info("%s of %s to %s: %s (%d steps, recorded in history.json)", result.get("action"),
+                      result.get("stream"), result.get("to_version"), result.get("outcome"), len(result.get("steps", [])))
         return result
 
 
@@ -162,20 +163,19 @@ class SparkStreamOperationOperator(DeferrableLifecycleMixin, BaseOperator):
 
     def _action(self, context: Context, resume: dict[str, str] | None) -> dict[str, Any]:
         from airflow_streaming.lifecycle.operations import LifecycleOutcomeError
-        from airflow_streaming.task_failures import fail_fast_on_permanent_errors
+        from airflow_streaming.task_failures import fail_fast_on_permanent_errors, original_error
 
         try:
             with fail_fast_on_permanent_errors():
                 result = self._operate(context, resume)
         except Exception as exc:  # noqa: BLE001 - only a recorded outcome is returned, see fail_on_outcome
-            outcome = exc if isinstance(exc, LifecycleOutcomeError) else exc.__cause__
+            outcome = original_error(exc)
             if self.fail_on_outcome or not isinstance(outcome, LifecycleOutcomeError):
                 raise
             result = dict(outcome.result)
-            self.log.error("%s", outcome)
-        for line in result.get("steps", []):
-            self.log.info("%s", line)
-        self.log.info("%s", {k: v for k, v in result.items() if k != "steps"})
+            self.log.error("%s", outcome)  # the outcome's error, once; not again below
+        # The runner logged each step as it happened.
+        self.log.info("%s", {k: v for k, v in result.items() if k not in ("steps", "error")})
         return result
 
     def _operate(self, context: Context, resume: dict[str, str] | None) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from airflow_streaming.reconcile.observe import Observed, observe
 from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockHeld
 from airflow_streaming.reconcile.decision import Act, Decision
-from airflow_streaming.reconcile.observation import Health
+from airflow_streaming.reconcile.observation import Health, Observation
 from airflow_streaming.redaction import restore_secrets
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.supervision.ledger_file import load_ledger, save_ledger
@@ -54,6 +54,8 @@ class PassResult:
     events: list[dict[str, Any]] = field(default_factory=list)
     new_run_id: str | None = None
     decision: Decision | None = None
+    observation: Observation | None = None
+    """What the pass observed (``None`` when it skipped the stream)."""
 
 
 def _event(kind: str, hook: StreamingJobHook, seen: Observed | None, now: float, **extra: Any) -> dict[str, Any]:
@@ -97,7 +99,8 @@ def _supervise_locked(hook: StreamingJobHook, policy: RestartPolicy, notify: Cal
         seen = observe(hook, policy, ledger, now, holding_lock=True)
         decision = seen.decide(policy)
     o = seen.observation
-    result = PassResult(hook.spec.name, seen.verdict.state.value, "NOTHING", decision.reason, decision=decision)
+    result = PassResult(hook.spec.name, seen.verdict.state.value, "NOTHING", decision.reason, decision=decision,
+                        observation=o)
     log.info("supervise %s: %s (%s)", hook.spec.name, decision.act.value, decision.reason)
 
     def emit(kind: str, **extra: Any) -> None:
@@ -158,8 +161,11 @@ def _recover(hook: StreamingJobHook, lock: LifecycleLock) -> Any:
     past the spec this pass was given)."""
     from airflow_streaming.lifecycle.record import Action as LifecycleAction
     from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
+    from airflow_streaming.lifecycle.trust import trusted_spec
 
     deployed = (hook.deployed() or {}).get("spec")
+    if deployed:  # a file a driver can write: used only when sealed by this deployment or the caller's own spec
+        deployed = trusted_spec(deployed, hook.deployed_path, hook.spec)
     spec = StreamSpec.from_dict(restore_secrets(deployed, hook.spec)) if deployed else hook.spec
     runner = LifecycleRunner(spec, LifecycleAction.RECOVER, LifecycleOptions(owner=lock.holder.get("owner")),
                              lock=lock)

@@ -70,11 +70,24 @@ class DriverTarget(abc.ABC):
 
     def plan(self, spec: Any, run_id: str, launcher: str, runtime_args: list[str], conf: dict[str, str],
              secret_conf: dict[str, str], log_path: str, standby: bool = False) -> LaunchPlan:
-        """The :class:`LaunchPlan` of one run (targets add what they need: py-files, images, queues)."""
+        """The :class:`LaunchPlan` of one run (targets add what they need: py-files, images, queues).
+
+        ``keytab`` and ``principal`` settings become spark-submit's ``--keytab`` / ``--principal`` (a path and
+        a name: no secret on the command line)."""
         return LaunchPlan(run_id=run_id, name=f"{spec.name}:{spec.version}", master=spec.master or "local[2]",
                           deploy_mode=spec.deploy_mode or "client", launcher=launcher, runtime_args=runtime_args,
                           conf=conf, secret_conf=secret_conf, log_path=log_path, standby=standby,
-                          submit_args=list(self.settings.get("submit_args") or []))
+                          submit_args=[*(self.settings.get("submit_args") or []), *self.kerberos_args()])
+
+    def kerberos_args(self) -> list[str]:
+        """``--keytab K --principal P`` from the ``keytab`` / ``principal`` settings, as ``SparkSubmitHook``
+        passes them."""
+        args: list[str] = []
+        if self.settings.get("keytab"):
+            args += ["--keytab", str(self.settings["keytab"])]
+        if self.settings.get("principal"):
+            args += ["--principal", str(self.settings["principal"])]
+        return args
 
     def describe_command(self, plan: LaunchPlan) -> str:
         """The submission as one line for records and logs (never a secret)."""

@@ -26,6 +26,7 @@ from typing import Any
 from airflow_streaming.control.contract import ControlFileError, DriverRecord
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import ApplicationNotFoundError, DriverStartError
+from airflow_streaming.pyspark_install import spark_submit_missing
 from airflow_streaming.redaction import scrub
 from airflow_streaming.targets.base import DriverTarget, LaunchPlan
 from airflow_streaming.targets.driver_env import driver_environment
@@ -33,6 +34,9 @@ from airflow_streaming.targets.submit_command import masked_command, spark_submi
 
 log = logging.getLogger(__name__)
 
+SECRET_CONF_ENV = "AIRFLOW_STREAMING_SECRET_CONF"
+"""Environment variable carrying secret conf (JSON) to a cluster driver (standalone: in the REST request;
+Kubernetes: from a Secret); the runtime applies it to its SparkSession and removes it from its environment."""
 RUN_ID_CONF = "spark.airflow_streaming.run_id"
 """Spark conf key carrying the run id on every cluster driver (shown in the Spark UI's Environment)."""
 STREAM_CONF = "spark.airflow_streaming.stream"
@@ -69,6 +73,17 @@ class ClusterTarget(DriverTarget):
         merged[RUN_ID_CONF] = run_id  # never overridden: it is how the driver is found again
         return dataclasses.replace(plan, deploy_mode="cluster", conf=merged)
 
+    def await_gone(self, record: DriverRecord, sent: str, grace: float, what: str, poll: float = 0.5) -> str:
+        """After a kill was sent (``sent`` says how): poll the cluster manager until the driver of ``record``
+        is gone, for up to ``grace`` seconds (at least 1); what happened, in words."""
+        deadline = time.monotonic() + max(grace, 1.0)
+        while time.monotonic() < deadline:
+            now = self.state(record)
+            if now.gone:
+                return f"{sent}; {what} {now.cluster_state}"
+            time.sleep(poll)
+        return f"{sent}; still {self.state(record).detail} after {grace:.0f}s"
+
     # ------------------------------------------------------------------ records and notes
     def recorded(self, run_id: str, record: DriverRecord | None = None) -> list[DriverRecord]:
         """The records of ``run_id`` this target wrote (``record``, ``driver.json``, ``standby-driver.json``)."""
@@ -103,28 +118,29 @@ def spark_submit_binary(settings: dict[str, Any], env: dict[str, str]) -> str:
     """The spark-submit to run; :class:`ApplicationNotFoundError` (nothing submitted) if it is missing."""
     binary = settings.get("spark_binary", "spark-submit")
     if shutil.which(binary, path=env.get("PATH")) is None:
-        raise ApplicationNotFoundError(
-            f"{binary} is not on PATH: install PySpark in the Airflow worker's environment "
-            "(pip install pyspark==4.2.0 pyspark-client==4.2.0), put Spark's bin directory on PATH, or set "
-            "cluster.spark_binary; nothing was submitted")
+        raise ApplicationNotFoundError(f"{spark_submit_missing(binary)}, or set cluster.spark_binary; "
+                                       "nothing was submitted")
     return binary
 
 
 def run_spark_submit(target: ClusterTarget, plan: LaunchPlan, what: str,
-                     timeout: float = SPARK_SUBMIT_TIMEOUT) -> tuple[int, str]:
+                     timeout: float = SPARK_SUBMIT_TIMEOUT, secret_conf_file: bool = True) -> tuple[int, str]:
     """Run ``spark-submit`` for a cluster-mode ``plan`` and return ``(exit code, output)``.
 
     The conf is on the command line except the secret entries, which go in a 0600 properties file that
     is deleted once spark-submit has exited (it hands the application over and returns: the targets
-    set ``waitAppCompletion=false``). The output, secrets masked, is noted in the run's log. A
-    spark-submit still running after ``timeout`` is killed; raises :class:`DriverStartError` then."""
+    set ``waitAppCompletion=false``) - unless ``secret_conf_file`` is false: then spark-submit never
+    sees them (the target delivers them to the driver another way). The output, secrets masked, is
+    noted in the run's log. A spark-submit still running after ``timeout`` is killed; raises
+    :class:`DriverStartError` then."""
     env = driver_environment(os.environ, plan.env)
     # This host's Python means nothing on a NodeManager or in an image: the driver's Python is
     # cluster.python (spark.pyspark.python), else the cluster's default.
     env.pop("PYSPARK_PYTHON", None)
     env.pop("PYSPARK_DRIVER_PYTHON", None)
     binary = spark_submit_binary(target.settings, env)
-    properties = write_properties_file(plan.secret_conf, plan.run_id) if plan.secret_conf else None
+    properties = write_properties_file(plan.secret_conf, plan.run_id) if plan.secret_conf and secret_conf_file \
+        else None
     argv = spark_submit_argv(plan, binary, properties)
     target.note(plan.log_path, f"{what}: {masked_command(argv)}")
     try:

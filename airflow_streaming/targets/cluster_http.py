@@ -1,8 +1,9 @@
-"""The one small HTTP client the cluster targets share (standalone REST, YARN RM, Kubernetes API).
+"""The small HTTP client of the standalone REST and YARN ResourceManager targets, and the reply type all
+cluster targets share (the Kubernetes target asks its API server through the official client:
+:mod:`.kube_api`).
 
-Plain ``urllib`` on purpose: no new dependency, a timeout on every request, errors that name the URL
-and what to check, and no credential ever in a message or a log line (a bearer token only lives in
-the request's header, which is never logged or echoed).
+Plain ``urllib`` on purpose: no library of ours speaks these REST APIs, a timeout on every request,
+errors that name the URL and what to check.
 
 Two outcomes are kept apart, because the targets map them differently:
 
@@ -78,24 +79,20 @@ class HttpReply:
 
 
 class ClusterHttp:
-    """Requests to one family of endpoints with shared TLS settings and optional bearer token.
+    """Requests to one family of endpoints with shared TLS settings.
 
     :param timeout: seconds per request.
     :param hint: what to check when an endpoint does not answer (appended to every such error).
     :param ca_file: a CA bundle to verify the server with (default: the system's).
     :param verify_tls: ``False`` skips certificate verification (test clusters only).
-    :param token_file: a file holding a bearer token, read at every request (tokens are rotated).
-    :param allow_plain_http: send the token over ``http://`` too (default: only over TLS).
     """
 
     def __init__(self, timeout: float = DEFAULT_TIMEOUT, hint: str = "", ca_file: str | None = None,
-                 verify_tls: bool = True, token_file: str | None = None, allow_plain_http: bool = False):
-        self.allow_plain_http = allow_plain_http
+                 verify_tls: bool = True):
         self.timeout = timeout
         self.hint = hint
         self.ca_file = ca_file
         self.verify_tls = verify_tls
-        self.token_file = token_file
         self._context: ssl.SSLContext | None = None
 
     def _ssl_context(self) -> ssl.SSLContext:
@@ -108,20 +105,9 @@ class ClusterHttp:
                 try:
                     context = ssl.create_default_context(cafile=self.ca_file)
                 except (OSError, ssl.SSLError) as exc:
-                    raise ValueError(f"the CA file {self.ca_file} cannot be used ({exc}); check the "
-                                     "cluster's kube_ca_file setting") from exc
+                    raise ValueError(f"the CA file {self.ca_file} cannot be used ({exc})") from exc
             self._context = context
         return self._context
-
-    def _token(self) -> str | None:
-        if not self.token_file:
-            return None
-        try:
-            with open(self.token_file, encoding="utf-8") as fh:
-                return fh.read().strip() or None
-        except OSError as exc:
-            raise ValueError(f"the token file {self.token_file} cannot be read ({exc.strerror}); check the "
-                             "cluster's kube_token_file setting or the pod's service-account mount") from exc
 
     def request(self, method: str, url: str, body: Any = None, headers: dict[str, str] | None = None,
                 content_type: str = "application/json", timeout: float | None = None) -> HttpReply:
@@ -132,13 +118,6 @@ class ClusterHttp:
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode("utf-8")
             all_headers["Content-Type"] = content_type
-        if self.token_file and not url.startswith("https:") and not self.allow_plain_http:
-            raise ClusterUnreachableError(url, "refusing to send the bearer token over plain http (anyone on the "
-                                          "path could read it)", "use an https:// API server, or set the cluster "
-                                          "setting allow_plain_http: true for a test cluster")
-        token = self._token()
-        if token:
-            all_headers["Authorization"] = f"Bearer {token}"
         request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
         context = self._ssl_context() if url.startswith("https:") else None
         try:

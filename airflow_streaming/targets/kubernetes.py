@@ -12,32 +12,46 @@
   pod and go with it.
 - find: ``GET /api/v1/namespaces/<ns>/pods?labelSelector=airflow-streaming/run-id=<run>,spark-role=driver``.
 
-Auth: a bearer token read from ``cluster.kube_token_file`` and the CA bundle ``cluster.kube_ca_file``;
-by default the pod's own service account (``/var/run/secrets/kubernetes.io/serviceaccount``) when
-Airflow itself runs in the cluster. The token is read at every request and never logged.
+The API is asked through the official Kubernetes Python client (:mod:`.kube_api`, extra
+``kubernetes``). Auth: a kubeconfig (``cluster.kubeconfig``, ``cluster.kube_context``: client
+certificates, exec plugins, OIDC - its context's server must be the spec's API server), or a bearer
+token read from ``cluster.kube_token_file`` and the CA bundle ``cluster.kube_ca_file``; by default the
+pod's own service account (``/var/run/secrets/kubernetes.io/serviceaccount``) when Airflow itself runs
+in the cluster. The token is read at every request and never logged; credentials never go over plain
+http unless ``cluster.allow_plain_http: true``.
 
 The runtime is either in the image (``cluster.runtime_path``) or shipped with the application
-(``--py-files`` of the runtime zip, which needs ``spark.kubernetes.file.upload.path``). Secret conf
-goes in spark-submit's 0600 properties file, deleted once spark-submit returns; note that Spark puts
-the whole conf, secrets included, in the driver's ConfigMap (see ``docs/cluster.md``).
+(``--py-files`` of the runtime zip, which needs ``spark.kubernetes.file.upload.path``).
+
+Secret conf never reaches spark-submit: Spark writes every conf spark-submit knows - its properties
+file included - into the driver's ConfigMap (``spark.properties``), readable by anyone who may read
+ConfigMaps in the namespace. Instead the target creates a Kubernetes **Secret** of the run
+(:func:`conf_secret_name`, labelled with the run id and stream) holding the secret conf as JSON, and
+spark-submit only gets ``spark.kubernetes.driver.secretKeyRef.AIRFLOW_STREAMING_SECRET_CONF=<secret>:
+conf.json``: the driver container gets it as an environment variable, which the runtime applies to
+its SparkSession and removes (as on a standalone cluster). Once the pod exists the Secret is owned by
+it (``ownerReferences``: Kubernetes deletes it with the pod); a failed submission and a kill delete it
+at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import os
 import re
 import time
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from airflow_streaming.control.contract import DriverRecord
-from airflow_streaming.exceptions import StreamStateUnknownError
+from airflow_streaming.exceptions import DriverStartError, StreamStateUnknownError
 from airflow_streaming.targets.base import DriverState, LaunchPlan, Liveness
-from airflow_streaming.targets.cluster import ClusterTarget, run_spark_submit, submit_failure
-from airflow_streaming.targets.cluster_http import ClusterHttp, ClusterUnreachableError
+from airflow_streaming.targets.cluster import SECRET_CONF_ENV, ClusterTarget, run_spark_submit, submit_failure
+from airflow_streaming.targets.cluster_http import ClusterUnreachableError
+from airflow_streaming.targets.kube_api import KubeApi
 from airflow_streaming.targets.runtime_bundle import bundle_path
 
 log = logging.getLogger(__name__)
@@ -51,6 +65,8 @@ GONE_PHASES = frozenset({"Succeeded", "Failed"})
 API_HINT = ("check cluster.api_server (or the k8s:// master), that the API server is reachable from this host, "
             "cluster.kube_token_file / kube_ca_file, and that the service account may get, list and delete pods "
             "in the namespace")
+SECRET_CONF_KEY = "conf.json"
+SECRET_KEY_REF = f"spark.kubernetes.driver.secretKeyRef.{SECRET_CONF_ENV}"
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _SUBMISSION = re.compile(r"submission ID (\S+?):(\S+) into Kubernetes")
 _POD_NAME = re.compile(r"pod name: (\S+)")
@@ -79,6 +95,11 @@ def driver_pod_name(stream: str, run_id: str) -> str:
     return f"{name}-driver"
 
 
+def conf_secret_name(pod: str) -> str:
+    """The name of the Secret holding a run's secret conf: its driver pod's name + ``-conf``."""
+    return f"{pod}-conf"
+
+
 def label_value(text: str) -> str:
     """``text`` as a label value (``[A-Za-z0-9._-]``, at most 63, alphanumeric at both ends); hashed if it
     does not fit, so that it stays unique."""
@@ -93,8 +114,8 @@ class KubernetesClusterTarget(ClusterTarget):
     """A driver pod (see the module docstring).
 
     :param settings: the spec's ``cluster`` settings: ``image`` (required), ``namespace`` (default
-        ``default``), ``service_account``, ``api_server`` (default: from the master), ``kube_token_file``,
-        ``kube_ca_file``, ``verify_tls``, ``runtime_path`` (the runtime inside the image),
+        ``default``), ``service_account``, ``api_server`` (default: from the master), ``kubeconfig``,
+        ``kube_context``, ``kube_token_file``, ``kube_ca_file``, ``verify_tls``, ``allow_plain_http``, ``runtime_path`` (the runtime inside the image),
         ``pod_template_file``, ``python``, ``archives``, ``driver_cores``, ``driver_memory``, ``spark_binary``.
     :param master: the spec's ``k8s://https://host:port`` master URL.
     """
@@ -109,10 +130,21 @@ class KubernetesClusterTarget(ClusterTarget):
             raise ValueError("cluster.api_server: not set and the master is not k8s://https://host:port")
         self.api_server = (api if "://" in api else f"https://{api}").rstrip("/")
         self.namespace = self.settings.get("namespace") or "default"
-        token = self.settings.get("kube_token_file") or _in_cluster("token")
-        ca = self.settings.get("kube_ca_file") or _in_cluster("ca.crt")
-        self.http = ClusterHttp(hint=API_HINT, ca_file=ca, verify_tls=self.settings.get("verify_tls", True),
-                                token_file=token, allow_plain_http=self.settings.get("allow_plain_http") is True)
+        self.kubeconfig = self.settings.get("kubeconfig")
+        self.token_file = None if self.kubeconfig else self.settings.get("kube_token_file") or _in_cluster("token")
+        self.ca_file = None if self.kubeconfig else self.settings.get("kube_ca_file") or _in_cluster("ca.crt")
+        self._api: KubeApi | None = None
+
+    @property
+    def api(self) -> KubeApi:
+        """The API server's client (the official Kubernetes client: extra ``kubernetes``); a ``ValueError``
+        saying how to install it when it is missing."""
+        if self._api is None:
+            self._api = KubeApi(self.api_server, API_HINT, token_file=self.token_file, ca_file=self.ca_file,
+                                verify_tls=self.settings.get("verify_tls", True),
+                                allow_plain_http=self.settings.get("allow_plain_http") is True,
+                                kubeconfig=self.kubeconfig, context=self.settings.get("kube_context"))
+        return self._api
 
     # ------------------------------------------------------------------ submit
     def plan(self, spec: Any, run_id: str, launcher: str, runtime_args: list[str], conf: dict[str, str],
@@ -137,10 +169,12 @@ class KubernetesClusterTarget(ClusterTarget):
             k8s_conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = settings["service_account"]
         if settings.get("pod_template_file"):
             k8s_conf["spark.kubernetes.driver.podTemplateFile"] = settings["pod_template_file"]
-        if self.http.ca_file:
-            k8s_conf["spark.kubernetes.authenticate.submission.caCertFile"] = self.http.ca_file
-        if self.http.token_file:
-            k8s_conf["spark.kubernetes.authenticate.submission.oauthTokenFile"] = self.http.token_file
+        if self.ca_file:
+            k8s_conf["spark.kubernetes.authenticate.submission.caCertFile"] = self.ca_file
+        if self.token_file:
+            k8s_conf["spark.kubernetes.authenticate.submission.oauthTokenFile"] = self.token_file
+        if self.kubeconfig and settings.get("kube_context"):
+            k8s_conf["spark.kubernetes.context"] = settings["kube_context"]
         py_files: list[str] = []
         if settings.get("runtime_path"):
             launcher = f"local://{settings['runtime_path'].rstrip('/')}/spark_jobs/launch.py"
@@ -151,33 +185,121 @@ class KubernetesClusterTarget(ClusterTarget):
                     "upload location the pods can read (s3a://..., hdfs://...); set it, or build the runtime into "
                     "the image and set cluster.runtime_path")
             py_files.append(bundle_path())
+        if secret_conf:  # delivered through the run's Secret, never through spark-submit (module docstring)
+            k8s_conf[SECRET_KEY_REF] = f"{conf_secret_name(pod)}:{SECRET_CONF_KEY}"
         plan = super().plan(spec, run_id, launcher, runtime_args, {**k8s_conf, **conf}, secret_conf, log_path,
                             standby)
-        # The pod name and run labels are how the driver is found again: never overridden by spark_conf.
-        fixed = {k: v for k, v in k8s_conf.items() if k.endswith((".pod.name", RUN_LABEL))}
+        # The pod name, run labels and the secret's reference are how the driver is found again and gets its
+        # secret conf: never overridden by spark_conf.
+        fixed = {k: v for k, v in k8s_conf.items() if k.endswith((".pod.name", RUN_LABEL)) or k == SECRET_KEY_REF}
         submit_args = list(plan.submit_args)
         if settings.get("archives"):
             submit_args += ["--archives", ",".join(settings["archives"])]
+        env = {**plan.env, **({"KUBECONFIG": self.kubeconfig} if self.kubeconfig else {})}  # spark-submit's too
         return dataclasses.replace(plan, conf={**plan.conf, **fixed}, py_files=[*py_files, *plan.py_files],
-                                   submit_args=submit_args)
+                                   submit_args=submit_args, env=env)
+
+    def describe_command(self, plan: LaunchPlan) -> str:
+        """The spark-submit line for records and logs; secret conf only counted (it goes in a Secret)."""
+        from airflow_streaming.targets.submit_command import masked_command, spark_submit_argv
+
+        line = masked_command(spark_submit_argv(plan, self.settings.get("spark_binary", "spark-submit")))
+        if plan.secret_conf:
+            line += (f" +{len(plan.secret_conf)} secret conf entries in Kubernetes Secret "
+                     f"{conf_secret_name(plan.conf['spark.kubernetes.driver.pod.name'])}")
+        return line
 
     def submit(self, plan: LaunchPlan) -> dict[str, Any]:
         pod = plan.conf["spark.kubernetes.driver.pod.name"]
         namespace = plan.conf.get("spark.kubernetes.namespace", self.namespace)
-        code, output = run_spark_submit(self, plan, f"Kubernetes cluster-mode submission of run {plan.run_id}")
+        if plan.secret_conf:
+            self._create_conf_secret(plan, namespace, pod)
+        try:
+            code, output = run_spark_submit(self, plan, f"Kubernetes cluster-mode submission of run {plan.run_id}",
+                                            secret_conf_file=False)
+        except BaseException:
+            self._delete_conf_secret(namespace, pod, plan.run_id)
+            raise
         submitted = _SUBMISSION.search(output)
         printed = submitted.group(2) if submitted else (_POD_NAME.search(output).group(1)
                                                          if _POD_NAME.search(output) else None)
         if code != 0 or printed is None:
+            self._delete_conf_secret(namespace, pod, plan.run_id)
             raise submit_failure(plan, code, output, "Kubernetes submission",
                                  "check the image, the namespace, the service account's rights and the API "
                                  "server" + ("" if printed else "; no driver pod was reported"))
         if printed != pod:
             log.warning("spark-submit reported driver pod %s, expected %s: recording the reported one", printed, pod)
             pod = printed
+        if plan.secret_conf:
+            self._give_conf_secret_to_pod(namespace, pod, plan.run_id,
+                                          conf_secret_name(plan.conf["spark.kubernetes.driver.pod.name"]))
         self.note(plan.log_path, f"run {plan.run_id} is driver pod {namespace}/{pod} on {self.api_server}")
         log.info("Kubernetes driver pod %s/%s of run %s (API %s)", namespace, pod, plan.run_id, self.api_server)
         return {"namespace": namespace, "pod": pod, "api_server": self.api_server}
+
+    # ------------------------------------------------------------------ the run's Secret
+    def _create_conf_secret(self, plan: LaunchPlan, namespace: str, pod: str) -> None:
+        """Create the run's Secret with ``plan.secret_conf``; :class:`DriverStartError` (nothing submitted) if
+        the API server refuses. A Secret of the same name left by an earlier try of the same run is replaced;
+        one of another run is never touched."""
+        name = conf_secret_name(pod)
+        labels = {RUN_LABEL: label_value(plan.run_id), STREAM_LABEL: label_value(plan.name.rsplit(":", 1)[0])}
+        body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                "stringData": {SECRET_CONF_KEY: json.dumps(plan.secret_conf, sort_keys=True)}}
+        for attempt in (1, 2):
+            try:
+                reply = self.api.create_secret(namespace, body)
+            except ClusterUnreachableError as exc:
+                raise DriverStartError(f"cannot create the Secret {namespace}/{name} with the secret conf of run "
+                                       f"{plan.run_id}: {exc}; nothing was submitted") from None
+            if reply.ok:
+                self.note(plan.log_path, f"secret conf of run {plan.run_id} ({len(plan.secret_conf)} entries) is in "
+                                         f"Kubernetes Secret {namespace}/{name}")
+                return
+            if reply.status == 409 and attempt == 1 and self._delete_conf_secret(namespace, pod, plan.run_id):
+                continue  # an earlier try of this very run left it: replaced
+            raise DriverStartError(
+                f"the API server refused to create the Secret {namespace}/{name} with the secret conf of run "
+                f"{plan.run_id} ({reply.message()}); the identity Airflow uses needs create, get, patch and delete on "
+                "secrets in the namespace (docs/cluster.md, RBAC); nothing was submitted")
+
+    def _give_conf_secret_to_pod(self, namespace: str, pod: str, run_id: str, name: str) -> None:
+        """Make the driver pod the Secret's owner, so that Kubernetes deletes it with the pod. Never raises:
+        without it, the Secret still goes with a kill (logged)."""
+        try:
+            found = self.pod({"namespace": namespace, "pod": pod})
+            uid = ((found or {}).get("metadata") or {}).get("uid")
+            if not uid:
+                raise ClusterUnreachableError(self._pod_url({"namespace": namespace, "pod": pod}), "no pod uid")
+            patch = {"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid}]}}
+            reply = self.api.patch_secret(namespace, name, patch)
+            if not reply.ok:
+                raise ClusterUnreachableError(reply.url, reply.message())
+        except ClusterUnreachableError as exc:
+            log.warning("the Secret %s/%s of run %s is not owned by its driver pod (%s): it is deleted when the "
+                        "driver is killed, else delete it with the pod", namespace, name, run_id, exc)
+
+    def _delete_conf_secret(self, namespace: str, pod: str, run_id: str) -> bool:
+        """Delete the Secret of run ``run_id`` (only one labelled with that run); return whether it existed
+        and was deleted. Never raises."""
+        name = conf_secret_name(pod)
+        try:
+            reply = self.api.read_secret(namespace, name)
+            if reply.status == 404:
+                return False
+            labels = ((reply.json() or {}).get("metadata") or {}).get("labels") or {}
+            if not reply.ok or labels.get(RUN_LABEL) != label_value(run_id):
+                log.error("not deleting the Secret %s/%s: %s", namespace, name,
+                          reply.message() if not reply.ok else f"it is not labelled with run {run_id}")
+                return False
+            reply = self.api.delete_secret(namespace, name)
+            return reply.ok or reply.status == 404
+        except (ClusterUnreachableError, ValueError) as exc:
+            log.error("cannot delete the Secret %s/%s of run %s now (%s): delete it by hand", namespace, name,
+                      run_id, exc)
+            return False
 
     # ------------------------------------------------------------------ the API server
     def _api_of(self, handle: dict[str, Any] | None) -> str:
@@ -199,7 +321,8 @@ class KubernetesClusterTarget(ClusterTarget):
     def pod(self, handle: dict[str, Any]) -> dict[str, Any] | None:
         """The recorded driver pod, ``None`` if it does not exist; :class:`ClusterUnreachableError` when the
         API server cannot be asked or refuses (401/403: the pod may well exist)."""
-        reply = self.http.request("GET", self._pod_url(handle))
+        self._api_of(handle)
+        reply = self.api.read_pod(str(handle.get("namespace") or self.namespace), str(handle.get("pod") or ""))
         if reply.status == 404:
             return None
         if not reply.ok:
@@ -236,7 +359,9 @@ class KubernetesClusterTarget(ClusterTarget):
             message = f"cannot kill pod {name} of run {record.run_id} now: {exc}"
             log.error("%s", message)
             return message
+        namespace = str(record.handle.get("namespace") or self.namespace)
         if pod is None:
+            self._delete_conf_secret(namespace, str(record.handle.get("pod")), record.run_id)
             return f"nothing to kill: driver pod {name} does not exist"
         labels = (pod.get("metadata") or {}).get("labels") or {}
         if labels.get(RUN_LABEL) != label_value(record.run_id) or labels.get("spark-role") != "driver":
@@ -246,14 +371,15 @@ class KubernetesClusterTarget(ClusterTarget):
             log.error("%s", message)
             return message
         seconds = max(0, int(grace))
-        url = self._pod_url(record.handle, f"?{urlencode({'gracePeriodSeconds': seconds})}")
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": seconds}
         try:
-            reply = self.http.request("DELETE", url, body)
+            self._api_of(record.handle)
+            reply = self.api.delete_pod(namespace, str(record.handle.get("pod")), seconds)
         except ClusterUnreachableError as exc:
             message = f"delete of pod {name} (run {record.run_id}) not sent: {exc}"
             log.error("%s", message)
             return message
+        if reply.ok or reply.status == 404:
+            self._delete_conf_secret(namespace, str(record.handle.get("pod")), record.run_id)
         if reply.status == 404:
             return f"nothing to kill: driver pod {name} was already gone"
         if not reply.ok:
@@ -272,13 +398,12 @@ class KubernetesClusterTarget(ClusterTarget):
 
     def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
         selector = f"{RUN_LABEL}={label_value(run_id)},spark-role=driver"
-        api = self._api_of(record.handle if record else None)
         namespace = (record.handle.get("namespace") if record else None) or self.namespace
-        url = f"{api}/api/v1/namespaces/{quote(namespace, safe='')}/pods?{urlencode({'labelSelector': selector})}"
         try:
-            reply = self.http.request("GET", url)
+            self._api_of(record.handle if record else None)
+            reply = self.api.list_pods(namespace, selector)
             if not reply.ok:
-                raise ClusterUnreachableError(url, reply.message(), API_HINT)
+                raise ClusterUnreachableError(reply.url, reply.message(), API_HINT)
             doc = reply.json()
         except (ClusterUnreachableError, ValueError) as exc:
             raise StreamStateUnknownError(f"cannot tell whether run {run_id} has a driver pod: {exc}") from exc
@@ -297,9 +422,10 @@ class KubernetesClusterTarget(ClusterTarget):
 
     def log_tail(self, record: DriverRecord, lines: int) -> str:
         """The driver container's log from the API server, else the run's notes in the control log."""
-        url = self._pod_url(record.handle, f"/log?{urlencode({'container': DRIVER_CONTAINER, 'tailLines': lines})}")
         try:
-            reply = self.http.request("GET", url)
+            self._api_of(record.handle)
+            reply = self.api.pod_log(str(record.handle.get("namespace") or self.namespace),
+                                     str(record.handle.get("pod") or ""), DRIVER_CONTAINER, lines)
             if reply.ok:
                 return "\n".join(reply.text().splitlines()[-lines:])
             note = f"(the driver pod's log cannot be read: {reply.message()})"

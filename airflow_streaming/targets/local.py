@@ -25,9 +25,10 @@ from typing import Any
 import psutil
 
 from airflow_streaming.control.contract import DriverRecord
-from airflow_streaming.control.process import process_start_time, processes_with_token
+from airflow_streaming.control.process import has_token, process_start_time
 from airflow_streaming.exceptions import ApplicationNotFoundError
 from airflow_streaming.properties_file import forget_properties_file
+from airflow_streaming.pyspark_install import spark_submit_missing
 from airflow_streaming.targets.base import DriverState, DriverTarget, LaunchPlan, Liveness
 from airflow_streaming.targets.driver_env import driver_environment
 from airflow_streaming.targets.submit_command import spark_submit_argv, write_properties_file
@@ -45,12 +46,15 @@ def reap_children() -> None:
 
 
 def run_processes(run_id: str) -> list[psutil.Process]:
-    """Live local processes that carry ``run_id`` on their command line, plus their descendants."""
+    """Live (non-zombie) local processes that carry ``--run-id <run_id>`` on their command line, plus their
+    descendants. psutil's ``Process`` objects remember each one's creation time: a later ``send_signal``
+    refuses a pid that was reused meanwhile (``NoSuchProcess``) instead of signalling a stranger."""
     found: dict[int, psutil.Process] = {}
-    for pid in processes_with_token(run_id):
+    for proc in psutil.process_iter(["cmdline"]):
         try:
-            proc = psutil.Process(pid)
-            found[pid] = proc
+            if not has_token(proc.info["cmdline"] or [], run_id):
+                continue
+            found[proc.pid] = proc
             for child in proc.children(recursive=True):
                 found.setdefault(child.pid, child)
         except psutil.Error:
@@ -74,10 +78,7 @@ class LocalTarget(DriverTarget):
         env = driver_environment(os.environ, plan.env)
         binary = self.settings.get("spark_binary", "spark-submit")
         if shutil.which(binary, path=env.get("PATH")) is None:
-            raise ApplicationNotFoundError(
-                f"{binary} is not on PATH: install PySpark in the Airflow worker's environment "
-                "(pip install pyspark==4.2.0 pyspark-client==4.2.0) or put Spark's bin directory on PATH; "
-                "nothing was submitted")
+            raise ApplicationNotFoundError(f"{spark_submit_missing(binary)}; nothing was submitted")
         properties = write_properties_file(plan.secret_conf, plan.run_id) if plan.secret_conf else None
         if properties:
             env["AIRFLOW_STREAMING_SECRET_PROPERTIES"] = properties  # the runtime deletes it once started

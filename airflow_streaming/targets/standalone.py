@@ -28,22 +28,19 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 from typing import Any
 from urllib.parse import quote, urlparse
 
 from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.exceptions import DriverStartError, StreamStateUnknownError
 from airflow_streaming.targets.base import DriverState, LaunchPlan, Liveness
-from airflow_streaming.targets.cluster import RUN_ID_CONF, ClusterTarget
+from airflow_streaming.targets.cluster import RUN_ID_CONF, SECRET_CONF_ENV, ClusterTarget
 from airflow_streaming.targets.cluster_http import ClusterHttp, ClusterUnreachableError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_REST_PORT = 6066
 DEFAULT_UI_PORT = 8080
-SECRET_CONF_ENV = "AIRFLOW_STREAMING_SECRET_CONF"
-"""Environment variable carrying secret conf (JSON) to a cluster driver; the runtime applies and drops it."""
 ALIVE_STATES = frozenset({"SUBMITTED", "RUNNING", "RELAUNCHING"})
 GONE_STATES = frozenset({"FINISHED", "KILLED", "FAILED", "ERROR"})
 EXITED_STATES = frozenset({"FINISHED", "KILLED", "FAILED"})
@@ -65,10 +62,10 @@ def liveness_of(driver_state: str | None) -> Liveness:
     return Liveness.UNKNOWN  # the master's own UNKNOWN state
 
 
-def _host_urls(master: str, port: int) -> list[str]:
-    """``http://host:port`` for every host of ``spark://h1:7077,h2:7077``."""
+def _host_urls(master: str, port: int, scheme: str = "http") -> list[str]:
+    """``<scheme>://host:port`` for every host of ``spark://h1:7077,h2:7077``."""
     hosts = [urlparse("spark://" + part.removeprefix("spark://")).hostname for part in master.split(",")]
-    return [f"http://{host}:{port}" for host in hosts if host]
+    return [f"{scheme}://{host}:{port}" for host in hosts if host]
 
 
 def _spark_version() -> str:
@@ -83,7 +80,8 @@ def _spark_version() -> str:
 class StandaloneClusterTarget(ClusterTarget):
     """A driver on a standalone worker, submitted through the master's REST server (module docstring).
 
-    :param settings: the spec's ``cluster`` settings: ``rest_url`` (default ``http://<master host>:6066``;
+    :param settings: the spec's ``cluster`` settings: ``rest_url`` (default ``<rest_scheme>://<master host>:
+        <rest_port>``, ``http`` and 6066 unless set - the Spark connection's ``rest-scheme`` / ``rest-port``;
         several comma-separated for masters in HA), ``master_ui_url`` (default ``http://<master host>:8080``),
         ``runtime_path`` (the project's root as the workers see it), ``python``, ``driver_cores``,
         ``driver_memory``.
@@ -97,7 +95,8 @@ class StandaloneClusterTarget(ClusterTarget):
         self.master = master
         rest = self.settings.get("rest_url")
         self.rest_urls = ([u.strip().rstrip("/") for u in rest.split(",") if u.strip()] if rest
-                          else _host_urls(master, DEFAULT_REST_PORT))
+                          else _host_urls(master, int(self.settings.get("rest_port") or DEFAULT_REST_PORT),
+                                          str(self.settings.get("rest_scheme") or "http")))
         if not self.rest_urls:
             raise ValueError(f"cluster.rest_url: cannot derive the REST server of master {master!r}; set it "
                              "(e.g. http://spark-master:6066)")
@@ -108,6 +107,12 @@ class StandaloneClusterTarget(ClusterTarget):
     # ------------------------------------------------------------------ submit
     def plan(self, spec: Any, run_id: str, launcher: str, runtime_args: list[str], conf: dict[str, str],
              secret_conf: dict[str, str], log_path: str, standby: bool = False) -> LaunchPlan:
+        if self.kerberos_args():
+            raise ValueError(
+                "cluster.principal / cluster.keytab (or the Spark connection's principal and keytab extras): the "
+                "standalone master's REST submission has no Kerberos login (Spark's delegation tokens work on YARN "
+                "and Kubernetes). Use a Spark connection without them for this stream, or run it on YARN or "
+                "Kubernetes")
         root = self.settings.get("runtime_path")
         if root:
             launcher = f"{root.rstrip('/')}/spark_jobs/launch.py"
@@ -307,13 +312,7 @@ class StandaloneClusterTarget(ClusterTarget):
             return message
         sent = f"kill of {sid} (run {record.run_id}; identified by {proof}) sent to {rest}: {doc.get('message')}"
         log.warning("%s", sent)
-        deadline = time.monotonic() + max(grace, 1.0)
-        while time.monotonic() < deadline:
-            now = self.state(record)
-            if now.gone:
-                return f"{sent}; driver {now.cluster_state}"
-            time.sleep(0.3)
-        return f"{sent}; still {self.state(record).detail} after {grace:.0f}s"
+        return self.await_gone(record, sent, grace, "driver", poll=0.3)
 
     def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
         found: list[str] = []

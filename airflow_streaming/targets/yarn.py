@@ -26,7 +26,6 @@ import getpass
 import logging
 import os
 import re
-import time
 import xml.etree.ElementTree as ET
 from typing import Any
 from urllib.parse import quote, urlencode, urlparse
@@ -253,13 +252,7 @@ class YarnClusterTarget(ClusterTarget):
             return message
         sent = f"kill of YARN application {app_id} (run {record.run_id}, tagged {run_tag(record.run_id)}) accepted"
         log.warning("%s", sent)
-        deadline = time.monotonic() + max(grace, 1.0)
-        while time.monotonic() < deadline:
-            now = self.state(record)
-            if now.gone:
-                return f"{sent}; application {now.cluster_state}"
-            time.sleep(0.5)
-        return f"{sent}; still {self.state(record).detail} after {grace:.0f}s"
+        return self.await_gone(record, sent, grace, "application", poll=0.5)
 
     def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
         query = urlencode({"applicationTags": run_tag(run_id), "states": ",".join(ALIVE_STATES)})

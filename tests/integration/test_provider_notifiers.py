@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from airflow_streaming.notifications import EventKind, StreamWebhookNotifier, call_notifier, send_event
+from airflow_streaming.notifications import EventKind, StreamHttpNotifier, call_notifier, send_event
 from test_notifiers import (  # noqa: F401 - fixtures
     QUERY_TOKEN,
     SMTP_PASSWORD,
@@ -42,8 +42,9 @@ def provider(module: str) -> Any:
     """Import a provider notifier module, or skip the test saying which provider is missing."""
     try:
         return __import__(module, fromlist=["_"])
-    except ImportError as exc:  # pragma: no cover - the test extra installs them
-        pytest.skip(f"{module} needs a provider that is not installed here: {exc} (pip install -e '.[test]')")
+    except ImportError as exc:  # pragma: no cover - the test dependency group installs them
+        pytest.skip(f"{module} needs a provider that is not installed here: {exc} "
+                    "(the `test` dependency group: scripts/setup_env.sh)")
 
 
 @pytest.fixture
@@ -141,7 +142,7 @@ def test_http_providers_notifier_posts_the_event_as_json(http_server, monkeypatc
 
 def test_each_event_renders_the_notifiers_templates_afresh(http_server):
     """The supervisor and upgrade operators deliver many events through one notifier object."""
-    notifier = StreamWebhookNotifier(url=http_server.base_url + "/hook/{{ stream_event.stream }}/{{ ti_label }}")
+    notifier = StreamHttpNotifier(url=http_server.base_url + "/hook/{{ stream_event.stream }}/{{ ti_label }}")
     call_notifier(notifier, {"stream_event": event(stream="orders-etl"), "ti_label": "supervise"})
     send_event(event(stream="payments"), [notifier])  # the supervisor's own path (no task context)
     paths = [r["path"] for r in http_server.wait_for(2)]
@@ -156,15 +157,15 @@ import pendulum
 
 from airflow.sdk import DAG, task
 
-from airflow_streaming.notifications import StreamWebhookNotifier
+from airflow_streaming.notifications import StreamHttpNotifier
 from airflow_streaming.notifications.slack_provider import StreamSlackWebhookNotifier
 
 with DAG(dag_id="templated_notifiers_demo", schedule=None, start_date=pendulum.datetime(2025, 1, 1, tz="UTC"),
          catchup=False, params={{"hook_base": "{base}"}}, default_args={{"retries": 0}}):
 
     @task(on_failure_callback=[
-        StreamWebhookNotifier(url="{{{{ params.hook_base }}}}/hooks/{{{{ dag.dag_id }}}}/{{{{ ti.task_id }}}}?t={token}",
-                              headers={{"X-Try": "{{{{ ti.try_number }}}}"}}),
+        StreamHttpNotifier(url="{{{{ params.hook_base }}}}/hooks/{{{{ dag.dag_id }}}}/{{{{ ti.task_id }}}}?t={token}",
+                           headers={{"X-Try": "{{{{ ti.try_number }}}}"}}),
         StreamSlackWebhookNotifier(slack_webhook_conn_id="slack_test",
                                    text="{{{{ ti.task_id }}}} failed: {{{{ stream_event.error_first_line }}}}"),
     ])

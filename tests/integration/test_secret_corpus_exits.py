@@ -107,7 +107,10 @@ def target(request, tmp_path):
     if request.param == "local":
         yield request.param, {"spark_conf": {"spark.ui.enabled": "true", "spark.ui.port": "0"}}, None
         return
-    with running_cluster(tmp_path / "cluster") as cluster:
+    (tmp_path / "cluster").mkdir()
+    # 4 cores, as in test_two_hosts: the stream's driver and executor, and the upgrade's gate (no free core:
+    # the gate waits until its timeout refuses the upgrade, docs/cluster.md)
+    with running_cluster(tmp_path / "cluster", cores=4, memory="3g") as cluster:
         yield request.param, {
             "master": cluster.master, "deploy_mode": "cluster", "master_ui_url": cluster.ui,
             "cluster": {"rest_url": cluster.rest, "driver_memory": "512m", "driver_cores": 1},
@@ -156,9 +159,13 @@ def test_the_corpus_leaves_through_no_exit_of_a_deploy_upgrade_and_stop(target, 
         assert proof_doc == {**dict.fromkeys(CONF_CORPUS, True), "--db-password": sha(ARG_SECRET)}, proof_doc
     assert fed > 3 and Path(sink).is_dir()
 
-    # The process table, scanned all along, saw the submission and the gate's child, and no secret.
-    assert scanner.scans > 10 and scanner.saw(lambda a: "org.apache.spark.deploy.SparkSubmit" in a)
-    assert scanner.saw(lambda a: "airflow_streaming.compat" in a), "the gate's child was never seen"
+    # The process table, scanned all along, saw the drivers and the gate, and no secret. Locally the
+    # driver is spark-submit's JVM and the gate a child process; on the standalone cluster the submission
+    # is a REST call, the worker starts the driver (DriverWrapper) and the gate is a driver (--gate-only).
+    driver, gate = (("org.apache.spark.deploy.SparkSubmit", "airflow_streaming.compat") if kind == "local"
+                    else ("org.apache.spark.deploy.worker.DriverWrapper", "--gate-only"))
+    assert scanner.scans > 10 and scanner.saw(lambda a: driver in a), f"no {driver} process was ever seen"
+    assert scanner.saw(lambda a: gate in a), f"the gate ({gate}) was never seen"
     assert scanner.leaks == []
 
     # At rest: control files (records, history, snapshots, driver logs), checkpoints, the sink, the

@@ -59,3 +59,23 @@ def test_upgrade_task_killed_at_named_steps_resumes_with_one_driver_exactly_once
     assert result["max_drivers_alive"] == 1, result
     assert result["driver_logs"] == result["runs_seen"], result  # each run submitted once
     assert result["exactly_once"]["exactly_once"], result["exactly_once"]
+
+
+def test_a_kill_in_every_phase_leaves_no_stream_down_and_the_output_exactly_once(streams):
+    """kill -9 at a random moment of a random phase (startup, a supervisor's restart, the supervising
+    process mid-pass, a standby's preparation, the gate, probation, a rollback, the upgrade task): the
+    suite runs a few trials; ``./scripts/soak.sh`` runs every phase many times (RELIABILITY.md)."""
+    from soak_phases import PHASES, phase_soak
+
+    trials = int(os.environ.get("AIRFLOW_STREAMING_PHASE_TRIALS", "3"))
+    seed = int(os.environ.get("AIRFLOW_STREAMING_SOAK_SEED", "11"))
+    wanted = os.environ.get("AIRFLOW_STREAMING_PHASES")
+    phases = tuple(wanted.split(",")) if wanted else PHASES
+    print(f"phase soak: seed {seed}, {trials} trials over {phases}")
+    result = phase_soak(streams, trials, seed, phases)
+    _save("phase_kills", result)
+    assert len(result["trials"]) == trials and all(t["outcome"] == "running" for t in result["trials"]), \
+        json.dumps(result["trials"], indent=1)
+    assert result["violations"] == [], result["violations"]
+    assert result["max_committers_alive"] == 1, result
+    assert result["exactly_once"]["exactly_once"], result["exactly_once"]

@@ -57,6 +57,8 @@ def test_missing_spark_submit_is_named_and_nothing_is_submitted(streams, monkeyp
     real_which = shutil_module.which
     monkeypatch.setattr(shutil_module, "which",
                         lambda name, *a, **k: None if name == "spark-submit" else real_which(name, *a, **k))
-    with pytest.raises(ApplicationNotFoundError, match="spark-submit is not on PATH: install PySpark"):
+    with pytest.raises(ApplicationNotFoundError, match="spark-submit is not on PATH") as raised:
         hook.submit()
+    assert 'pip install "airflow-streaming[pyspark]" "pyspark==' in str(raised.value)  # the extra, pinned
+    assert "nothing was submitted" in str(raised.value)
     assert hook.driver_record() is None and not hook.storage.exists(hook.paths.marker)

@@ -135,12 +135,12 @@ def test_deterministic_failure_is_not_retried_and_gives_up_once(streams, tmp_pat
 SUPERVISOR_DAG = """
 from datetime import datetime
 from airflow.sdk import DAG
-from airflow_streaming.notifications.webhook import StreamWebhookNotifier
+from airflow_streaming.notifications import StreamHttpNotifier
 from airflow_streaming.operators.supervise import SparkStreamSupervisorOperator
 
 with DAG("supervise_test", schedule=None, start_date=datetime(2026, 1, 1)):
     SparkStreamSupervisorOperator(task_id="supervise", specs=[{spec!r}],
-                                  notifiers=[StreamWebhookNotifier(url="{url}", payload_format="slack")])
+                                  notifiers=[StreamHttpNotifier(url="{url}", payload_format="slack")])
 """
 
 

@@ -98,7 +98,7 @@ def ui_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
         import playwright  # noqa: F401
     except ImportError:
-        pytest.skip("the Python package playwright is missing (pip install -e '.[test]')")
+        pytest.skip("the Python package playwright is missing (the `test` dependency group: scripts/setup_env.sh)")
     return tmp_path_factory.mktemp("ui")
 
 

@@ -137,6 +137,9 @@ def test_parallel_transition_for_an_incompatible_change_ends_with_only_the_new_s
     r1 = old.submit()
     old.wait_until_ready(r1)
     feeder.start()
+    # The retired stream's output is checked below: let it close a window first (on a loaded machine
+    # its ~20 s of running did not always get that far, and the check then had nothing to check).
+    wait_for(lambda: read_window_counts(streams.path("output", "signals")), 180, "the old stream's first window")
     v3 = signals_spec(streams, str(JOBS / "device_signals_by_site.py"), "v3", name="signals-by-site",
                       master="local[1]")
     new = streams.hook(v3)

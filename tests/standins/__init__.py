@@ -43,7 +43,7 @@ class StandInServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            do_GET = do_PUT = do_POST = do_DELETE = _dispatch  # noqa: N815 - http.server's names
+            do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = _dispatch  # noqa: N815 - http.server's names
 
         self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

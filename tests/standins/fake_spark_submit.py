@@ -84,9 +84,21 @@ def main(argv: list[str]) -> int:
         prefix = "spark.kubernetes.driver.label."
         labels = {k[len(prefix):]: v for k, v in conf.items() if k.startswith(prefix)}
         labels.update({"spark-app-selector": app, "spark-role": "driver"})
-        _post(f"{os.environ['FAKE_KUBE_API']}/api/v1/namespaces/{namespace}/pods",
-              {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": namespace, "labels": labels}},
-              os.environ.get("FAKE_KUBE_TOKEN"))
+        api, token = os.environ["FAKE_KUBE_API"], os.environ.get("FAKE_KUBE_TOKEN")
+        # As Spark's KubernetesClientApplication does: the driver's ConfigMap carries every conf spark-submit
+        # knows (spark.properties), the --properties-file's entries included; secretKeyRef confs become the
+        # driver container's env.
+        properties = "".join(f"{k}={v}\n" for k, v in conf.items()) + (record.get("properties") or "")
+        _post(f"{api}/api/v1/namespaces/{namespace}/configmaps",
+              {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"spark-drv-{app[6:22]}-conf-map",
+                                                                     "namespace": namespace},
+               "data": {"spark.properties": properties}}, token)
+        ref = "spark.kubernetes.driver.secretKeyRef."
+        env = [{"name": k[len(ref):], "valueFrom": {"secretKeyRef": dict(zip(("name", "key"), v.split(":", 1)))}}
+               for k, v in conf.items() if k.startswith(ref)]
+        _post(f"{api}/api/v1/namespaces/{namespace}/pods",
+              {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": namespace, "labels": labels},
+               "spec": {"containers": [{"name": "spark-kubernetes-driver", "env": env}]}}, token)
         print(f"{stamp} INFO LoggingPodStatusWatcherImpl: State changed, new state:\n\t pod name: {pod}\n\t "
               f"namespace: {namespace}\n\t labels: {', '.join(f'{k} -> {v}' for k, v in labels.items())}\n\t "
               f"phase: Pending", flush=True)

@@ -11,11 +11,17 @@ and status codes:
 - ``GET /api/v1/namespaces/{ns}/pods/{name}/log?container=..&tailLines=N`` -> text/plain;
 - ``POST /api/v1/namespaces/{ns}/pods`` (what spark-submit does to create the driver pod; used by the
   fake spark-submit) -> 201;
+- ``POST / GET / PATCH (merge patch) / DELETE /api/v1/namespaces/{ns}/secrets[/{name}]`` and the same for
+  ``configmaps`` (GET lists them, with equality label selectors): a Secret's ``stringData`` is stored as
+  base64 ``data``, as the API server does; 409 ``AlreadyExists`` on a duplicate create;
+- deleting a pod deletes the Secrets and ConfigMaps whose ``metadata.ownerReferences`` name its uid
+  (what Kubernetes' garbage collector does, here at once);
 - every request needs ``Authorization: Bearer <token>`` -> 401 ``Status`` otherwise.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import ssl
 import subprocess
@@ -49,6 +55,8 @@ class KubeApiStandIn(StandInServer):
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.logs: dict[tuple[str, str], str] = {}
         self.deletions: list[tuple[str, str, int | None]] = []
+        self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {"secrets": {}, "configmaps": {}}
+        """Secrets and ConfigMaps by kind, then (namespace, name)."""
         self._lock = threading.Lock()
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -76,9 +84,11 @@ class KubeApiStandIn(StandInServer):
         if auth != f"Bearer {self.token}":
             return 401, _status(401, "Unauthorized", "Unauthorized"), "application/json"
         parts = path.strip("/").split("/")
-        if parts[:3] != ["api", "v1", "namespaces"] or len(parts) < 5 or parts[4] != "pods":
+        if parts[:3] != ["api", "v1", "namespaces"] or len(parts) < 5 or parts[4] not in ("pods", *self.objects):
             return 404, _status(404, "NotFound", f"stand-in: no route {method} {path}"), "application/json"
         namespace = parts[3]
+        if parts[4] in self.objects:
+            return self._object(parts[4], method, namespace, parts[5] if len(parts) > 5 else "", query, body)
         if len(parts) == 5:
             if method == "GET":
                 return 200, self._list(namespace, query.get("labelSelector", "")), "application/json"
@@ -88,7 +98,11 @@ class KubeApiStandIn(StandInServer):
                 if (namespace, meta.get("name")) in self.pods:
                     return 409, _status(409, "AlreadyExists", f'pods "{meta.get("name")}" already exists'), \
                         "application/json"
-                return 201, self.create_pod(namespace, meta["name"], meta.get("labels") or {}), "application/json"
+                pod = self.create_pod(namespace, meta["name"], meta.get("labels") or {})
+                env = ((doc.get("spec") or {}).get("containers") or [{}])[0].get("env")
+                if env:
+                    pod["spec"]["containers"][0]["env"] = env
+                return 201, pod, "application/json"
         name = parts[5] if len(parts) > 5 else ""
         pod = self.pods.get((namespace, name))
         if pod is None:
@@ -102,6 +116,11 @@ class KubeApiStandIn(StandInServer):
             with self._lock:
                 self.deletions.append((namespace, name, seconds))
                 self.pods.pop((namespace, name), None)
+                uid = pod["metadata"]["uid"]
+                for store in self.objects.values():  # the garbage collector: owned objects go with the pod
+                    for key in [k for k, o in store.items() if any(
+                            ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or [])]:
+                        store.pop(key)
             return 200, pod, "application/json"
         if len(parts) == 7 and parts[6] == "log" and method == "GET":
             lines = self.logs.get((namespace, name), "").splitlines(keepends=True)
@@ -109,6 +128,43 @@ class KubeApiStandIn(StandInServer):
                 lines = lines[-int(query["tailLines"]):]
             return 200, "".join(lines).encode(), "text/plain"
         return 405, _status(405, "MethodNotAllowed", f"{method} {path}"), "application/json"
+
+    def _object(self, kind: str, method: str, namespace: str, name: str, query: dict[str, str],
+                body: bytes) -> tuple[int, Any, str]:
+        store, singular = self.objects[kind], {"secrets": "Secret", "configmaps": "ConfigMap"}[kind]
+        with self._lock:
+            if not name and method == "POST":
+                doc = json.loads(body)
+                meta = doc.setdefault("metadata", {})
+                if (namespace, meta.get("name")) in store:
+                    return 409, _status(409, "AlreadyExists", f'{kind} "{meta.get("name")}" already exists'), \
+                        "application/json"
+                meta.update(namespace=namespace, uid=f"uid-{kind}-{meta['name']}")
+                if "stringData" in doc:  # the API server stores stringData as base64 data
+                    doc["data"] = {**(doc.get("data") or {}), **{k: base64.b64encode(v.encode()).decode()
+                                                                 for k, v in doc.pop("stringData").items()}}
+                doc.setdefault("kind", singular)
+                store[(namespace, meta["name"])] = doc
+                return 201, doc, "application/json"
+            if not name and method == "GET":
+                wanted = dict(t.split("=", 1) for t in query.get("labelSelector", "").split(",") if "=" in t)
+                items = [o for (ns, _), o in store.items() if ns == namespace
+                         and all((o["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())]
+                return 200, {"kind": f"{singular}List", "apiVersion": "v1", "metadata": {}, "items": items}, \
+                    "application/json"
+            found = store.get((namespace, name))
+            if found is None:
+                return 404, _status(404, "NotFound", f'{kind} "{name}" not found'), "application/json"
+            if method == "GET":
+                return 200, found, "application/json"
+            if method == "DELETE":
+                store.pop((namespace, name))
+                return 200, found, "application/json"
+            if method == "PATCH":
+                patch = json.loads(body)
+                found["metadata"].update(patch.get("metadata") or {})
+                return 200, found, "application/json"
+        return 405, _status(405, "MethodNotAllowed", f"{method} {kind}"), "application/json"
 
     def _list(self, namespace: str, selector: str) -> dict[str, Any]:
         wanted = dict(term.split("=", 1) for term in selector.split(",") if "=" in term)

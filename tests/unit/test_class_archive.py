@@ -52,3 +52,23 @@ def test_the_cli_prints_the_option(tmp_path, monkeypatch, capsys):
     assert class_archive.main(["option", "--path", str(archive)]) == 0
     assert capsys.readouterr().out.strip() == f"-XX:SharedArchiveFile={archive}"
     assert os.path.isfile(Path(archive))
+
+
+def test_a_failed_archive_build_stops_the_spark_tests_with_the_cause_and_the_way_out(tmp_path):
+    """It used to be a warning: the Spark tests then ran ~6 s slower per driver start, unseen."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-jdk"), class_archive.ENV_DIR: str(tmp_path / "archives")}
+    env.pop("AIRFLOW_STREAMING_TEST_CLASS_ARCHIVE", None)
+    probe = root / "tests" / "unit" / "data" / "probes" / "spark_marked_probe.py"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", str(probe)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stdout[-2000:]
+    assert "could not be built" in done.stdout and "AIRFLOW_STREAMING_TEST_CLASS_ARCHIVE=0" in done.stdout
+    assert "1 passed" not in done.stdout
+    off = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", str(probe)], cwd=root,
+                         env={**env, "AIRFLOW_STREAMING_TEST_CLASS_ARCHIVE": "0"}, capture_output=True, text=True,
+                         timeout=300)
+    assert off.returncode == 0 and "1 passed" in off.stdout, off.stdout[-2000:]

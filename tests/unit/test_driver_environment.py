@@ -59,3 +59,24 @@ def test_a_submitted_driver_does_not_inherit_them(tmp_path, monkeypatch):
     assert seen["PYSPARK_PYTHON"] == "/py" and seen["PATH"].startswith(str(bindir))
     assert not [k for k in seen if k in AIRFLOWS_OWN], sorted(k for k in seen if k.startswith("AIRFLOW"))
     assert not any(v in json.dumps(seen) for v in AIRFLOWS_OWN.values())
+
+
+def test_drivers_on_this_host_log_through_the_redacting_configuration_unless_one_is_named():
+    from airflow_streaming.hooks.submission import DRIVER_LOG4J2, redacting_log_options
+    from control_fixtures import spec_under
+    from pathlib import Path
+
+    assert DRIVER_LOG4J2.is_file()
+    spec = spec_under(Path("/tmp/x"))
+    option = f"-Dlog4j2.configurationFile={DRIVER_LOG4J2.as_uri()}"
+    assert redacting_log_options(spec, {}) == option
+    # the suite's class archive (or any other option) is kept
+    assert redacting_log_options(spec, {"SPARK_SUBMIT_OPTS": "-XX:SharedArchiveFile=/a.jsa"}) == \
+        f"-XX:SharedArchiveFile=/a.jsa {option}"
+    # the user's own configuration wins
+    assert redacting_log_options(spec, {"SPARK_SUBMIT_OPTS": "-Dlog4j2.configurationFile=/mine"}) is None
+    mine = spec.with_version("v1", spark_conf={"spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=/m"})
+    assert redacting_log_options(mine, {}) is None
+    # cluster mode: the driver's JVM is not spark-submit's
+    cluster = spec_under(Path("/tmp/x"), master="spark://m:7077", deploy_mode="cluster")
+    assert redacting_log_options(cluster, {}) is None

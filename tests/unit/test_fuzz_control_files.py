@@ -88,15 +88,18 @@ def mutations(name: str, good: bytes, rng: random.Random) -> list[tuple[str, byt
 
 
 def _poke_unwrapped(sensor: Any) -> Any:
-    """The sensor's own error: a permanent one reaches Airflow as AirflowFailException (no retries) with
-    the provider's error as its cause."""
+    """The sensor's own error: a permanent one reaches Airflow as AirflowFailException (no retries) carrying
+    the provider's error (``original_error``)."""
     from airflow.providers.common.compat.sdk import AirflowFailException
+
+    from airflow_streaming.task_failures import original_error
 
     try:
         return sensor.poke({})
     except AirflowFailException as exc:
-        assert exc.__cause__ is not None and str(exc) == str(exc.__cause__)
-        raise exc.__cause__ from None
+        original = original_error(exc)
+        assert original is not exc and str(exc) == str(original)
+        raise original from None
 
 
 def entry_points(spec: StreamSpec, hook: Any) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException, TaskDeferr
 from airflow_streaming.exceptions import StreamFailedError
 from airflow_streaming.sensors.health import StreamingHealthSensor
 from airflow_streaming.triggers.health import StreamingHealthTrigger
+from airflow_streaming.task_failures import original_error
 from control_fixtures import deployed_stream, spec_under
 
 
@@ -88,7 +89,7 @@ def test_a_stopped_stream_fails_at_the_first_verdict_without_deferring_or_retryi
     sensor = StreamingHealthSensor(task_id="h", spec=spec.to_dict(), deferrable=True, retries=3)
     with pytest.raises(AirflowFailException, match="stream s1 is STOPPED") as failed:
         sensor.execute({})
-    assert isinstance(failed.value.__cause__, StreamFailedError)
+    assert isinstance(original_error(failed.value), StreamFailedError)
 
 
 def test_report_returns_the_first_verdict_without_deferring(tmp_path):

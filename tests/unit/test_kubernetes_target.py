@@ -6,6 +6,7 @@ the identity checks - not Kubernetes itself."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from airflow_streaming.targets.base import Liveness
 from airflow_streaming.targets.kubernetes import (
     RUN_LABEL,
     KubernetesClusterTarget,
+    conf_secret_name,
     driver_pod_name,
     label_value,
     liveness_of,
@@ -128,8 +130,9 @@ def test_submission_argv_pod_labels_and_no_secret(tmp_path, api, tls, token_file
     assert conf["spark.airflow_streaming.run_id"] == record.run_id
     assert argv[argv.index("--py-files") + 1].endswith(".zip")
     assert SECRET not in " ".join(argv) and TOKEN not in " ".join(argv) and SECRET not in record.command
-    assert call["properties_mode"] == "0o600" and SECRET in call["properties"]
-    assert not os.path.exists(call["properties_file"])
+    # Secret conf never reaches spark-submit (it would land in the driver's ConfigMap): it is in a Secret.
+    assert "--properties-file" not in argv and "properties" not in call
+    assert conf["spark.kubernetes.driver.secretKeyRef.AIRFLOW_STREAMING_SECRET_CONF"] == f"{pod}-conf:conf.json"
     assert record.target == "kubernetes"
     assert record.handle == {"namespace": "streams", "pod": pod, "api_server": api.url}
     assert api.pods[("streams", pod)]["metadata"]["labels"]["spark-role"] == "driver"
@@ -178,7 +181,8 @@ def test_state_kill_find_and_logs_through_the_pod_api(tmp_path, api, tls, token_
     api.set_phase("streams", other.handle["pod"], "Failed", "Error")
     assert other_hook.target_of(other).state(other).liveness == Liveness.GONE
     # The bearer token travelled in headers only: never in a message or a log line.
-    assert all(h.get("Authorization") == f"Bearer {TOKEN}" for _, _, h, _ in api.requests)
+    assert all({k.lower(): v for k, v in h.items()}.get("authorization") == f"Bearer {TOKEN}"
+               for _, _, h, _ in api.requests)
     assert TOKEN not in caplog.text and TOKEN not in outcome
 
 
@@ -210,3 +214,100 @@ def test_tls_token_and_unreachable_api_are_unknown_never_gone(tmp_path, api, tls
     with pytest.raises(StreamStateUnknownError):
         target(api_server=closed).find(record.run_id)
     assert TOKEN not in state.detail
+
+
+def test_secret_conf_goes_in_a_secret_of_the_run_never_in_the_drivers_configmap(tmp_path, api, tls, token_file,
+                                                                                 submit_record, caplog):
+    """Issue 20: Spark writes every conf spark-submit knows into the driver's ConfigMap (``spark.properties``);
+    the secret conf must not be there but in a Secret the driver reads, created and deleted with the run."""
+    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={
+        "spark.hadoop.fs.s3a.secret.key": SECRET, "spark.kubernetes.file.upload.path": "s3a://bucket/uploads"}))
+    with caplog.at_level(logging.DEBUG):
+        record = hook.submit()
+    pod = record.handle["pod"]
+    name = conf_secret_name(pod)
+
+    (configmap,) = api.objects["configmaps"].values()
+    assert "spark.kubernetes.file.upload.path=s3a://bucket/uploads" in configmap["data"]["spark.properties"]
+    assert SECRET not in json.dumps(list(api.objects["configmaps"].values()))
+    secret = api.objects["secrets"][("streams", name)]
+    assert json.loads(base64.b64decode(secret["data"]["conf.json"])) == {"spark.hadoop.fs.s3a.secret.key": SECRET}
+    assert secret["metadata"]["labels"][RUN_LABEL] == record.run_id
+    assert secret["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": pod,
+                                                      "uid": f"uid-{pod}"}]
+    env = api.pods[("streams", pod)]["spec"]["containers"][0]["env"]
+    assert env == [{"name": "AIRFLOW_STREAMING_SECRET_CONF",
+                    "valueFrom": {"secretKeyRef": {"name": name, "key": "conf.json"}}}]
+    assert SECRET not in record.command and SECRET not in caplog.text
+    assert "secret conf entries in Kubernetes Secret" in record.command
+
+    hook.kill(record, grace=1)
+    assert ("streams", name) not in api.objects["secrets"]  # gone with the run
+
+
+def test_a_failed_submission_deletes_the_runs_secret_and_another_runs_secret_is_never_touched(
+        tmp_path, api, tls, token_file, submit_record, monkeypatch):
+    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file))
+    monkeypatch.setenv("FAKE_SPARK_SUBMIT_EXIT", "1")
+    with pytest.raises(Exception, match="spark-submit exit code 1"):
+        hook.submit()
+    assert api.objects["secrets"] == {}  # created before spark-submit, deleted after its failure
+    monkeypatch.delenv("FAKE_SPARK_SUBMIT_EXIT")
+
+    record = hook.submit()
+    other = replace(record, run_id="20990101T000000Z-00000000")  # a record of another run naming this pod
+    target = hook.target_of(record)
+    assert target._delete_conf_secret("streams", record.handle["pod"], other.run_id) is False
+    assert ("streams", conf_secret_name(record.handle["pod"])) in api.objects["secrets"]
+    api.pods.pop(("streams", record.handle["pod"]))  # the pod went without its owned Secret (no GC ran)
+    assert target.kill(record, grace=1).startswith("nothing to kill")
+    assert api.objects["secrets"] == {}
+
+
+def kubeconfig(path: Path, server: str, ca: str, token: str) -> str:
+    path.write_text(json.dumps({  # YAML is a superset of JSON
+        "apiVersion": "v1", "kind": "Config", "current-context": "streams",
+        "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority": ca}}],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [{"name": "streams", "context": {"cluster": "c", "user": "u", "namespace": "streams"}}]}))
+    return str(path)
+
+
+def test_a_kubeconfig_gives_the_credentials_for_the_specs_api_server_only(tmp_path, api, tls, token_file,
+                                                                           submit_record):
+    """The official client's kubeconfig support (here a token user; exec plugins and client certificates work
+    the same way): the API server stays the spec's, the kubeconfig only says how to talk to it."""
+    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file))
+    record = hook.submit()
+    config = kubeconfig(tmp_path / "kubeconfig", api.url, tls[0], TOKEN)
+    settings = {"image": "i", "namespace": "streams", "kubeconfig": config, "kube_context": "streams"}
+    target = KubernetesClusterTarget(hook.storage, hook.paths, settings, master=f"k8s://{api.url}")
+    assert target.state(record).liveness == Liveness.ALIVE
+    plan = target.plan(hook.spec, "20261123T000000Z-0000cfg0", "l.py", [], {"spark.kubernetes.file.upload.path": "x"},
+                       {}, "")
+    assert plan.env["KUBECONFIG"] == config and plan.conf["spark.kubernetes.context"] == "streams"
+    assert "spark.kubernetes.authenticate.submission.oauthTokenFile" not in plan.conf
+    # A kubeconfig whose context points at another server is a configuration error, never a redirect.
+    other = kubeconfig(tmp_path / "other", "https://10.0.0.9:6443", tls[0], TOKEN)
+    with pytest.raises(ValueError, match="points at https://10.0.0.9:6443, but this stream's API server is"):
+        KubernetesClusterTarget(hook.storage, hook.paths, {**settings, "kubeconfig": other},
+                                master=f"k8s://{api.url}").state(record)
+
+
+def test_without_the_kubernetes_client_the_target_says_how_to_install_it(tmp_path, monkeypatch, tls, token_file):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # as if not installed
+    target = KubernetesClusterTarget(None, None, {"image": "i", "kube_token_file": token_file},
+                                     master="k8s://https://127.0.0.1:6443")
+    record = replace(_record_of(), handle={"namespace": "streams", "pod": "p"})
+    with pytest.raises(ValueError, match=r"pip install 'airflow-streaming\[kubernetes\]'"):
+        target.state(record)
+
+
+def _record_of():
+    from airflow_streaming.control.contract import DriverRecord
+
+    return DriverRecord(run_id="20261123T000000Z-0000none", stream="s", version="v1", application="events_etl",
+                        host="h", command="", log_path="", submitted_at=1.0, checkpoint_location="/c",
+                        target="kubernetes", handle={})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -11,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from airflow_streaming.control.local import LocalStorage
+from airflow_streaming.control.storage import StorageError
 from airflow_streaming.notifications.events import (
     EventKind,
+    GateStateCorrupt,
     NotificationGate,
     StreamEvent,
     event_from_context,
@@ -281,12 +284,79 @@ def test_gate_state_persists_across_instances(gate_path):
     assert sorted(p.name for p in Path(gate_path).parent.iterdir()) == ["notifications.json"]
 
 
-def test_gate_fails_open_on_a_corrupt_state_file(gate_path):
+@pytest.mark.parametrize("garbage", [
+    b"{not json",
+    b"[1, 2, 3]",
+    b'{"version": 1, "streams": []}',
+    b'{"version": 1, "streams": {"orders-etl": {"kind": "FAILED", "error_class": "STREAM_FAILED", "sent_at": "x"}}}',
+    b'{"version": 1, "streams": {"orders-etl": "FAILED"}}',
+], ids=["not-json", "a-list", "streams-not-an-object", "sent-at-not-a-number", "entry-not-an-object"])
+def test_gate_garbage_is_reported_kept_aside_and_never_silences(gate_path, garbage, caplog):
     storage = LocalStorage()
-    storage.write_atomic(gate_path, b"{not json")
+    storage.write_atomic(gate_path, garbage)
+    gate = NotificationGate(storage, gate_path)
+    with caplog.at_level(logging.DEBUG, logger="airflow_streaming.notifications.events"):
+        sent = gate.admit(failed(), now=T0)
+
+    # Not silenced: the event goes out, and says what happened to the gate.
+    assert sent is not None and sent.kind is EventKind.FAILED
+    note = sent.health_reasons[-1]
+    assert "notification gate state" in note and "garbage" in note and ".corrupt-" in note
+    assert "notification gate state" in render_text(sent)[1]
+    # Reported: a named condition on the gate and an ERROR log line.
+    assert isinstance(gate.last_problem, GateStateCorrupt) and gate.last_problem.path == gate_path
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "is garbage" in errors[0].getMessage()
+    # The evidence is kept, byte for byte, beside a fresh state.
+    aside = gate.last_problem.moved_to
+    assert aside is not None and aside.startswith(gate_path + ".corrupt-")
+    assert Path(aside).read_bytes() == garbage
+    assert json.loads(Path(gate_path).read_bytes())["streams"]["orders-etl"]["sent_at"] == T0
+    # And the fresh state works: the next repeat is suppressed again.
+    assert gate.admit(failed(), now=T0 + 1) is None
+    assert sorted(p.name.split(".corrupt-")[0] for p in Path(gate_path).parent.iterdir()) == \
+        ["notifications.json", "notifications.json"]
+
+
+def test_gate_that_cannot_read_its_state_sends_and_overwrites_nothing(gate_path, monkeypatch):
+    storage = LocalStorage()
+    storage.write_atomic(gate_path, b'{"version": 1, "streams": {}}')
+    before = Path(gate_path).read_bytes()
+
+    def unreadable(path):
+        raise StorageError(5, f"cannot read {path}: Input/output error")
+
+    monkeypatch.setattr(storage, "read_bytes", unreadable)
     gate = NotificationGate(storage, gate_path)
     assert gate.admit(failed(), now=T0) is not None
-    assert gate.admit(failed(), now=T0 + 1) is None
+    assert gate.admit(failed(), now=T0 + 1) is not None  # no flap protection without its state: fail open
+    assert Path(gate_path).read_bytes() == before and gate.last_problem is None
+
+
+def test_gate_garbage_that_cannot_be_moved_aside_is_left_in_place(gate_path, monkeypatch):
+    storage = LocalStorage()
+    storage.write_atomic(gate_path, b"{not json")
+
+    def no_move(src, dst):
+        raise StorageError(38, f"cannot move {src} to {dst}: not supported")
+
+    monkeypatch.setattr(storage, "move", no_move)
+    gate = NotificationGate(storage, gate_path)
+    sent = gate.admit(failed(), now=T0)
+    assert sent is not None and "left in place and not overwritten" in sent.health_reasons[-1]
+    assert Path(gate_path).read_bytes() == b"{not json"
+    assert gate.admit(failed(), now=T0 + 1) is not None
+
+
+def test_supervisor_delivery_survives_a_garbage_gate(gate_path):
+    """Through ``send_event`` (the supervisor's path): the notifier is called, nothing raises."""
+    storage = LocalStorage()
+    storage.write_atomic(gate_path, b'{"streams": {"orders-etl": {"kind": "FAILED", "error_class": "STREAM_FAILED", '
+                                b'"sent_at": "soon"}}}')
+    seen: list = []
+    sent = send_event(failed(), [lambda context: seen.append(context["stream_event"])],
+                      gate=NotificationGate(storage, gate_path), now=T0)
+    assert sent is not None and seen == [sent]
 
 
 def test_gate_rejects_a_negative_window(gate_path):

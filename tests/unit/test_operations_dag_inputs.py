@@ -44,3 +44,14 @@ def test_a_templated_desired_state_stays_a_literal():
     op = SparkStreamOperationOperator(task_id="t", stream="s", action="status", desired_state="{{ params.evil }}")
     op.render_template_fields({"params": {"evil": "/tmp/evil.yaml"}})
     assert op.desired_state == "{{ params.evil }}"
+
+
+def test_the_upgrade_window_reads_only_its_authors_desired_state_file():
+    """The same attack on the upgrade-window DAG: it had a `desired_state` Param (whoever could trigger
+    it picked the spec file the apply tasks ran)."""
+    spec = importlib.util.spec_from_file_location("stream_upgrade_window_dag", REPO / "dags" / "stream_upgrade_window.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dag = module.stream_upgrade_window()
+    assert "desired_state" not in dag.params
+    assert dag.get_task("apply").partial_kwargs["desired_state"] == module.DESIRED_STATE

@@ -26,7 +26,8 @@ import pytest
 from airflow_streaming.control.contract import ControlPaths
 from airflow_streaming.control.local import LocalStorage
 from airflow_streaming.exceptions import SparkBinaryNotAllowedError, UnsafeDirectoryError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook, allowed_spark_binaries
+from airflow_streaming.hooks.spark_connection import allowed_spark_binaries
+from airflow_streaming.hooks.streaming_job import StreamingJobHook
 from airflow_streaming.private_dir import private_dir
 from airflow_streaming.properties_file import write_properties_file
 from airflow_streaming.spec import StreamSpec
@@ -222,3 +223,18 @@ def test_a_driver_record_does_not_choose_which_file_goes_into_task_logs(tmp_path
     assert hook.log_tail(RUN) == "the run's own output"
     assert "fernetMaterial" not in hook.log_tail(RUN)
     assert "not a run id" in hook.log_tail("../../../../" + str(worker_file))
+
+
+@pytest.mark.parametrize("how", ["open mode", "symlink"])
+def test_a_keytab_dir_someone_else_prepared_is_refused(shared_tmp, tmp_path, monkeypatch, how):
+    import base64
+
+    from airflow_streaming.hooks.spark_connection import keytab_file
+
+    monkeypatch.delenv("AIRFLOW_STREAMING_KEYTAB_DIR", raising=False)
+    attacker = tmp_path / "attacker"
+    attacker.mkdir(mode=0o700)
+    _precreate(shared_tmp, "airflow-streaming-keytabs", how, attacker)
+    with pytest.raises(UnsafeDirectoryError):
+        keytab_file(base64.b64encode(b"keytab bytes").decode(), "spark_inputs")
+    assert os.listdir(attacker) == []

@@ -1,110 +1,103 @@
-"""Transport rules without I/O: which SMTP mode a connection gets, when a webhook may carry credentials,
-and how the compatibility check's child gets secret conf (stdin, not argv)."""
+"""Transport rules: which SMTP mode a connection gets and when a login may go, when a webhook may carry
+credentials (refused before anything is sent), and how the compatibility check's child gets secret conf
+(stdin, not argv)."""
 
 from __future__ import annotations
 
 import io
 import json
-import ssl
+import socket
+from types import SimpleNamespace
 
 import pytest
 
 from airflow_streaming.compat.__main__ import parse_args, read_conf
 from airflow_streaming.compat.run import check_command
-from airflow_streaming.notifications.email import PLAIN, SSL, STARTTLS, SmtpSecurity
 from airflow_streaming.notifications.events import NotificationError
-from airflow_streaming.notifications.webhook import StreamWebhookNotifier, WebhookTarget
+from airflow_streaming.notifications.http_provider import StreamHttpNotifier
+from airflow_streaming.notifications.smtp_provider import transport_of
 from airflow_streaming.spec import StreamSpec
 
 # ----------------------------------------------------------------------------------------------- SMTP
 
 
-@pytest.mark.parametrize(("port", "extra", "mode", "expected_port"), [
-    (None, {}, STARTTLS, 587),                                   # TLS by default
-    (587, {}, STARTTLS, 587),
-    (25, {}, STARTTLS, 25),                                      # STARTTLS on 25 too
-    (465, {}, SSL, 465),                                         # implicit TLS chosen by the port
-    (None, {"ssl": True}, SSL, 465),
-    (2465, {"ssl": "true"}, SSL, 2465),
-    (465, {"disable_ssl": True}, STARTTLS, 465),                 # the SMTP provider's opt-out
-    (465, {"starttls": True}, STARTTLS, 465),
-    (None, {"starttls": True}, STARTTLS, 587),
-    (None, {"disable_tls": True}, PLAIN, 25),                    # cleartext only when asked for
-    (2525, {"disable_tls": "yes"}, PLAIN, 2525),
+def smtp_connection(extra: dict, login: str | None = "u@example.test", password: str | None = "pw") -> SimpleNamespace:
+    return SimpleNamespace(host="mail.example.test", port=587, login=login, password=password, extra_dejson=extra)
+
+
+@pytest.mark.parametrize(("extra", "mode"), [
+    ({}, "SSL"),                                                  # the SMTP provider's default: implicit TLS
+    ({"disable_tls": True}, "SSL"),
+    ({"disable_ssl": True}, "STARTTLS"),
+    ({"disable_ssl": "true"}, "STARTTLS"),
+    ({"disable_ssl": True, "disable_tls": True, "allow_plaintext_auth": True}, "plain"),
 ])
-def test_smtp_mode_from_the_connection(port, extra, mode, expected_port):
-    security = SmtpSecurity.from_connection(port, extra)
-    assert (security.mode, security.port) == (mode, expected_port)
-    assert security.tls is (mode != PLAIN)
-    assert security.verify is True and security.allow_plaintext_auth is False
+def test_smtp_mode_from_the_providers_extras(extra, mode):
+    assert transport_of(smtp_connection(extra), "smtp_x") == mode
 
 
-def test_smtp_verification_settings(tmp_path):
-    ca = tmp_path / "ca.pem"
-    ca.write_text("not parsed here")
-    assert SmtpSecurity.from_connection(587, {"verify": str(ca)}).verify == str(ca)
-    assert SmtpSecurity.from_connection(587, {"verify": False}).verify is False
-    assert SmtpSecurity.from_connection(587, {"verify": "false"}).verify is False
-    assert SmtpSecurity.from_connection(587, {"ssl_context": "none"}).verify is False
-    assert SmtpSecurity.from_connection(587, {"ssl_context": "default"}).verify is True
-    assert SmtpSecurity.from_connection(25, {"disable_tls": True, "allow_plaintext_auth": True}).allow_plaintext_auth
-
-    default = SmtpSecurity.from_connection(587, {}).ssl_context()
-    assert default.verify_mode == ssl.CERT_REQUIRED and default.check_hostname
-    off = SmtpSecurity.from_connection(587, {"verify": False}).ssl_context()
-    assert off.verify_mode == ssl.CERT_NONE and not off.check_hostname
+def test_smtp_login_never_goes_in_cleartext_unless_allowed():
+    cleartext = {"disable_ssl": True, "disable_tls": True}
+    with pytest.raises(NotificationError, match="refusing to send the login .* without TLS") as refused:
+        transport_of(smtp_connection(cleartext), "smtp_x")
+    assert "allow_plaintext_auth: true" in str(refused.value) and "pw" not in str(refused.value).split("password")[0]
+    assert transport_of(smtp_connection(cleartext, login=None, password=None), "smtp_x") == "plain"  # no login
 
 
 @pytest.mark.parametrize(("extra", "match"), [
-    ({"ssl": True, "starttls": True}, "both ssl and starttls"),
-    ({"ssl": True, "disable_ssl": True}, "both ssl and disable_ssl"),
-    ({"starttls": True, "disable_tls": True}, "both starttls and disable_tls"),
-    ({"ssl_context": "lax"}, "ssl_context must be 'default' or 'none'"),
-    ({"ssl_context": "none", "verify": "/etc/ssl/certs/ca-certificates.crt"}, "keep one"),
-    ({"verify": "/no/such/ca.pem"}, "not a readable file"),
-    ({"disable_tls": "maybe"}, "disable_tls must be true or false"),
+    ({"ssl": True}, "extra ssl .*disable_tls: true"),
+    ({"starttls": True}, "extra starttls .*disable_ssl: true"),
+    ({"verify": "/etc/ssl/certs/ca.pem"}, "extra verify .*SSL_CERT_FILE"),
 ])
-def test_smtp_contradictions_are_configuration_errors(extra, match):
+def test_the_old_notifiers_extras_are_refused_with_the_providers_equivalent(extra, match):
     with pytest.raises(ValueError, match=match):
-        SmtpSecurity.from_connection(587, extra, "smtp_x")
+        transport_of(smtp_connection(extra), "smtp_x")
 
 
 # -------------------------------------------------------------------------------------------- webhook
 
 
-@pytest.mark.parametrize(("url", "headers", "allowed", "refused"), [
-    ("http://h/x", {"Content-Type": "application/json"}, False, False),  # no credential: plain http is fine
-    ("http://h/x", {"Authorization": "Bearer t"}, False, True),
-    ("http://h/x", {"authorization": "Basic dTpw"}, False, True),
-    ("http://h/x", {"X-Api-Key": "k"}, False, True),
-    ("http://h/x", {"Cookie": "session=1"}, False, True),
-    ("http://h/x", {"Authorization": "Bearer t"}, True, False),          # explicitly allowed
-    ("https://h/x", {"Authorization": "Bearer t"}, False, False),
+def closed_url(scheme: str = "http", userinfo: str = "") -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"{scheme}://{userinfo}127.0.0.1:{s.getsockname()[1]}/hooks/streams?sig=q-5f0e1d2c"
+
+
+@pytest.mark.parametrize(("headers", "allowed", "refused"), [
+    ({"Content-Type": "application/json"}, False, False),  # no credential: plain http is fine
+    ({"Authorization": "Bearer t"}, False, True),
+    ({"authorization": "Basic dTpw"}, False, True),
+    ({"X-Api-Key": "k"}, False, True),
+    ({"Cookie": "session=1"}, False, True),
+    ({"Authorization": "Bearer t"}, True, False),          # explicitly allowed
 ])
-def test_webhook_credentials_need_https(url, headers, allowed, refused):
-    target = WebhookTarget(url=url, headers=headers, allow_insecure_auth=allowed)
-    if refused:
-        with pytest.raises(NotificationError, match="refusing to send credentials"):
-            target.check_transport("the flag")
-    else:
-        target.check_transport("the flag")
+def test_webhook_credentials_need_https(headers, allowed, refused):
+    notifier = StreamHttpNotifier(url=closed_url(), headers=headers, allow_insecure_auth=allowed, timeout=2)
+    with pytest.raises(NotificationError) as raised:
+        notifier.notify({})
+    # Refused before sending, or sent (and the closed port did not answer).
+    assert ("refusing to send credentials" in str(raised.value)) is refused
+    assert ("unreachable" in str(raised.value)) is not refused
 
 
-def test_webhook_url_userinfo_becomes_basic_auth_and_leaves_the_url():
-    target = StreamWebhookNotifier(url="https://bot:p%40ss@hooks.example.com:8443/x?y=1").target()
-    assert target.url == "https://hooks.example.com:8443/x?y=1"
-    assert target.headers["Authorization"] == "Basic Ym90OnBAc3M="  # bot:p@ss
-    assert "p@ss" in target.secrets and target.ssl_context().verify_mode == ssl.CERT_REQUIRED
-    insecure = StreamWebhookNotifier(url="http://bot:pw@hooks.example.com/x").target()
-    with pytest.raises(NotificationError, match=r"\(Authorization\) over plain http://"):
-        insecure.check_transport("x")
+def test_webhook_url_userinfo_is_basic_auth_and_never_in_an_error():
+    with pytest.raises(NotificationError, match=r"\(Authorization\) over plain http://") as raised:
+        StreamHttpNotifier(url=closed_url(userinfo="bot:p%40ssw0rd-9e1@")).notify({})
+    for secret in ("p@ssw0rd-9e1", "p%40ssw0rd-9e1", "q-5f0e1d2c", "/hooks/streams"):
+        assert secret not in str(raised.value)
+    with pytest.raises(NotificationError, match="unreachable") as raised:  # over https it is sent (nobody answers)
+        StreamHttpNotifier(url=closed_url("https", "bot:p%40ssw0rd-9e1@"), timeout=2).notify({})
+    for secret in ("p@ssw0rd-9e1", "p%40ssw0rd-9e1", "q-5f0e1d2c", "/hooks/streams"):
+        assert secret not in str(raised.value)
 
 
-def test_webhook_verify_setting(tmp_path):
-    assert StreamWebhookNotifier(url="https://h/x", verify=False).target().ssl_context().verify_mode == ssl.CERT_NONE
-    with pytest.raises(ValueError, match="not a readable file"):
-        StreamWebhookNotifier(url="https://h/x", verify=str(tmp_path / "missing.pem")).target()
-    assert StreamWebhookNotifier(url="http://h/x").target().ssl_context() is None
+def test_webhook_configuration_errors():
+    with pytest.raises(ValueError, match="exactly one"):
+        StreamHttpNotifier(url="http://x", http_conn_id="y")
+    with pytest.raises(ValueError, match="payload_format"):
+        StreamHttpNotifier(url="http://x", payload_format="xml")
+    with pytest.raises(ValueError, match="timeout"):
+        StreamHttpNotifier(url="http://x", timeout=0)
 
 
 # ------------------------------------------------------------------------------- compatibility child

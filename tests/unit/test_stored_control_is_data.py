@@ -181,7 +181,8 @@ def test_a_token_never_goes_over_plain_http_unless_allowed(tmp_path):
         assert refused.liveness == Liveness.UNKNOWN and "plain http" in refused.detail and server.requests == []
         KubernetesClusterTarget(None, None, {**settings, "allow_plain_http": True},
                                 master=f"k8s://{server.url}").state(record)
-        assert [r["headers"].get("Authorization") for r in server.requests] == ["Bearer sa-token-plain"]
+        assert [{k.lower(): v for k, v in r["headers"].items()}.get("authorization")
+                for r in server.requests] == ["Bearer sa-token-plain"]
 
 
 def test_the_streams_page_sends_nothing_where_a_forged_deployed_json_says(tmp_path):
@@ -207,3 +208,32 @@ def test_the_streams_page_sends_nothing_where_a_forged_deployed_json_says(tmp_pa
     assert ref.spec.cluster == {} and not ref.spec_known and "not sealed" in (ref.note or "")
     assert "not sealed" in json.dumps(snap.errors)
     assert os.environ.get("PATH", "") not in json.dumps(snap.errors)
+
+
+def test_a_forged_deployed_spec_is_not_what_a_supervisor_restart_runs(tmp_path):
+    """The supervisor's recovery starts what is deployed: a forged deployed.json is refused, not run."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from airflow_streaming.control import contract
+    from airflow_streaming.control.process import process_start_time
+    from airflow_streaming.supervision.policy import RestartPolicy
+    from airflow_streaming.supervision.supervisor import supervise
+
+    spec, hook = deployed_stream(tmp_path)
+    evil, pwned = _attacker_script(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = process_start_time(proc.pid)
+    proc.wait()  # the recorded run is provably gone: the decision is a restart
+    run_id = "20260102T000000Z-0000bbbb"
+    record = contract.DriverRecord(
+        run_id=run_id, stream="s1", version="v1", application=spec.application, host=socket.gethostname(),
+        command=f"spark-submit ... --run-id {run_id}", log_path="l", submitted_at=time.time(),
+        checkpoint_location=spec.checkpoint_location, handle={"pid": proc.pid, "start_time": start})
+    hook.storage.write_atomic(hook.paths.driver, record.to_json())
+    _write(hook, "deployed.json", {"run_id": run_id, "at": 1.0, "spec": {**spec.to_dict(), "application": evil}})
+    with pytest.raises(ControlFileError, match=r"deployed\.json: the spec stored for version 'v1' is not sealed"):
+        supervise(hook, RestartPolicy(backoff_initial_s=0), lambda event: None)
+    assert not pwned.exists() and hook.driver_record().run_id == run_id  # nothing was submitted

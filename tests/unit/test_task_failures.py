@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import traceback
+
 import pytest
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSensorTimeout
 
@@ -20,7 +22,7 @@ from airflow_streaming.exceptions import (
 from airflow_streaming.lifecycle.operations import LifecycleOutcomeError
 from airflow_streaming.lifecycle.runner import LifecycleError
 from airflow_streaming.spec import SpecError
-from airflow_streaming.task_failures import fail_fast_on_permanent_errors, is_retryable
+from airflow_streaming.task_failures import fail_fast_on_permanent_errors, is_retryable, original_error
 
 OUTCOME = {"action": "upgrade", "stream": "s1", "to_version": "v2", "outcome": "REFUSED", "error": "INCOMPATIBLE"}
 
@@ -63,7 +65,14 @@ def test_permanent_failures_fail_the_task_at_once_keeping_message_and_cause(exc)
         with fail_fast_on_permanent_errors():
             raise exc
     assert str(raised.value) == str(exc)
-    assert raised.value.__cause__ is exc
+    # The original is kept (and its traceback) but not chained: Airflow logs a failed task's exception with
+    # its whole chain, and a chained original would print the same message twice in the task log.
+    assert original_error(raised.value) is exc and raised.value.__cause__ is None
+    assert raised.value.__suppress_context__
+    printed = "".join(traceback.format_exception(raised.value))
+    assert printed.count(str(exc).splitlines()[0]) == 1, printed
+    assert "raise exc" in printed  # where the original was raised is still shown, and what it was
+    assert f"{type(exc).__qualname__}: a permanent failure, not retried" in printed
 
 
 @pytest.mark.parametrize("exc", RETRYABLE, ids=lambda e: type(e).__name__)

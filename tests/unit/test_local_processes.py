@@ -1,0 +1,82 @@
+"""The local target finds and signals a run's processes with psutil; the driver side's own /proc reader
+(control/process.py, stdlib only) and psutil agree on who a process is; a reused pid is never signalled."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from airflow_streaming.control.contract import ControlPaths, DriverRecord
+from airflow_streaming.control.local import LocalStorage
+from airflow_streaming.control.process import START_TIME_TOLERANCE_S, process_start_time
+from airflow_streaming.targets.base import Liveness
+from airflow_streaming.targets.local import LocalTarget, run_processes
+
+RUN = "20261123T000000Z-feedbeef"
+CHILD = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+
+
+@pytest.fixture
+def run_process():
+    """A process carrying ``--run-id RUN`` with a child that does not (found as a descendant)."""
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, "--run-id", RUN], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield proc
+    finally:
+        for p in [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)] \
+                if psutil.pid_exists(proc.pid) else []:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        proc.wait(10)
+
+
+def record_of(proc: subprocess.Popen, start: float | None, run_id: str = RUN) -> DriverRecord:
+    import socket
+
+    return DriverRecord(run_id=run_id, stream="s1", version="v1", application="events_etl",
+                        host=socket.gethostname(), command="python -c ...", log_path="", submitted_at=time.time(),
+                        checkpoint_location="/c", target="local", handle={"pid": proc.pid, "start_time": start})
+
+
+def test_the_proc_reader_and_psutil_agree_on_a_process_start(run_process):
+    ours = process_start_time(run_process.pid)
+    theirs = psutil.Process(run_process.pid).create_time() - psutil.boot_time()
+    assert ours is not None and abs(ours - theirs) < START_TIME_TOLERANCE_S
+
+
+def test_run_processes_finds_the_run_and_its_descendants_only(run_process):
+    found = {p.pid for p in run_processes(RUN)}
+    child = psutil.Process(run_process.pid).children()[0].pid
+    assert found == {run_process.pid, child}
+    assert run_processes("20990101T000000Z-00000000") == []
+
+
+def test_kill_signals_the_run_and_reports_it_gone(tmp_path, run_process):
+    target = LocalTarget(LocalStorage(), ControlPaths(str(tmp_path / "control")), {})
+    record = record_of(run_process, process_start_time(run_process.pid))
+    assert target.state(record).liveness == Liveness.ALIVE
+    outcome = target.kill(record, grace=5)
+    assert "SIGTERM to 2 process(es)" in outcome and outcome.endswith("all gone"), outcome
+    run_process.wait(10)
+    assert target.state(record).liveness == Liveness.GONE
+
+
+def test_a_pid_recorded_for_another_run_or_start_is_never_signalled(tmp_path, run_process):
+    target = LocalTarget(LocalStorage(), ControlPaths(str(tmp_path / "control")), {})
+    # Same pid, but recorded with another start time and another run: another process that reused the pid.
+    forged = record_of(run_process, process_start_time(run_process.pid) - 100, "20990101T000000Z-00000000")
+    ok, why = forged.local_identity().check()
+    assert not ok and "belongs to another process" in why
+    assert target.state(forged).liveness == Liveness.GONE
+    outcome = target.kill(forged, grace=1)
+    assert outcome.startswith("nothing to kill") and "nothing was signalled" in outcome
+    assert run_process.poll() is None and psutil.Process(run_process.pid).status() != psutil.STATUS_ZOMBIE
