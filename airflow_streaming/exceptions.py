@@ -61,6 +61,37 @@ class LifecycleError(StreamingError):
     """A lifecycle action cannot go on (the message says why and what to do)."""
 
 
+class SparkBinaryNotAllowedError(ValueError):
+    """A Spark connection's ``spark-binary`` extra names a program the Spark provider does not allow.
+
+    Whoever may edit a connection must not choose which program Airflow's workers run: like the Spark
+    provider's ``SparkSubmitHook``, only ``spark-submit``, ``spark2-submit`` and ``spark3-submit``
+    (found on ``PATH``) are accepted from a connection. A DAG's own spec may still name another program
+    (``cluster.spark_binary``), as the provider's ``spark_binary`` argument may."""
+
+
+class UnsafeDirectoryError(ValueError):
+    """A private directory of this provider (secrets, runtime zip, driver logs) exists but is not private:
+    a symlink, not a directory, another user's, or open to group/others. Nothing was written into it or
+    read from it (see :mod:`airflow_streaming.private_dir`). A ``ValueError``: a retry cannot fix it.
+
+    :param path: the directory.
+    :param reason: what is wrong with it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(
+            f"{path} is not a private directory of this user: {reason}. Another user of this host could read or "
+            f"replace what the provider keeps there (secrets, the driver runtime, driver logs), so it is not used. "
+            f"Remove it (rm -rf {path}) if it is not yours, or make it yours (chown, chmod 700), or set TMPDIR to "
+            "a directory only this user can write")
+        self.path = path
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.reason))
+
+
 class SpecError(ValueError):
     """A stream spec is invalid.
 

@@ -9,11 +9,16 @@ from __future__ import annotations
 import os
 import tempfile
 
+from airflow_streaming.private_dir import private_dir
+
+#: The secrets directory's name under the temp dir (per user: ``<tmp>/airflow-streaming-secrets-<uid>``).
+SECRETS_DIR_NAME = "airflow-streaming-secrets"
+
 
 def write_properties_file(conf: dict[str, str], run_id: str) -> str:
-    """A 0600 Java properties file holding ``conf``; returns its path."""
-    directory = os.path.join(tempfile.gettempdir(), "airflow-streaming-secrets")
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    """A 0600 Java properties file holding ``conf`` in this user's private secrets directory (created 0700
+    and verified: :func:`airflow_streaming.private_dir.private_dir`); returns its path."""
+    directory = private_dir(SECRETS_DIR_NAME)
     fd, path = tempfile.mkstemp(prefix=f"{run_id}-", suffix=".properties", dir=directory)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         os.fchmod(fh.fileno(), 0o600)
@@ -85,7 +90,7 @@ def forget_properties_file(path: str | None, run_id: str) -> bool:
         return False
     directory, name = os.path.split(os.path.abspath(path))
     ours = (os.path.dirname(directory) == os.path.abspath(tempfile.gettempdir())
-            and os.path.basename(directory).startswith("airflow-streaming-secrets")
+            and os.path.basename(directory).startswith(SECRETS_DIR_NAME)
             and name.startswith(f"{run_id}-") and name.endswith(".properties") and "/" not in run_id)
     if not ours or os.path.islink(path) or not os.path.isfile(path):
         return False

@@ -14,10 +14,10 @@ import os
 import secrets
 from typing import Any
 
-from airflow_streaming.control.seal import seal_spec, without_seal
+from airflow_streaming.control.seal import is_sealed_by, seal_spec, without_seal
 from airflow_streaming.redaction import mask_spec
 
-__all__ = ["KEY_FILE_NAME", "seal_key", "sealed"]
+__all__ = ["KEY_FILE_NAME", "deployer_of", "seal_key", "sealed", "sealed_deployer"]
 
 KEY_FILE_NAME = "airflow_streaming_seal.key"
 
@@ -61,3 +61,18 @@ def seal_key() -> bytes:
 def sealed(spec: dict[str, Any] | None) -> dict[str, Any] | None:
     """``spec`` as it is stored: secrets masked (:func:`~airflow_streaming.redaction.mask_spec`), sealed."""
     return None if spec is None else seal_spec(mask_spec(without_seal(spec)), seal_key())
+
+
+def sealed_deployer(stream: str, owner: str) -> dict[str, Any]:
+    """The ``deployed_by`` entry of ``deployed.json``: which task (``<dag_id>.<task_id> run <run_id> try
+    <n>``, the lifecycle owner) deployed ``stream``, sealed so that a driver cannot claim another DAG."""
+    return seal_spec({"stream": stream, "owner": owner}, seal_key())  # type: ignore[return-value]
+
+
+def deployer_of(deployed: Any, stream: str) -> str | None:
+    """The owner that deployed ``stream`` from a ``deployed.json`` document, if its ``deployed_by`` is
+    sealed by this deployment for this very stream; ``None`` otherwise (unknown, forged or copied)."""
+    entry = deployed.get("deployed_by") if isinstance(deployed, dict) else None
+    if not isinstance(entry, dict) or entry.get("stream") != stream or not isinstance(entry.get("owner"), str):
+        return None
+    return entry["owner"] if is_sealed_by(entry, seal_key()) else None

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_streaming.exceptions import SpecError
+from airflow_streaming.location import _check_location, _same_file_system, locations_overlap  # noqa: F401 - re-exported
 from airflow_streaming.redaction import secret_arguments
 
 __all__ = ["BUNDLED_JOBS", "SpecError", "StreamSpec", "as_spec", "parse_duration"]
@@ -32,8 +33,6 @@ MASK_VALUE = "***"
 
 _SEGMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _MASTER_RE = re.compile(r"^(local(\[(\d+|\*)\])?|spark://.+|yarn|k8s://.+)$")
-_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_SUPPORTED_SCHEMES = ("file", "hdfs", "webhdfs")
 _DURATION_RE = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*([a-z]*)$")
 _DURATION_UNITS: dict[str, float] = {
     "": 1.0,
@@ -99,42 +98,6 @@ def _check_segment(value: Any, field: str) -> str:
             f"(letters, digits, '.', '_', '-'; at most 64 characters), got {value!r}",
         )
     return value
-
-
-def _check_location(value: Any, field: str) -> tuple[str, str, tuple[str, ...]]:
-    """Validate a location; return ``(scheme, host, normalised path segments)``."""
-    _check_str(value, field)
-    bad = (
-        f"must be an absolute path or a file://, hdfs:// or webhdfs:// URI, got {value!r}"
-    )
-    match = _SCHEME_RE.match(value)
-    if match:
-        scheme = match.group(1).lower()
-        if scheme not in _SUPPORTED_SCHEMES:
-            raise SpecError(field, f"unsupported scheme {match.group(1)!r} ({bad})")
-        if "?" in value or "#" in value:
-            raise SpecError(field, f"must not contain a query or fragment, got {value!r}")
-        rest = value[match.end():]
-        host, slash, path = rest.partition("/")
-        if not slash:
-            raise SpecError(field, bad)
-        path = "/" + path
-        host = host.lower()
-        if scheme == "file":
-            if host not in ("", "localhost"):
-                raise SpecError(
-                    field,
-                    f"file:// URI must have an empty host (file:///abs/path), got {value!r}",
-                )
-            host = ""
-    elif value.startswith("/"):
-        scheme, host, path = "file", "", value
-    else:
-        raise SpecError(field, bad)
-    segments = path.split("/")
-    if ".." in segments:
-        raise SpecError(field, f"must not contain '..' segments, got {value!r}")
-    return scheme, host, tuple(s for s in segments if s not in ("", "."))
 
 
 def _check_application(value: Any) -> str:
@@ -406,7 +369,7 @@ class StreamSpec:
             _check_str(self.storage_conn_id, "storage_conn_id")
         # The checkpoint and the stream's control dir must not overlap.
         control_dir = control[:2] + (control[2] + (self.name,),)
-        if checkpoint[:2] == control_dir[:2]:
+        if _same_file_system(checkpoint, control_dir):
             a, b = checkpoint[2], control_dir[2]
             if a[: len(b)] == b or b[: len(a)] == a:
                 raise SpecError(

@@ -140,6 +140,9 @@ class WebHdfsStandIn:
         self._servers: dict[str, ThreadingHTTPServer] = {}
         self._threads: list[threading.Thread] = []
         self._connections: set[socket.socket] = set()
+        self.redirect_base: str | None = None
+        """When set (``http://host:port``), data operations are redirected there instead of to the DataNode:
+        a NameNode - or whoever answers in its place - naming a host of its choosing."""
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, nn_port: int = 0, dn_port: int = 0) -> WebHdfsStandIn:
@@ -468,7 +471,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _datanode_url(self, path: str, params: dict[str, str]) -> str:
         query = {k: v for k, v in params.items() if k != "noredirect"}
         query["namenoderpcaddress"] = f"{self.standin.host}:{self.standin.nn_port}"
-        return f"http://{self.standin.host}:{self.standin.dn_port}{PREFIX}{quote(path)}?{urlencode(query)}"
+        base = self.standin.redirect_base or f"http://{self.standin.host}:{self.standin.dn_port}"
+        return f"{base}{PREFIX}{quote(path)}?{urlencode(query)}"
 
     def _rename(self, path: str, params: dict[str, str]) -> None:
         s = self.standin

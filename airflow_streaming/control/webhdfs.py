@@ -24,6 +24,14 @@ How each operation maps onto WebHDFS (requests: NN = NameNode, DN = DataNode):
   directory; ``makedirs``: ``MKDIRS``; ``move``: ``RENAME renameoptions=NONE``; ``write_once``:
   ``CREATE overwrite=false``.
 
+Credentials (the connection's password, sent as HTTP Basic auth as the HDFS provider does) go only
+over TLS (``use_ssl``) unless the connection's extra ``allow_plain_http: true`` says otherwise
+(:class:`PlainHttpCredentialsError` before any request), and only to the NameNode(s) of the settings:
+a redirect (``OPEN``, ``CREATE``) to a DataNode or any other scheme, host or port gets no
+``Authorization`` header unless the extra ``trusted_redirect_hosts`` lists that host (``host`` or
+``host:port``; still TLS only unless plain http is allowed). A normal HDFS DataNode authenticates the
+redirect by the delegation token in its query string, never by the password.
+
 The error rule (see :mod:`airflow_streaming.control.storage`): only ``FileNotFoundException`` (404)
 is "absent". Connection refused, timeouts (every request has one), 401/403, 5xx, a standby or
 safe-mode NameNode, a reply that is not WebHDFS: :class:`StorageError` naming the path, the
@@ -90,6 +98,11 @@ class WebHdfsSettings:
     read_timeout: float = READ_TIMEOUT
     source: str = ""
     """Where these settings came from, for messages (``connection 'webhdfs_default'``, ``URI ...``)."""
+    allow_plain_http: bool = False
+    """Send the password over plain http too (extra ``allow_plain_http``; a trusted network only)."""
+    trusted_redirect_hosts: tuple[str, ...] = ()
+    """Redirect targets other than the NameNodes that may receive the password (``host`` or ``host:port``;
+    extra ``trusted_redirect_hosts``, a list or a comma-separated string)."""
 
     @property
     def urls(self) -> list[str]:
@@ -127,7 +140,89 @@ class WebHdfsSettings:
             password=conn.password or None, use_ssl=_truthy(extra.get("use_ssl")), verify=verify,
             cert=extra.get("cert"), key=extra.get("key"), path_prefix=conn.schema or None, kerberos=kerberos,
             connect_timeout=float(extra.get("connect_timeout", CONNECT_TIMEOUT)),
-            read_timeout=float(extra.get("timeout", READ_TIMEOUT)), source=f"connection {conn_id!r}")
+            read_timeout=float(extra.get("timeout", READ_TIMEOUT)), source=f"connection {conn_id!r}",
+            allow_plain_http=_truthy(extra.get("allow_plain_http")),
+            trusted_redirect_hosts=_host_list(extra.get("trusted_redirect_hosts"), conn_id))
+
+
+class PlainHttpCredentialsError(StorageError, ValueError):
+    """A WebHDFS connection with a password but without TLS, and without ``allow_plain_http``: the
+    password would cross the network readable by anyone on the path. Nothing was sent. A ``ValueError``
+    too: retrying cannot fix a connection."""
+
+
+def _host_list(value: Any, conn_id: str) -> tuple[str, ...]:
+    if value in (None, "", []):
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) for i in items):
+        raise ValueError(f"the Airflow connection {conn_id!r}: extra trusted_redirect_hosts must be a list of "
+                         f"host or host:port strings (or one comma-separated string), got {value!r}")
+    return tuple(i.strip().lower() for i in items if i.strip())
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parsed = urlparse(url)
+    scheme = parsed.scheme.lower()
+    try:
+        port = parsed.port
+    except ValueError:
+        port = -1  # an unparsable port matches nothing
+    return scheme, (parsed.hostname or "").lower(), port if port is not None else _DEFAULT_PORTS.get(scheme)
+
+
+@dataclass(frozen=True)
+class CredentialScope:
+    """Where the password may go: the NameNodes' own origins (scheme, host, port), plus the trusted
+    redirect hosts over TLS (over plain http too when allowed)."""
+
+    origins: frozenset[tuple[str, str, int | None]]
+    trusted_hosts: tuple[str, ...] = ()
+    allow_plain_http: bool = False
+
+    @classmethod
+    def of(cls, settings: WebHdfsSettings) -> CredentialScope:
+        return cls(frozenset(_origin(u) for u in settings.urls), settings.trusted_redirect_hosts,
+                   settings.allow_plain_http)
+
+    def allows(self, url: str) -> bool:
+        scheme, host, port = _origin(url)
+        if scheme not in ("https", "http") or (scheme == "http" and not self.allow_plain_http):
+            return False
+        if (scheme, host, port) in self.origins:
+            return True
+        return host in self.trusted_hosts or f"{host}:{port}" in self.trusted_hosts
+
+
+def _scoped_session(user: str, password: str, scope: CredentialScope) -> Any:
+    """A requests session whose Basic auth is attached only to URLs ``scope`` allows: the first request
+    and every redirect it follows (requests keeps a header on some redirects, e.g. to another port of the
+    same host over https, and the DataNode step of ``CREATE`` is a request of its own)."""
+    import requests
+    from requests.auth import AuthBase, HTTPBasicAuth
+
+    basic = HTTPBasicAuth(user, password)
+
+    class ScopedBasicAuth(AuthBase):
+        def __call__(self, request: Any) -> Any:
+            if scope.allows(request.url):
+                return basic(request)
+            request.headers.pop("Authorization", None)
+            return request
+
+    class ScopedSession(requests.Session):
+        def rebuild_auth(self, prepared_request: Any, response: Any) -> None:
+            super().rebuild_auth(prepared_request, response)
+            prepared_request.headers.pop("Authorization", None)
+            if scope.allows(prepared_request.url):
+                prepared_request.prepare_auth(self.auth)
+
+    session = ScopedSession()
+    session.auth = ScopedBasicAuth()
+    return session
 
 
 def _truthy(value: Any) -> bool:
@@ -148,14 +243,24 @@ def build_client(settings: WebHdfsSettings) -> Any:
     import requests
     from hdfs import InsecureClient
 
-    session = requests.Session()
+    if settings.password and not settings.use_ssl and not settings.allow_plain_http:
+        raise PlainHttpCredentialsError(errno.EACCES, (
+            f"{settings.source or 'WebHDFS'}: refusing to send the connection's password to "
+            f"{', '.join(settings.urls)} over plain http, where anyone on the network path can read it. Use TLS "
+            "(extra use_ssl: true and the NameNode's https port, 9871 by default), remove the password, or - on a "
+            "trusted network only - set extra allow_plain_http: true. Nothing was sent"))
+    if settings.password and not settings.use_ssl:
+        log.warning("%s sends its password over plain http (extra allow_plain_http is set)",
+                    settings.source or ", ".join(settings.urls))
+    if settings.password:
+        session = _scoped_session(settings.effective_user, settings.password, CredentialScope.of(settings))
+    else:
+        session = requests.Session()
     # The environment's proxy and CA settings are read once here instead of on every request and redirect
     # (requests scans os.environ each time: a quarter of a health poll's CPU in bench/namenode_bench.py).
     url = ";".join(settings.urls)
     session.proxies = {k: v for u in settings.urls for k, v in requests.utils.get_environ_proxies(u).items()}
     session.trust_env = False
-    if settings.password:
-        session.auth = (settings.effective_user, settings.password)
     if settings.use_ssl:
         bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
         session.verify = bundle if settings.verify is True and bundle else settings.verify
@@ -239,7 +344,8 @@ class WebHdfsStorage(ControlStorage):
             return None
         if res.status_code == 401:
             raise self._error(doing, path, errno.EACCES, "HTTP 401", "check the connection's login/password or the "
-                              "Kerberos ticket", via=via)
+                              "Kerberos ticket (the password goes only to the NameNode's own scheme, host and port: "
+                              "list another host that needs it in the extra trusted_redirect_hosts)", via=via)
         code, hint = hint_for([exception or ""], path, self.settings.effective_user)
         if exception is None or res.status_code >= 500:
             hint = f"the NameNode answered HTTP {res.status_code}: check its health and logs"
@@ -460,5 +566,5 @@ def clear_cache() -> None:
         _CACHE.clear()
 
 
-__all__ = ["DEFAULT_CONN_ID", "WebHdfsSettings", "WebHdfsStorage", "build_client", "clear_cache", "settings_for",
-           "webhdfs_storage"]
+__all__ = ["DEFAULT_CONN_ID", "CredentialScope", "PlainHttpCredentialsError", "WebHdfsSettings", "WebHdfsStorage",
+           "build_client", "clear_cache", "settings_for", "webhdfs_storage"]

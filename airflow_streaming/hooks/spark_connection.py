@@ -21,7 +21,9 @@ host, port, conn type                        the master: ``host`` as is when it 
                                              submission server (``<scheme>://<master host>:<port>``)
 ``yarn_resourcemanager_webapp_address``      ``cluster.resourcemanager_url``: the ResourceManager the YARN
                                              target asks (state, kill, find, logs)
-``spark-binary``                             ``cluster.spark_binary``
+``spark-binary``                             ``cluster.spark_binary``; only ``spark-submit``, ``spark2-submit``
+                                             or ``spark3-submit``, as in ``SparkSubmitHook``
+                                             (:class:`SparkBinaryNotAllowedError` otherwise)
 ===========================================  ==================================================================
 
 The spec's own ``cluster`` settings win over the connection's. Not reused at run time: constructing
@@ -37,12 +39,15 @@ import base64
 import binascii
 import hashlib
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ConnectionSettings", "keytab_file", "master_of", "settings_of"]
+from airflow_streaming.exceptions import SparkBinaryNotAllowedError
+from airflow_streaming.private_dir import private_dir
+
+__all__ = ["ConnectionSettings", "allowed_spark_binaries", "allowed_spark_binary", "keytab_file", "master_of",
+           "settings_of"]
 
 DEFAULT_REST_SCHEME = "http"
 DEFAULT_REST_PORT = 6066
@@ -72,15 +77,40 @@ def master_of(conn_type: str | None, host: str | None, port: int | None) -> str:
     return f"{master}:{port}" if port else master
 
 
+def allowed_spark_binaries() -> list[str]:
+    """The programs a Spark connection's ``spark-binary`` extra may name: the Spark provider's own list."""
+    try:
+        from airflow.providers.apache.spark.hooks.spark_submit import ALLOWED_SPARK_BINARIES
+    except ImportError:  # a provider version without the list: the same three names
+        return ["spark-submit", "spark2-submit", "spark3-submit"]
+    return list(ALLOWED_SPARK_BINARIES)
+
+
+def allowed_spark_binary(value: Any, conn_id: str) -> str:
+    """``value`` (a connection's ``spark-binary`` extra) if the Spark provider allows it;
+    :class:`SparkBinaryNotAllowedError` otherwise (nothing is run)."""
+    allowed = allowed_spark_binaries()
+    if value not in allowed:
+        raise SparkBinaryNotAllowedError(
+            f"the Spark connection {conn_id!r} has extra spark-binary={str(value)[:200]!r}, which is not one of "
+            f"{', '.join(allowed)}: a connection does not choose which program the workers run (the Spark "
+            "provider's SparkSubmitHook has the same rule). Put one of those on PATH and name it in the extra "
+            "(or remove the extra); a DAG may set another program in its spec's cluster.spark_binary. "
+            "Nothing was submitted")
+    return str(value)
+
+
 def settings_of(conn: Any, conn_id: str, spark_conf: Mapping[str, Any] | None = None) -> ConnectionSettings:
     """Read connection ``conn`` (an Airflow ``Connection``) named ``conn_id``; :class:`ValueError` naming the
     connection and the extra for a value that cannot be used."""
     extra: Mapping[str, Any] = conn.extra_dejson or {}
     where = f"Spark connection {conn_id!r}"
     cluster: dict[str, Any] = {}
-    for key, setting in (("queue", "queue"), ("namespace", "namespace"), ("spark-binary", "spark_binary")):
+    for key, setting in (("queue", "queue"), ("namespace", "namespace")):
         if extra.get(key):
             cluster[setting] = str(extra[key])
+    if extra.get("spark-binary"):
+        cluster["spark_binary"] = allowed_spark_binary(extra["spark-binary"], conn_id)
     namespace = (spark_conf or {}).get("spark.kubernetes.namespace")
     if namespace:
         cluster["namespace"] = str(namespace)
@@ -123,8 +153,9 @@ def keytab_file(base64_keytab: str, conn_id: str) -> str:
                          "`base64 -w0 <your keytab>` there (the Spark provider's form does)") from None
     if not content:
         raise ValueError(f"Spark connection {conn_id!r}: extra keytab is empty")
-    directory = os.environ.get(KEYTAB_DIR_ENV) or os.path.join(tempfile.gettempdir(),
-                                                               f"airflow-streaming-keytabs-{os.getuid()}")
+    # The default is this user's private directory under the temp dir (created 0700, refused when it is a
+    # symlink, another user's or open to others: airflow_streaming.private_dir).
+    directory = os.environ.get(KEYTAB_DIR_ENV) or private_dir("airflow-streaming-keytabs")
     os.makedirs(directory, mode=0o700, exist_ok=True)
     if os.stat(directory).st_uid != os.getuid() or os.stat(directory).st_mode & 0o077:
         raise ValueError(f"{directory} (where keytabs are written) must be a directory of this user with mode "

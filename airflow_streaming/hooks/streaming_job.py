@@ -21,7 +21,7 @@ import dataclasses
 import json
 import logging
 import os
-import tempfile
+import re
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
@@ -33,7 +33,7 @@ from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, ControlPaths, DriverRecord, StatusDocument
 from airflow_streaming.control.storage import ControlStorage, StorageError
 from airflow_streaming.control.locations import storage_for
-from airflow_streaming.exceptions import StreamingError
+from airflow_streaming.exceptions import StreamingError, UnsafeDirectoryError
 from airflow_streaming.hooks.liveness import LivenessMixin
 from airflow_streaming.hooks.storage_retry import retrying
 from airflow_streaming.hooks.stopping import KILL_GRACE_SECONDS, StopReport, StoppingMixin
@@ -48,6 +48,7 @@ from airflow_streaming.hooks.submission import (
     lease_ttl,
 )
 from airflow_streaming.lifecycle.lock import LifecycleLock
+from airflow_streaming.private_dir import private_dir
 from airflow_streaming.redaction import redact, secret_values
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets import target_for, target_for_record
@@ -114,11 +115,11 @@ class StreamingJobHook(SubmissionMixin, LivenessMixin, StoppingMixin, BaseHook):
     def driver_log_path(self, run_id: str) -> str:
         """Where the submitting host writes a run's spark-submit output: ``logs/<run_id>.log`` in the control
         dir on local storage; a local file on remote storage (a process's output cannot go to HDFS):
-        ``$AIRFLOW_STREAMING_LOG_DIR`` (default ``<tmp>/airflow-streaming-logs``) ``/<stream>/<run_id>.log``."""
+        ``$AIRFLOW_STREAMING_LOG_DIR`` (default: this user's private ``<tmp>/airflow-streaming-logs-<uid>``,
+        created 0700 and verified: :func:`airflow_streaming.private_dir.private_dir`) ``/<stream>/<run_id>.log``."""
         if not self.remote_storage:
             return self.paths.log(run_id)
-        base = os.environ.get("AIRFLOW_STREAMING_LOG_DIR") or os.path.join(tempfile.gettempdir(),
-                                                                           "airflow-streaming-logs")
+        base = os.environ.get("AIRFLOW_STREAMING_LOG_DIR") or private_dir("airflow-streaming-logs")
         return os.path.join(base, self.spec.name, f"{run_id}.log")
 
     @property
@@ -258,20 +259,27 @@ class StreamingJobHook(SubmissionMixin, LivenessMixin, StoppingMixin, BaseHook):
     # ------------------------------------------------------------------ liveness
 
     def log_tail(self, run_id: str, lines: int = 40) -> str:
-        """The last lines of a run's driver output, with secrets masked."""
+        """The last lines of a run's driver output, with secrets masked.
+
+        Read where this host puts a run's output (:meth:`driver_log_path`), never where ``driver.json``
+        says: a driver can write that record, and a ``log_path`` of ``/proc/self/environ`` or
+        ``airflow.cfg`` would put the worker's own secrets into task logs and errors."""
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", run_id or ""):
+            return f"(no driver log: {str(run_id)[:80]!r} is not a run id)"
         try:
             record = self.driver_record()
         except (ControlFileError, StorageError):
             record = None
         try:
             if record is not None and record.run_id == run_id:
+                record = dataclasses.replace(record, log_path=self.driver_log_path(run_id))
                 text = self.target_of(record).log_tail(record, lines)
             else:
                 from airflow_streaming.control.local import LocalStorage
 
                 logs = LocalStorage() if self.remote_storage else self.storage
                 text = "\n".join((logs.read_text(self.driver_log_path(run_id)) or "").splitlines()[-lines:])
-        except StorageError as exc:
+        except (StorageError, UnsafeDirectoryError) as exc:
             text = f"(the driver log cannot be read: {exc})"
         return self.redact(text)
 

@@ -34,7 +34,7 @@ from airflow_streaming.redaction import (
     secret_args_conf,
     split_conf,
 )
-from airflow_streaming.sealing import sealed
+from airflow_streaming.sealing import deployer_of, sealed, sealed_deployer
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import LaunchPlan
 
@@ -214,7 +214,7 @@ class SubmissionMixin:
             if standby:
                 self.storage.write_atomic(self.paths.standby_driver, record.to_json())
             else:
-                self._record_deployment(record)
+                self._record_deployment(record, held)
             log.info("submitted stream %s %s%s to %s: run %s, %s, log %s", self.spec.name, self.spec.version,
                      " (standby)" if standby else "", self.target.kind, run_id, handle, plan.log_path)
             return record
@@ -259,11 +259,29 @@ class SubmissionMixin:
         except StorageError as exc:
             log.error("could not remove the run marker of the failed run %s: %s", run_id, exc)
 
-    def _record_deployment(self, record: DriverRecord) -> None:
+    def _record_deployment(self, record: DriverRecord, lock: LifecycleLock | None = None) -> None:
         self.storage.write_atomic(self.paths.driver, record.to_json())
-        self.storage.write_atomic(self.deployed_path, json.dumps(
-            {"run_id": record.run_id, "at": record.submitted_at, "spec": sealed(self.spec.to_dict())},
-            indent=1).encode())
+        doc: dict[str, Any] = {"run_id": record.run_id, "at": record.submitted_at, "spec": sealed(self.spec.to_dict())}
+        deployer = self._deployer(lock)
+        if deployer is not None:
+            doc["deployed_by"] = sealed_deployer(self.spec.name, deployer)
+        self.storage.write_atomic(self.deployed_path, json.dumps(doc, indent=1).encode())
+
+    def _deployer(self, lock: LifecycleLock | None) -> str | None:
+        """Which task deployed the stream (the Streams page shows it to who may read that task's DAG): the
+        lock owner of a ``deploy`` action (or ``parallel``: the stream under its new name) run by a task;
+        for any other action (restart, upgrade, rollback, the supervisor's recovery) the deployer recorded
+        before, so a shared supervisor or operations DAG does not take the stream over."""
+        holder = getattr(lock, "holder", None) or {}
+        owner = holder.get("owner")
+        by_task = isinstance(owner, str) and re.match(r"^\S+\.\S+ run .+ try \d+$", owner) is not None
+        if holder.get("action") in ("deploy", "parallel") and by_task:
+            return owner
+        try:
+            raw = self.storage.read_bytes(self.deployed_path)
+            return deployer_of(json.loads(raw), self.spec.name) if raw is not None else None
+        except (StorageError, ValueError, UnicodeDecodeError):
+            return None
 
     def standby_record(self) -> DriverRecord | None:
         data = self.storage.read_bytes(self.paths.standby_driver)
@@ -286,7 +304,7 @@ class SubmissionMixin:
         record = self.standby_record()
         if record is None or record.run_id != run_id:
             raise DriverStartError(f"no standby driver record for run {run_id} in {self.paths.standby_driver}")
-        self._record_deployment(record)
+        self._record_deployment(record, lock)
         contract.write_marker(self.storage, self.paths, run_id, self.spec.version)
         log.info("promoted standby run %s of %s %s", run_id, self.spec.name, self.spec.version)
         return record

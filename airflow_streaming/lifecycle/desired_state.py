@@ -45,6 +45,7 @@ from airflow_streaming.spec import (
     StreamSpec,
     _check_location,
     _check_segment,
+    locations_overlap,
     parse_duration,
 )
 
@@ -263,9 +264,8 @@ def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, An
 
 
 def _overlaps(a: str, b: str) -> bool:
-    """True if two (valid) locations are equal or one is nested in the other."""
-    (sa, ha, pa), (sb, hb, pb) = _check_location(a, "a"), _check_location(b, "b")
-    return (sa, ha) == (sb, hb) and (pa[: len(pb)] == pb or pb[: len(pa)] == pa)
+    """True if two (valid) locations are equal or one is nested in the other (compared normalised)."""
+    return locations_overlap(a, b)
 
 
 def _parse(data: Mapping[Any, Any], path: str | None) -> DesiredState:

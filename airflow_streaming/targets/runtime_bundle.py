@@ -21,6 +21,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from airflow_streaming.private_dir import private_dir
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 """The checkout (or site-packages directory) holding ``airflow_streaming`` and ``spark_jobs``."""
 
@@ -111,11 +113,18 @@ def build_bundle(root: Path = PROJECT_ROOT) -> bytes:
 
 def bundle_path(root: Path = PROJECT_ROOT, directory: str | None = None) -> str:
     """Write the zip (once per content) and return its path:
-    ``<tmp>/airflow-streaming-runtime/airflow-streaming-runtime-<sha256[:16]>.zip``."""
+    ``<tmp>/airflow-streaming-runtime-<uid>/airflow-streaming-runtime-<sha256[:16]>.zip``.
+
+    The default directory is this user's private one (created 0700 and verified before use:
+    :func:`airflow_streaming.private_dir.private_dir`): spark-submit reads the zip after this check, so
+    nobody else may be able to put their own code there under the expected name."""
     data = build_bundle(root)
     digest = hashlib.sha256(data).hexdigest()[:16]
-    folder = Path(directory or os.path.join(tempfile.gettempdir(), "airflow-streaming-runtime"))
-    folder.mkdir(parents=True, exist_ok=True)
+    if directory:
+        folder = Path(directory)
+        folder.mkdir(parents=True, exist_ok=True)
+    else:
+        folder = Path(private_dir("airflow-streaming-runtime"))
     target = folder / f"airflow-streaming-runtime-{digest}.zip"
     if not target.is_file() or target.read_bytes() != data:
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".zip.tmp")

@@ -7,7 +7,9 @@
 
 Every ``/api`` route requires Airflow's own authentication (the UI session cookie or a ``Bearer`` JWT,
 resolved by :func:`airflow.api_fastapi.core_api.security.get_user`) and the auth manager's permission
-on the custom view ``Streams`` (method GET); DAG runs are only listed for DAGs the user may read. The
+on the custom view ``Streams`` (method GET). A stream - its row, spec, history and actions - is shown
+only to users who may read the DAG that deployed it (:mod:`airflow_streaming.ui.access`), and DAG runs
+are only listed for DAGs the user may read. The
 API is read-only: actions are DAG runs of the operations DAG, created by the page through Airflow's
 public REST API with the user's own session (so they are authorized and audited like any trigger).
 """
@@ -29,6 +31,7 @@ from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow_streaming import config
 from airflow_streaming.ui import views
+from airflow_streaming.ui.access import visible_streams
 from airflow_streaming.ui.streams import configured_sources, discover, read_stream
 
 log = logging.getLogger(__name__)
@@ -117,7 +120,8 @@ def create_app() -> FastAPI:
     def list_streams(user: UserDep, session: SessionDep) -> dict[str, Any]:
         started = time.monotonic()
         found = discover(*configured_sources())
-        rows = [views.overview_row(read_stream(ref)) for ref in found.streams]
+        access = visible_streams(found.streams, user, session)
+        rows = [views.overview_row(read_stream(ref)) for ref in access.visible]
         conf = settings()
         owners = [o for r in rows if (o := (r.get("last_action") or {}).get("owner"))]
         runs = dag_runs_for(owners, user, session, conf["airflow_root"])
@@ -126,14 +130,16 @@ def create_app() -> FastAPI:
             if action:
                 action["dag_run"] = runs.get(action.get("owner"))
             row["actionable"] = row["source"] == "desired_state"
-        return {"streams": rows, "errors": found.errors, "generated_at": time.time() * 1000,
+        # Discovery errors name other streams' directories: only for who may read every DAG.
+        errors = found.errors if access.reads_every_dag else []
+        return {"streams": rows, "errors": errors, "generated_at": time.time() * 1000,
                 "took_ms": round((time.monotonic() - started) * 1000, 1), "settings": conf}
 
     @app.get("/api/streams/{name}")
     def get_stream(name: str, user: UserDep, session: SessionDep) -> dict[str, Any]:
         found = discover(*configured_sources())
         ref = next((r for r in found.streams if r.name == name), None)
-        if ref is None:
+        if ref is None or not visible_streams([ref], user, session).visible:  # the same answer: no hint it exists
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no managed stream named {name!r}")
         snap = read_stream(ref)
         detail = views.stream_detail(snap)

@@ -4,8 +4,9 @@ Airflow computes an operator's links in the worker when the task finishes and st
 XCom (``_link_<class name>``); the task page shows them as buttons. Both links find the stream from
 the task's own result (``stream`` / ``spark_ui`` in its ``return_value`` XCom, as the deploy operator
 returns them) and otherwise from the operator's spec; the Spark UI falls back to the URL in the
-stream's status document while its driver runs. A link that cannot be computed is empty (no button),
-never an error.
+stream's status document while its driver runs. Only an ``http(s)://`` URL becomes a link (the status
+document is written by the driver: a ``javascript:`` URL there would run in the viewer's session). A
+link that cannot be computed is empty (no button), never an error.
 """
 
 from __future__ import annotations
@@ -98,9 +99,11 @@ class SparkUILink(BaseOperatorLink):
     name = "Spark UI"
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        from airflow_streaming.ui.views import http_url
+
         result = _return_value(ti_key)
-        url = result.get("spark_ui")
-        if isinstance(url, str) and url:
+        url = http_url(result.get("spark_ui"))
+        if url:
             return url
         spec = operator_spec(operator)
         if spec is None:
@@ -112,9 +115,9 @@ class SparkUILink(BaseOperatorLink):
         except Exception:  # noqa: BLE001 - links never fail a task
             log.debug("no status for the Spark UI link of %s", spec.name, exc_info=True)
             return ""
-        if doc is None or doc.state not in LIVE_STATES or not doc.spark_ui:
+        if doc is None or doc.state not in LIVE_STATES:
             return ""
-        return doc.spark_ui
+        return http_url(doc.spark_ui) or ""  # a driver writes status.json: only an http(s) URL is a link
 
 
 #: What every operator and sensor of the provider carries.

@@ -8,6 +8,13 @@ Streams come from the deployment's own knowledge, in this order:
    holding a stream's control files (``status.json``, ``driver.json``, ``deployed.json``,
    ``lifecycle.json`` or ``history.json``) that the file did not list already.
 
+The page reads **files only**: its handlers run on every refresh of every open page, so they never ask
+a cluster manager (a standalone master, a YARN ResourceManager, a Kubernetes API server), least of all
+one that a control file names (``driver.json``'s handle is written beside the driver). A driver on a
+cluster is judged from its control files - the lease it renews and its status heartbeat - through
+:class:`PageHook`; the supervisor and the operators, which act, ask the cluster (with the endpoints
+from the spec and Airflow's connections).
+
 Reading goes through the existing readers (:class:`~airflow_streaming.hooks.streaming_job.StreamingJobHook`,
 :func:`~airflow_streaming.lifecycle.runner.read_history`, :func:`~airflow_streaming.supervision.ledger_file.load_ledger`,
 :func:`~airflow_streaming.compat.last_report.read_last_report`). Nothing here raises because of a bad
@@ -27,8 +34,9 @@ from typing import Any
 
 from airflow_streaming import config
 from airflow_streaming.control.seal import is_sealed_by
-from airflow_streaming.sealing import seal_key
-from airflow_streaming.spec import BUNDLED_JOBS, StreamSpec
+from airflow_streaming.sealing import deployer_of, seal_key
+from airflow_streaming.spec import BUNDLED_JOBS, StreamSpec, _check_segment
+from airflow_streaming.targets.base import DriverState, DriverTarget, Liveness
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +59,9 @@ class StreamRef:
     """False when no spec could be read and ``spec`` is a stand-in that only locates the control dir."""
     note: str | None = None
     """Why the spec is a stand-in (an unreadable ``deployed.json``, say)."""
+    deployed_by: str | None = None
+    """The lifecycle owner (``<dag_id>.<task_id> run <run_id> try <n>``) of the task that deployed the
+    stream, from ``deployed.json``'s sealed ``deployed_by``; ``None`` when unknown (see ``ui.access``)."""
 
 
 @dataclass
@@ -100,6 +111,13 @@ def _stand_in(name: str, location: str, application: str | None = None, checkpoi
     raise AssertionError("unreachable: the stand-in spec is always valid")
 
 
+def _deployer_in(raw: bytes | None, name: str) -> str | None:
+    try:
+        return deployer_of(json.loads(raw), name) if raw is not None else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
 def _spec_from_dir(name: str, location: str, read: Callable[[str], bytes | None]) -> tuple[StreamSpec, bool, str | None]:
     """The stream's deployed spec, or a stand-in built from its driver record / status, with why."""
     note = None
@@ -130,6 +148,25 @@ def _spec_from_dir(name: str, location: str, read: Callable[[str], bytes | None]
     return _stand_in(name, location), False, note or "no deployed spec recorded"
 
 
+def _read_once(read: Callable[[str], bytes | None]) -> Callable[[str], bytes | None]:
+    """``read`` remembering each file's bytes (deployed.json is read for the spec and for its deployer)."""
+    cache: dict[str, bytes | None] = {}
+
+    def cached(name: str) -> bytes | None:
+        if name not in cache:
+            cache[name] = read(name)
+        return cache[name]
+
+    return cached
+
+
+def _quietly(read: Callable[[str], bytes | None], name: str) -> bytes | None:
+    try:
+        return read(name)
+    except Exception:  # noqa: BLE001 - the spec reader already reported it
+        return None
+
+
 def discover(desired_state: str | None, control_locations: Iterable[str]) -> Discovery:
     """Find the managed streams (see the module docstring). Never raises on a bad file or location."""
     from airflow_streaming.control.locations import storage_for
@@ -145,16 +182,18 @@ def discover(desired_state: str | None, control_locations: Iterable[str]) -> Dis
             found.errors.append(f"desired-state file {desired_state}: {exc}")
         else:
             for name, target in state.streams.items():
-                spec, known, note = target.spec, True, None
+                spec, known, note, deployer = target.spec, True, None, None
                 try:
                     from airflow_streaming.lifecycle.operations import deployment
 
-                    spec = deployment(target)[1].spec
+                    hook = deployment(target)[1]
+                    spec = hook.spec
+                    deployer = _deployer_in(hook.storage.read_bytes(hook.deployed_path), spec.name)
                 except Exception as exc:  # noqa: BLE001 - unreadable deployed.json: read with the wanted spec
                     note = f"deployed spec unreadable: {exc}"
                 found.streams.append(StreamRef(name=spec.name, spec=spec, source="desired_state",
                                                wanted_version=target.version, versions=tuple(target.versions),
-                                               spec_known=known, note=note))
+                                               spec_known=known, note=note, deployed_by=deployer))
                 seen.update({name, spec.name})
     for location in control_locations:
         try:
@@ -173,9 +212,17 @@ def discover(desired_state: str | None, control_locations: Iterable[str]) -> Dis
             except Exception as exc:  # noqa: BLE001
                 found.errors.append(f"{base}: {exc}")
                 continue
-            spec, known, note = _spec_from_dir(name, location, lambda f, b=base, st=storage: st.read_bytes(f"{b}/{f}"))
+            try:
+                _check_segment(name, "name")
+            except ValueError:
+                if len(found.errors) < 50:
+                    found.errors.append(f"{base[:300]}: not a stream's control directory (its name is not a valid "
+                                        "stream name); skipped")
+                continue
+            read = _read_once(lambda f, b=base, st=storage: st.read_bytes(f"{b}/{f}"))
+            spec, known, note = _spec_from_dir(name, location, read)
             found.streams.append(StreamRef(name=name, spec=spec, source="control_location", spec_known=known,
-                                           note=note))
+                                           note=note, deployed_by=_deployer_in(_quietly(read, "deployed.json"), name)))
             seen.add(name)
     return found
 
@@ -188,19 +235,73 @@ def _part(snapshot: StreamSnapshot, what: str, fn: Callable[[], Any]) -> Any:
         return None
 
 
+class NotAskedTarget(DriverTarget):
+    """A cluster target the Streams page does not ask: its drivers are UNKNOWN to the target (never GONE),
+    so liveness and health come from the control files (lease, heartbeat, the run's exit)."""
+
+    def __init__(self, storage: Any, paths: Any, kind: str):
+        super().__init__(storage, paths, {})
+        self.kind = kind
+
+    def submit(self, plan: Any) -> dict[str, Any]:
+        raise RuntimeError("the Streams page never submits a driver")
+
+    def find(self, run_id: str, record: Any = None) -> list[str]:
+        return []
+
+    def state(self, record: Any) -> DriverState:
+        return DriverState(Liveness.UNKNOWN, f"the {record.target} cluster manager is not asked by the Streams "
+                                             "page (it reads control files only: lease and heartbeat)")
+
+    def kill(self, record: Any, grace: float) -> str:
+        return "the Streams page never kills a driver"
+
+
+def page_hook(spec: StreamSpec) -> Any:
+    """The hook the page reads a stream with: a :class:`StreamingJobHook` that makes no network call
+    beyond the control storage (see the module docstring). A driver on this host (local and client
+    mode) is still checked by its process, which needs no network."""
+    from airflow_streaming.hooks.streaming_job import StreamingJobHook
+
+    class PageHook(StreamingJobHook):
+        @property
+        def target(self) -> DriverTarget:
+            if self._target is None:
+                from airflow_streaming.targets import target_kind
+
+                try:
+                    kind = target_kind(self.spec.master, self.spec.deploy_mode)
+                except ValueError:
+                    kind = "unknown"
+                self._target = (super().target if kind == "local" and self.spec.master is not None
+                                else NotAskedTarget(self.storage, self.paths, kind))
+            return self._target
+
+        def target_of(self, record: Any) -> DriverTarget:
+            if record.target == "local":
+                from airflow_streaming.targets.local import LocalTarget
+
+                return LocalTarget(self.storage, self.paths, {})
+            return NotAskedTarget(self.storage, self.paths, record.target)
+
+        def cluster_app_state(self, app_id: str | None) -> Any:
+            return None  # the standalone master's JSON: a network call, not made by the page
+
+    return PageHook(spec)
+
+
 def read_stream(ref: StreamRef, now: float | None = None) -> StreamSnapshot:
     """Read everything the UI shows about ``ref``; every unreadable part lands in ``errors``."""
     import dataclasses
 
     from airflow_streaming.compat.last_report import read_last_report
     from airflow_streaming.control.contract import StatusDocument
-    from airflow_streaming.hooks.streaming_job import StreamingJobHook
     from airflow_streaming.lifecycle.runner import read_history
     from airflow_streaming.reconcile.observe import next_step
     from airflow_streaming.supervision.ledger_file import load_ledger
 
     snap = StreamSnapshot(ref=ref, read_at=time.time() if now is None else now)
-    hook = StreamingJobHook(ref.spec)
+    hook = page_hook(ref.spec)
 
     def status() -> dict[str, Any] | None:
         raw = hook.storage.read_bytes(hook.paths.status)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow_streaming.notifications.events import redact
 from airflow_streaming.redaction import MASK, is_sensitive_key, scrub, secret_values
@@ -93,6 +94,20 @@ def spec_view(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return mask(view, secrets)
 
 
+# ------------------------------------------------------------------ links
+def http_url(value: Any) -> str | None:
+    """``value`` if it is an absolute ``http://`` or ``https://`` URL with a host (and no whitespace or
+    control character), else ``None``. Only such URLs from status documents and XComs become links: a
+    ``javascript:`` or ``data:`` URL written by a driver would run in the viewer's Airflow session."""
+    if not isinstance(value, str) or len(value) > 2048 or any(ord(c) <= 32 or ord(c) == 127 for c in value):
+        return None
+    try:
+        parsed = urlsplit(value)
+    except ValueError:
+        return None
+    return value if parsed.scheme.lower() in ("http", "https") and parsed.hostname else None
+
+
 # ------------------------------------------------------------------ progress
 def ts_ms(value: Any) -> float | None:
     """Epoch milliseconds of an ISO timestamp (Spark's ``2026-11-22T02:51:34.123Z``); ``None`` if absent,
@@ -162,17 +177,27 @@ def progress_points(status: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     return sorted(points, key=lambda p: (p["t"], p["batch"] if isinstance(p["batch"], int) else -1))
 
 
-def current_lag(points: list[dict[str, Any]]) -> dict[str, Any] | None:
+def current_lag(points: list[dict[str, Any]], live: bool = True) -> dict[str, Any] | None:
     """How far behind the stream is, from its last batch: Kafka offsets behind latest when a source
-    reports them, else event-time lag (batch time - newest event time), else watermark lag."""
-    if not points:
+    reports them, else event-time lag (batch time - newest event time), else watermark lag.
+
+    ``None`` when the stream does not run (``live`` false): the last batch of a stopped run says how far
+    behind it was then, not now (a stopped stream's watermark lag only grows with the calendar). A
+    negative time lag - events stamped after the batch started, as a rate source or a producer whose clock
+    runs ahead does - is shown as 0 with a ``note``, never as "-2.9s"."""
+    if not points or not live:
         return None
     last = points[-1]
     if last.get("offsets_behind") is not None:
         return {"kind": "offsets", "value": last["offsets_behind"], "label": f"{last['offsets_behind']:.0f} offsets"}
     for key, kind in (("event_lag_s", "event_time"), ("watermark_lag_s", "watermark")):
         if last.get(key) is not None:
-            return {"kind": kind, "value": last[key], "label": f"{last[key]:.1f}s ({kind.replace('_', ' ')})"}
+            value = max(0.0, last[key])
+            lag = {"kind": kind, "value": value, "label": f"{value:.1f}s ({kind.replace('_', ' ')})"}
+            if last[key] < 0:
+                lag["note"] = (f"the newest {kind.replace('_', ' ')} is {-last[key]:.1f}s after the batch started "
+                               "(events stamped ahead of the driver's clock): caught up, shown as 0")
+            return lag
     return None
 
 
@@ -295,7 +320,7 @@ def overview_row(snap: StreamSnapshot) -> dict[str, Any]:
         "name": snap.ref.name, "source": snap.ref.source, "control_dir": snap.ref.spec.control_dir,
         "version": version, "wanted_version": snap.ref.wanted_version,
         "pending": bool(snap.ref.wanted_version and version and snap.ref.wanted_version != version),
-        "state": driver_state, "reported_state": status.get("state"), "run_id": status.get("run_id"),
+        "state": driver_state, "reported_state": status.get("state"), "live": live, "run_id": status.get("run_id"),
         "app_id": status.get("app_id"),
         "health": {"state": state, "reason": reasons[0] if reasons else None, "reasons": reasons,
                    "warnings": [w.get("message") for w in health.get("warnings") or [] if isinstance(w, Mapping)],
@@ -304,12 +329,12 @@ def overview_row(snap: StreamSnapshot) -> dict[str, Any]:
         "last_batch": {"id": last["batch"], "at": last["t"], "age_s": round(snap.read_at - last["t"] / 1000, 1),
                        "rows": last["rows"]} if last else None,
         "input_rps": last["input_rps"] if last else None, "processed_rps": last["processed_rps"] if last else None,
-        "lag": current_lag(points),
+        "lag": current_lag(points, live),
         "totals": status.get("totals"),
         "last_action": last_action,
         "supervisor": supervisor,
         "next": snap.next,
-        "spark_ui": status.get("spark_ui") if live else None,
+        "spark_ui": http_url(status.get("spark_ui")) if live else None,
         "heartbeat_age_s": round(snap.read_at - _num(status.get("heartbeat_at")), 1)
         if _num(status.get("heartbeat_at")) else None,
         "errors": dict(snap.errors),

@@ -28,7 +28,8 @@ from airflow_streaming.targets.runtime_bundle import PROJECT_ROOT, _imports, run
 DRIVER_SIDE = ("airflow_streaming", "airflow_streaming.checkpoint", "airflow_streaming.compat",
                "airflow_streaming.control", "airflow_streaming.health", "airflow_streaming.supervision",
                "airflow_streaming.exceptions", "airflow_streaming.faults", "airflow_streaming.properties_file",
-               "airflow_streaming.redaction", "airflow_streaming.spec")
+               "airflow_streaming.private_dir", "airflow_streaming.redaction", "airflow_streaming.spec",
+               "airflow_streaming.location")
 #: Never on the driver side: Airflow, HTTP client libraries, pydantic, ORMs, cloud SDKs.
 FORBIDDEN = ("airflow", "pydantic", "requests", "httpx", "urllib3", "aiohttp", "sqlalchemy", "hdfs",
              "kubernetes", "psutil", "tenacity", "flask", "fastapi", "starlette")

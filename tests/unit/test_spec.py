@@ -542,3 +542,42 @@ def test_health_thresholds_are_validated_naming_the_key():
     with pytest.raises(SpecError) as err:
         StreamSpec.from_dict({**base, "health": {"min_batches": -1}})
     assert err.value.field == "health.min_batches" and "must be >= 0" in str(err.value)
+
+
+# Trust boundary (issue 25, item 9): snapshots under the control dir are pruned, so a checkpoint that the
+# overlap check let sit inside it could be deleted. Two spellings of one place must compare equal.
+@pytest.mark.parametrize(
+    ("checkpoint", "control"),
+    [
+        ("hdfs://nn:8020/ctl/orders", "hdfs://nn/ctl"),  # hdfs's default port
+        ("hdfs://nn/ctl/orders/state", "hdfs://NN:8020/ctl/"),
+        ("webhdfs://nn:9870/ctl/orders", "webhdfs://nn/ctl"),  # webhdfs's default port
+        ("webhdfs://nn/ctl/orders", "hdfs://nn:8020/ctl"),  # one NameNode's HTTP and RPC doors
+        ("hdfs://nn/ctl%2Forders", "hdfs://nn/ctl"),  # decoded path
+        ("hdfs://nn/%63tl/orders", "hdfs://nn/ctl"),
+        ("file:///data/%63ontrol/orders", "/data/control"),
+        ("hdfs://nn//ctl///orders//", "hdfs://nn/ctl/"),  # slashes
+    ],
+)
+def test_the_overlap_check_compares_normalised_locations(checkpoint: str, control: str) -> None:
+    err = spec_error(make(checkpoint_location=checkpoint, control_location=control))
+    assert err.field == "checkpoint_location" and "nested with the stream's control dir" in err.message
+
+
+@pytest.mark.parametrize("location", ["hdfs://nn/ctl/%2e%2e/x", "hdfs://nn/a/%2E%2E", "webhdfs://nn/a/..%2Fb"])
+def test_encoded_dot_dot_is_refused(location: str) -> None:
+    assert "'..'" in spec_error(make(checkpoint_location=location)).message
+
+
+@pytest.mark.parametrize("location", ["hdfs://nn:port/x", "hdfs://etl@nn/x"])
+def test_bad_hosts_are_refused(location: str) -> None:
+    assert spec_error(make(checkpoint_location=location)).field == "checkpoint_location"
+
+
+def test_locations_on_other_ports_or_hosts_do_not_overlap() -> None:
+    from airflow_streaming.spec import locations_overlap
+
+    assert not locations_overlap("hdfs://nn:9000/ctl/orders", "hdfs://nn/ctl")  # another NameNode port
+    assert not locations_overlap("webhdfs://nn:50070/ctl/orders", "webhdfs://nn:9870/ctl")
+    assert not locations_overlap("hdfs://nn2/ctl/orders", "webhdfs://nn/ctl")
+    assert locations_overlap("hdfs://nn:8020/ctl/x", "hdfs://nn/ctl")

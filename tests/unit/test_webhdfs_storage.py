@@ -271,7 +271,7 @@ def test_ha_skips_a_dead_namenode_and_standby_everywhere_is_an_error(nn):
 
 
 def test_messages_carry_no_password_and_no_query_string(nn):
-    st = storage_of(nn, user="etl", password="s3cr3t-pw")
+    st = storage_of(nn, user="etl", password="s3cr3t-pw", allow_plain_http=True)
     st.write_atomic("/c/f", b"1")
     assert nn.log[0].headers.get("authorization") == "Basic" and nn.log[0].params["user.name"] == "etl"
     nn.inject("/c/f", action="drop")

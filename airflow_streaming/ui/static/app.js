@@ -14,6 +14,21 @@
   window.__streams = state; // for people (and tests) poking at the page in a console
 
   // ------------------------------------------------------------------ small helpers
+  // Everything shown comes from files a stream's driver can write (status, lifecycle records, versions,
+  // names): it is data, never markup. The page builds its DOM with el() (text nodes and setAttribute,
+  // never innerHTML); the only HTML strings are chart tooltips, built with escapeHtml(); links are made
+  // only for http(s) URLs (safeUrl()).
+  const HTML_ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+  function escapeHtml(value) {
+    return String(value ?? "").replace(/[&<>"']/g, (c) => HTML_ESCAPES[c]);
+  }
+  function safeUrl(url) {
+    if (typeof url !== "string" || !url) return null;
+    try {
+      const u = new URL(url, window.location.href);
+      return u.protocol === "http:" || u.protocol === "https:" ? u.href : null;
+    } catch (e) { return null; }
+  }
   function el(tag, attrs, ...kids) {
     const node = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -56,6 +71,7 @@
     if (!lag) return dash;
     return lag.kind === "offsets" ? `${num(lag.value, 0)} offsets` : `${seconds(lag.value)} (${lag.kind.replace("_", " ")})`;
   }
+  const lagCell = (lag) => el("span", { class: "lag", title: (lag && lag.note) || null }, lagLabel(lag));
   const badge = (text, cls) => el("span", { class: `badge b-${cls || text}` }, String(text || dash).replaceAll("_", " "));
   const pageUrl = (name) => `${ROOT}/ui/` + (name ? `stream/${encodeURIComponent(name)}` : "");
 
@@ -88,10 +104,14 @@
     window.open(url, "_blank", "noopener");
   }
   function airflowLink(url, text, attrs) {
+    url = safeUrl(url);
+    if (!url) return el("span", {}, text);
     return el("a", Object.assign({ href: url, "data-airflow-link": true,
       onclick: (ev) => { if (ev.button === 0 && !ev.ctrlKey && !ev.metaKey) { ev.preventDefault(); openInAirflow(url); } } }, attrs || {}), text);
   }
   function outsideLink(url, text, attrs) {
+    url = safeUrl(url);
+    if (!url) return null; // a javascript:, data: or garbage URL from a control file is no link
     return el("a", Object.assign({ href: url, target: "_blank", rel: "noopener noreferrer",
       onclick: (ev) => { if (ev.button === 0) { ev.preventDefault(); openOutside(url); } } }, attrs || {}), text);
   }
@@ -174,7 +194,7 @@
       el("td", { class: "num" }, r.last_batch ? `#${r.last_batch.id}` : dash,
         r.last_batch ? el("div", { class: "small muted" }, ago(r.last_batch.at)) : null),
       el("td", { class: "num" }, num(r.input_rps)), el("td", { class: "num" }, num(r.processed_rps)),
-      el("td", { class: "num" }, lagLabel(r.lag)),
+      el("td", { class: "num" }, lagCell(r.lag)),
       el("td", {}, actionCell(r.last_action)), el("td", {}, supervisorCell(r.supervisor)),
       el("td", {}, r.spark_ui ? outsideLink(r.spark_ui, "Spark UI", { class: "spark-ui-link" }) : null));
   }
@@ -188,7 +208,7 @@
     app.replaceChildren(
       el("div", { class: "head" }, el("h1", {}, "Streams"),
         el("span", { class: "muted" }, Object.entries(counts).map(([k, v]) => `${v} ${k.toLowerCase().replaceAll("_", " ")}`).join(" · "))),
-      (data.errors || []).map((e) => el("div", { class: "err" }, e)),
+      ...(data.errors || []).map((e) => el("div", { class: "err discovery-error" }, e)), // replaceChildren does not flatten
       rows.length ? el("table", { id: "streams" }, el("thead", {}, head), el("tbody", {}, rows.map(overviewRow)))
         : el("p", { class: "muted" }, "No managed streams found. Configure [airflow_streaming] desired_state_file or control_locations (docs/ui.md)."));
   }
@@ -270,17 +290,19 @@
     // name, so the legend has one entry per outcome.
     const segments = actions.map((a) => {
       const k = outcomeClass(a), lane = lanes.indexOf(a.action);
-      return { name: labels[k], type: "line", showSymbol: false, lineStyle: { width: 10, color: TIMELINE_COLORS[k] },
+      // Symbols at both ends carry the action's tooltip (a line without symbols has no item to hover).
+      return { name: labels[k], type: "line", showSymbol: true, symbolSize: 10, lineStyle: { width: 10, color: TIMELINE_COLORS[k] },
         itemStyle: { color: TIMELINE_COLORS[k] }, data: [{ value: [a.start, lane], a }, { value: [a.end || Date.now(), lane], a }] };
     });
     const steps = actions.flatMap((a) => (a.steps || []).filter((s) => s.at).map((s) => ({ value: [s.at, lanes.indexOf(a.action)], s })));
     return {
       animation: false, grid: { left: 80, right: 64, top: 30, bottom: 50 }, legend: { top: 0 },
+      // ECharts puts a formatter's string in the tooltip as HTML: every value in it is escaped.
       tooltip: { trigger: "item", formatter: (p) => {
         const s = p.data && p.data.s, a = (p.data && p.data.a) || {};
-        if (s) return `${s.step} · ${new Date(s.at).toLocaleString()}<br>${String(s.detail || "").slice(0, 200)}`;
-        return `${a.action} ${a.from_version || "∅"}→${a.to_version || "∅"}: ${a.running ? "running" : a.outcome}` +
-          (a.verdict ? `<br>gate: ${a.verdict}` : "") + (a.error ? `<br>${String(a.error).slice(0, 200)}` : "");
+        if (s) return `${escapeHtml(s.step)} · ${escapeHtml(new Date(s.at).toLocaleString())}<br>${escapeHtml(String(s.detail || "").slice(0, 200))}`;
+        return `${escapeHtml(a.action)} ${escapeHtml(a.from_version || "∅")}→${escapeHtml(a.to_version || "∅")}: ${escapeHtml(a.running ? "running" : a.outcome)}` +
+          (a.verdict ? `<br>gate: ${escapeHtml(a.verdict)}` : "") + (a.error ? `<br>${escapeHtml(String(a.error).slice(0, 200))}` : "");
       } },
       xAxis: { type: "time", min: range[0], max: range[1] },
       yAxis: { type: "category", data: lanes.length ? lanes : ["(no action recorded)"] },
@@ -321,14 +343,14 @@
     return el("div", { class: "stats" },
       stat("last batch", d.last_batch ? `#${d.last_batch.id} · ${ago(d.last_batch.at)}` : dash, "stat-last-batch"),
       stat("input rows/s", num(d.input_rps)), stat("processed rows/s", num(d.processed_rps)),
-      stat("lag", lagLabel(d.lag)), stat("batches this run", num((d.totals || {}).batches, 0)),
+      stat("lag", lagCell(d.lag)), stat("batches this run", num((d.totals || {}).batches, 0)),
       stat("rows this run", num((d.totals || {}).input_rows, 0)),
       stat("quarantined", num((d.totals || {}).quarantined_rows, 0)),
       stat("heartbeat", d.heartbeat_age_s !== null && d.heartbeat_age_s !== undefined ? `${seconds(d.heartbeat_age_s)} ago` : dash),
       stat("supervisor", sup ? (sup.gave_up ? "GAVE UP" : `${sup.restarts_in_window} restarts / ${Math.round(sup.window_s / 60)} min`) : "not supervised"),
       d.next ? el("div", { class: "stat", id: "stat-next", title: d.next.reason || "" },
         el("div", { class: "v" }, d.next.act || dash), el("div", { class: "l" }, "next supervisor pass")) : null,
-      h.metrics && h.metrics.watermark_lag_s !== undefined ? stat("watermark lag now", seconds(h.metrics.watermark_lag_s)) : null);
+      d.live && h.metrics && h.metrics.watermark_lag_s !== undefined ? stat("watermark lag now", seconds(Math.max(0, h.metrics.watermark_lag_s))) : null);
   }
   function historyTable(actions) {
     if (!actions.length) return el("p", { class: "muted" }, "No lifecycle action recorded.");
