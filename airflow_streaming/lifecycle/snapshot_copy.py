@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -124,12 +125,20 @@ def copy_files(src: ControlStorage, src_root: str, entries: list[TreeEntry], dst
     for directory in [d for d in empty if not any(o.startswith(d + "/") for o in empty)]:
         dst.makedirs(f"{dst_root}/{directory}")
 
+    failed = threading.Event()
+
     def copy(entry: TreeEntry) -> int:
-        data = src.read_bytes(f"{src_root}/{entry.path}")
-        if data is None:
-            raise StorageError(2, f"{src_root}/{entry.path} vanished while it was being copied: is a query still "
-                                  "running on this checkpoint?")
-        dst.write_once(f"{dst_root}/{entry.path}", data)
+        if failed.is_set():  # a worker may pick up the next file before the caller cancels it
+            return 0
+        try:
+            data = src.read_bytes(f"{src_root}/{entry.path}")
+            if data is None:
+                raise StorageError(2, f"{src_root}/{entry.path} vanished while it was being copied: is a query "
+                                      "still running on this checkpoint?")
+            dst.write_once(f"{dst_root}/{entry.path}", data)
+        except BaseException:
+            failed.set()
+            raise
         return len(data)
 
     if not entries:

@@ -263,3 +263,32 @@ def test_a_restore_that_failed_midway_completes_when_run_again(nn, fail_after):
     assert tree(nn.local(f"/ckpt/q{SUFFIX}")) == v2  # the original, not the partial copy
     assert report["moved_aside"] == f"/ckpt/q{SUFFIX}" and not st.exists("/snap/restoring.json")
     assert sorted(os.listdir(nn.local("/ckpt"))) == ["q", f"q{SUFFIX}"]
+
+
+def test_the_first_failed_copy_starts_no_other_even_when_the_caller_is_slow_to_see_it(tmp_path, monkeypatch):
+    """Found flaky under load (a restore's fault hit 3 times with one copy thread): the worker picked up
+    the next files before the caller had woken up to cancel them. A slow caller is made here on purpose."""
+    import concurrent.futures
+    import time
+
+    src_root = tmp_path / "src"
+    for i in range(6):
+        write(str(src_root / f"f{i}"))
+    writes: list[str] = []
+
+    class FailingFirst(LocalStorage):
+        def write_once(self, path: str, data: bytes) -> None:
+            writes.append(path)
+            raise StorageError(5, "injected")
+
+    result = concurrent.futures.Future.result
+
+    def slow_result(self, timeout=None):  # the caller wakes up late
+        time.sleep(0.3)
+        return result(self, timeout)
+
+    monkeypatch.setattr(concurrent.futures.Future, "result", slow_result)
+    with pytest.raises(StorageError):
+        snapshot_copy.copy_files(LocalStorage(), str(src_root), entries({f"f{i}": "x" for i in range(6)}),
+                                 FailingFirst(), str(tmp_path / "dst"), threads=1)
+    assert len(writes) == 1, writes
