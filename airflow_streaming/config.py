@@ -60,7 +60,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("operations_dag_id", "string", "stream_operations",
            "The DAG the Streams UI's action buttons trigger.", "stream_operations"),
     Option("health_poll_interval", "float", "10",
-           "Default poke_interval (seconds) of StreamingHealthSensor: how often a verdict is computed, in the "
+           "Default poke_interval (seconds) of SparkStreamHealthSensor: how often a verdict is computed, in the "
            "worker or, when deferred, in the triggerer.", "30"),
     Option("progress_poll_interval", "float", "2",
            "Default poke_interval (seconds) of SparkStreamProgressSensor.", "5"),

@@ -16,7 +16,7 @@ from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlPaths
 from airflow_streaming.control.storage import local_path
 from airflow_streaming.control.locations import storage_for
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec
 
 
@@ -31,13 +31,13 @@ def stop_all(control_location: str, timeout: float) -> list[str]:
         paths = ControlPaths(f"{root}/{name}")
         try:
             record = contract.read_driver_record(storage, paths)
-            deployed = StreamingJobHook.deployed_at(storage, f"{paths.root}/deployed.json")
+            deployed = SparkStreamHook.deployed_at(storage, f"{paths.root}/deployed.json")
         except (contract.ControlFileError, OSError) as exc:
             logging.error("%s", exc)
             continue
         if record is None or deployed is None:
             continue
-        hook = StreamingJobHook(StreamSpec.from_dict(deployed["spec"]), storage)
+        hook = SparkStreamHook(StreamSpec.from_dict(deployed["spec"]), storage)
         if hook.target_of(record).state(record).gone:
             continue
         hook.request_stop()

@@ -33,7 +33,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from airflow_streaming import class_archive  # noqa: E402
 from airflow_streaming.compat.run import run_check  # noqa: E402
-from airflow_streaming.hooks.streaming_job import StreamingJobHook  # noqa: E402
+from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from signals import Feeder  # noqa: E402
 from upgrade_bench import commit_mtime, spec_for  # noqa: E402
 
@@ -43,7 +43,7 @@ def one_run(option: str) -> dict[str, float]:
     root = tempfile.mkdtemp(prefix="class-archive-bench-")
     try:
         Feeder(f"{root}/in").feed(40)
-        hook = StreamingJobHook(spec_for(root, "v1"))
+        hook = SparkStreamHook(spec_for(root, "v1"))
         started = time.time()
         hook.submit()
         first = commit_mtime(f"{root}/ckpt", 0) - started

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Standalone CLUSTER mode benchmark: the provider (StreamingJobHook -> StandaloneClusterTarget -> the
+"""Standalone CLUSTER mode benchmark: the provider (SparkStreamHook -> StandaloneClusterTarget -> the
 master's REST server) vs a bare REST submission of the same ETL to the same cluster.
 
 Usage (from the project root, under the machine's heavy-test lock)::
@@ -154,7 +154,7 @@ def pid_gone_after(pid: int | None, started: float, timeout: float = 60.0) -> fl
 
 
 def provider_run(cluster: Cluster, work: Path, run: int) -> dict[str, Any]:
-    from airflow_streaming.hooks.streaming_job import StreamingJobHook
+    from airflow_streaming.hooks.streaming_job import SparkStreamHook
     from airflow_streaming.spec import StreamSpec
 
     inp, out = str(work / "input"), str(work / "output")
@@ -163,7 +163,7 @@ def provider_run(cluster: Cluster, work: Path, run: int) -> dict[str, Any]:
                       master_ui_url=cluster.ui, trigger_interval=1, heartbeat_interval=1, stop_timeout=60,
                       startup_timeout=240, spark_conf=SPARK_CONF, cluster={"rest_url": cluster.rest},
                       application_args=["--input", inp, "--output", out, "--quarantine", str(work / "quarantine")])
-    hook = StreamingJobHook(spec)
+    hook = SparkStreamHook(spec)
     rows = feed(inp, f"p{run}a", 3, 0)
 
     def first_progress(run_id: str) -> float:

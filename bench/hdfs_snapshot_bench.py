@@ -44,7 +44,7 @@ for path in (ROOT, ROOT / "tests"):
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from airflow_streaming.control.storage import storage_for  # noqa: E402
-from airflow_streaming.hooks.streaming_job import StreamingJobHook  # noqa: E402
+from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from airflow_streaming.lifecycle.snapshot import restore_snapshot, take_snapshot  # noqa: E402
 from airflow_streaming.spec import StreamSpec  # noqa: E402
 from signals import DEVICES, START, STEP  # noqa: E402
@@ -75,7 +75,7 @@ def main() -> int:
                              "--watermark", "30 seconds", "--max-files-per-trigger", "1"],
         "trigger_interval": 1, "heartbeat_interval": 1, "startup_timeout": 300, "stop_timeout": 120,
         "spark_conf": {"spark.sql.shuffle.partitions": args.partitions, "spark.ui.enabled": "false"}})
-    hook = StreamingJobHook(spec)
+    hook = SparkStreamHook(spec)
     record = None
     result: dict[str, Any] = {"meta": {"runs": args.runs, "batches": args.batches, "partitions": args.partitions,
                                        "namenode": "WebHDFS-protocol stand-in on loopback, not a real NameNode",

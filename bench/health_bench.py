@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Health-watch benchmark: one triggerer-like process watching 100 streams with ``StreamingHealthTrigger``.
+"""Health-watch benchmark: one triggerer-like process watching 100 streams with ``SparkStreamHealthTrigger``.
 
 Usage (from the project root)::
 
@@ -11,7 +11,7 @@ No Spark is started. The streams are simulated on disk, in a temp dir under /tmp
 - 100 ``StreamSpec`` (application ``events_etl``, trigger 1 s, heartbeat 1 s, absolute temp paths), each
   with a control dir holding a ``driver.json`` (``DriverRecord``) whose ``submit_pid`` is one real,
   long-lived ``sleep`` child started here (shared by all streams, start time from
-  ``contract.process_start_time``), so the liveness check of ``StreamingJobHook.health()`` reads /proc
+  ``contract.process_start_time``), so the liveness check of ``SparkStreamHook.health()`` reads /proc
   like for a live local driver;
 - a ``status.json`` (``StatusDocument``, RUNNING, ready) with 20 progress entries shaped like the real
   Spark 4.2 progress recorded in ``tests/fixtures/status/etl_dag_phase1_running.json``;
@@ -21,7 +21,7 @@ No Spark is started. The streams are simulated on disk, in a temp dir under /tmp
   every configuration, also the 0-stream baseline.
 
 One *configuration* runs in a fresh worker process (clean memory numbers): one asyncio event loop
-(like the triggerer's) with N ``StreamingHealthTrigger(mode="watch", watch_seconds=3600,
+(like the triggerer's) with N ``SparkStreamHealthTrigger(mode="watch", watch_seconds=3600,
 poll_interval=P)`` tasks, each consuming its ``run()`` generator. Trigger starts are spread uniformly
 over the first P seconds (a triggerer's sensors defer at different times; with no spread all 100 would
 poll in lock-step). Configurations: N=0 (baseline: same loop, same writer, nothing watched), N=100
@@ -261,7 +261,7 @@ def worker_main(config_path: str) -> int:
     import threading
 
     from airflow_streaming.triggers import health as trig
-    from airflow_streaming.triggers.health import StreamingHealthTrigger
+    from airflow_streaming.triggers.health import SparkStreamHealthTrigger
 
     # Modules poll_once imports lazily: imported before the "before" RSS (one-off, not per stream).
     import airflow_streaming.health.thresholds  # noqa: F401
@@ -307,7 +307,7 @@ def worker_main(config_path: str) -> int:
             flipped: set[str] = set()
             all_detected = asyncio.Event()
 
-            async def consume(trigger: StreamingHealthTrigger, delay: float) -> None:
+            async def consume(trigger: SparkStreamHealthTrigger, delay: float) -> None:
                 await asyncio.sleep(delay)
                 async for event in trigger.run():
                     name = trigger.spec["name"]
@@ -315,7 +315,7 @@ def worker_main(config_path: str) -> int:
                     if flipped and flipped <= events.keys():
                         all_detected.set()
 
-            triggers = [StreamingHealthTrigger(s, "watch", poll, watch_seconds=WATCH_SECONDS) for s in specs[:n]]
+            triggers = [SparkStreamHealthTrigger(s, "watch", poll, watch_seconds=WATCH_SECONDS) for s in specs[:n]]
             tasks = [asyncio.create_task(consume(t, rng.uniform(0, poll))) for t in triggers]
             await asyncio.sleep(warmup)
 

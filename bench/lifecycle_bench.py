@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Lifecycle benchmark: a managed ``events_etl`` stream (StreamingJobHook + driver runtime) vs. a bare
+"""Lifecycle benchmark: a managed ``events_etl`` stream (SparkStreamHook + driver runtime) vs. a bare
 ``spark-submit`` of the same ETL transformation (``bench/bare_etl.py``).
 
 Usage (from the project root)::
@@ -455,11 +455,11 @@ def managed_stop(hook: Any, record: Any) -> tuple[Any, float | None]:
 
 
 def managed_lifecycle(cleanup: Cleanup, args: argparse.Namespace, run: int) -> dict[str, Any]:
-    from airflow_streaming.hooks.streaming_job import StreamingJobHook
+    from airflow_streaming.hooks.streaming_job import SparkStreamHook
 
     work = cleanup.mkdtemp(f"bench-lifecycle-r{run}-managed-")
     spec = managed_spec(work, args)
-    hook = StreamingJobHook(spec)
+    hook = SparkStreamHook(spec)
     cleanup.hooks.append(hook)
     inp = os.path.join(work, "input", "etl")
     result: dict[str, Any] = {"work_dir": work}
@@ -505,10 +505,10 @@ def managed_lifecycle(cleanup: Cleanup, args: argparse.Namespace, run: int) -> d
 
 def warm_hook(args: argparse.Namespace, cleanup: Cleanup) -> None:
     """Import Airflow and resolve the Spark connection once, outside the measurements (no side effects)."""
-    from airflow_streaming.hooks.streaming_job import StreamingJobHook
+    from airflow_streaming.hooks.streaming_job import SparkStreamHook
 
     work = cleanup.mkdtemp("bench-lifecycle-warmhook-")
-    StreamingJobHook(managed_spec(work, args)).build_command("warmup")
+    SparkStreamHook(managed_spec(work, args)).build_command("warmup")
 
 
 # --------------------------------------------------------------------------- machine

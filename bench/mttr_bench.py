@@ -27,7 +27,7 @@ os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.g
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
-from airflow_streaming.hooks.streaming_job import StreamingJobHook  # noqa: E402
+from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from airflow_streaming.spec import StreamSpec  # noqa: E402
 from airflow_streaming.supervision.policy import RestartPolicy  # noqa: E402
 from airflow_streaming.supervision.supervisor import supervise  # noqa: E402
@@ -42,7 +42,7 @@ def spec_for(root: str) -> StreamSpec:
                       spark_conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
 
 
-def first_commit_after(hook: StreamingJobHook, run_id: str, timeout: float = 300) -> float:
+def first_commit_after(hook: SparkStreamHook, run_id: str, timeout: float = 300) -> float:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         doc = hook.status()
@@ -54,7 +54,7 @@ def first_commit_after(hook: StreamingJobHook, run_id: str, timeout: float = 300
 
 def one_run(run: int) -> dict[str, float]:
     root = tempfile.mkdtemp(prefix=f"mttr-{run}-")
-    hook = StreamingJobHook(spec_for(root))
+    hook = SparkStreamHook(spec_for(root))
     try:
         generate_events(f"{root}/in", count=20000, files=40, run=f"r{run}")
         record = hook.submit()

@@ -18,7 +18,7 @@ remote-storage pacing of ``airflow_streaming.control.contract``):
   is counted alone on A, and Spark's own checkpoint traffic on B);
 - one real ``events_etl`` stream (``local[2]``), fed one input file every 5 s, so that every trigger
   runs a batch and reports progress (the busiest case for status writes);
-- the Airflow side: ``StreamingHealthTrigger``'s ``poll_once`` every 10 s in this process (a new hook
+- the Airflow side: ``SparkStreamHealthTrigger``'s ``poll_once`` every 10 s in this process (a new hook
   per poll, as the triggerer does), its CPU measured with ``time.thread_time`` (this thread only: the
   stand-in's threads are not counted).
 
@@ -61,7 +61,7 @@ for path in (ROOT, ROOT / "tests"):
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from airflow_streaming.control import contract  # noqa: E402
-from airflow_streaming.hooks.streaming_job import StreamingJobHook  # noqa: E402
+from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from airflow_streaming.spec import StreamSpec  # noqa: E402
 from airflow_streaming.triggers.health import poll_once  # noqa: E402
 from spark_jobs.event_generator import generate_events  # noqa: E402
@@ -197,7 +197,7 @@ def main() -> int:
                              "--quarantine", str(work / "q")],
         "spark_conf": {"spark.sql.shuffle.partitions": 2, "spark.ui.enabled": "false"},
         "startup_timeout": 300, "stop_timeout": 120})
-    hook = StreamingJobHook(spec)
+    hook = SparkStreamHook(spec)
     stop_feed = threading.Event()
     result: dict[str, Any] = {"meta": {
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(),

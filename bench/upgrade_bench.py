@@ -42,7 +42,7 @@ os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.g
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
-from airflow_streaming.hooks.streaming_job import StreamingJobHook  # noqa: E402
+from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from airflow_streaming.lifecycle.record import Action, Probation, Step  # noqa: E402
 from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner  # noqa: E402
 from airflow_streaming.spec import StreamSpec  # noqa: E402
@@ -73,7 +73,7 @@ def commit_mtime(ckpt: str, batch: int, timeout: float = 300) -> float:
     raise TimeoutError(f"{path} did not appear within {timeout}s")
 
 
-def wait_batches(hook: StreamingJobHook, after: int, count: int, timeout: float = 180) -> int:
+def wait_batches(hook: SparkStreamHook, after: int, count: int, timeout: float = 180) -> int:
     """Wait until the checkpoint has committed batch ``after + count``; return the last committed."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -85,7 +85,7 @@ def wait_batches(hook: StreamingJobHook, after: int, count: int, timeout: float 
 
 
 def bare_restart(spec: StreamSpec, run_ids: list[str]) -> dict[str, float]:
-    hook = StreamingJobHook(spec)
+    hook = SparkStreamHook(spec)
     t_stop = time.time()
     report = hook.stop()
     t_stopped = time.time()
@@ -155,7 +155,7 @@ def machine() -> dict[str, object]:
 
 
 def cleanup(root: str, run_ids: list[str]) -> None:
-    hook = StreamingJobHook(spec_for(root, "v1"))  # same name, control dir and checkpoint for both versions
+    hook = SparkStreamHook(spec_for(root, "v1"))  # same name, control dir and checkpoint for both versions
     try:
         hook.stop()
     except Exception as exc:  # noqa: BLE001 - go on killing what is left
@@ -193,7 +193,7 @@ def main() -> int:
     try:
         current = spec_for(root, "v1")
         feeder.feed(40)
-        hook = StreamingJobHook(current)
+        hook = SparkStreamHook(current)
         record = hook.submit()
         run_ids.append(record.run_id)
         hook.wait_until_ready(record)

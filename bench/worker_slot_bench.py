@@ -8,7 +8,7 @@ upgrades it twice, alternating the version:
 - blocking (how every upgrade ran before): ``LifecycleRunner(..., Action.UPGRADE).run()`` - the whole
   upgrade (gate, stop, snapshot, start, probation) holds the caller, i.e. an Airflow worker slot;
 - deferrable: the same with ``LifecycleOptions(defer=True)``, driven as Airflow drives a deferrable
-  operator: the call runs until it defers, :class:`LifecycleWaitTrigger` waits in an event loop (the
+  operator: the call runs until it defers, :class:`SparkStreamLifecycleTrigger` waits in an event loop (the
   triggerer's job), the call resumes with the handed-over locks.
 
 Worker-slot seconds = the time spent inside the calls. Medians of --runs; ratio deferrable/blocking.
@@ -36,13 +36,13 @@ os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.g
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
-from airflow_streaming.hooks.streaming_job import StreamingJobHook  # noqa: E402
+from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from airflow_streaming.lifecycle.operations import deploy_stream, stop_stream  # noqa: E402
 from airflow_streaming.lifecycle.record import Action, Probation, Step  # noqa: E402
 from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner  # noqa: E402
 from airflow_streaming.lifecycle.waits import WaitNeeded  # noqa: E402
 from airflow_streaming.spec import StreamSpec  # noqa: E402
-from airflow_streaming.triggers.lifecycle import LifecycleWaitTrigger  # noqa: E402
+from airflow_streaming.triggers.lifecycle import SparkStreamLifecycleTrigger  # noqa: E402
 from signals import Feeder  # noqa: E402
 
 VERSIONS = {"v1": "device_signals", "v2": "device_signals_v2"}
@@ -58,7 +58,7 @@ def spec_for(root: str, version: str) -> StreamSpec:
                       spark_conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
 
 
-async def _first_event(trigger: LifecycleWaitTrigger) -> Any:
+async def _first_event(trigger: SparkStreamLifecycleTrigger) -> Any:
     async for event in trigger.run():
         return event
     raise RuntimeError("the trigger ended without an event")
@@ -75,7 +75,7 @@ def drive(call: Any) -> tuple[Any, float, float, int]:
         except WaitNeeded as wait:
             worker += time.monotonic() - started
             waited = time.monotonic()
-            event = asyncio.run(_first_event(LifecycleWaitTrigger(wait.wait.to_dict(), wait.holders, 0.5)))
+            event = asyncio.run(_first_event(SparkStreamLifecycleTrigger(wait.wait.to_dict(), wait.holders, 0.5)))
             trigger += time.monotonic() - waited
             deferrals += 1
             if event.payload["status"] != "over":
@@ -124,7 +124,7 @@ def main() -> int:
         try:
             stop_stream(spec_for(root, version))
         finally:
-            hook = StreamingJobHook(spec_for(root, version))
+            hook = SparkStreamHook(spec_for(root, version))
             record = hook.driver_record()
             if record is not None and hook.alive(record):
                 hook.kill(record)

@@ -15,7 +15,7 @@ from airflow.sdk import DAG
 
 from airflow_streaming.operators.deploy import SparkStreamDeployOperator
 from airflow_streaming.operators.stop import SparkStreamStopOperator
-from airflow_streaming.sensors.health import StreamingHealthSensor
+from airflow_streaming.sensors.health import SparkStreamHealthSensor
 from airflow_streaming.sensors.progress import SparkStreamProgressSensor
 
 ROOT = os.environ.get("AIRFLOW_STREAMING_DEMO_ROOT", "/tmp/airflow-streaming-demo")
@@ -37,7 +37,7 @@ with DAG(dag_id="device_signals_deploy", schedule=None, catchup=False, tags=["ai
     # Healthy (or idle) once it made progress; deferred to the triggerer while it waits (no worker slot).
     SparkStreamDeployOperator(task_id="deploy", spec=SPEC) >> SparkStreamProgressSensor(
         task_id="wait_for_progress", spec=SPEC, min_batches=1, poke_interval=5, timeout=900
-    ) >> StreamingHealthSensor(task_id="healthy", spec=SPEC, health_mode="wait_healthy", deferrable=True,
+    ) >> SparkStreamHealthSensor(task_id="healthy", spec=SPEC, health_mode="wait_healthy", deferrable=True,
                                poke_interval=10, timeout=600)
 
 with DAG(dag_id="device_signals_stop", schedule=None, catchup=False, tags=["airflow-streaming", "example"],

@@ -73,7 +73,7 @@ def ui_static_files() -> dict[str, int]:
 def client_only_refusals(work: Path) -> dict[str, str]:
     """With pyspark-client only: a local deploy and the compatibility check refuse and name the extra."""
     from airflow_streaming.exceptions import ApplicationNotFoundError
-    from airflow_streaming.hooks.streaming_job import StreamingJobHook
+    from airflow_streaming.hooks.streaming_job import SparkStreamHook
     from airflow_streaming.pyspark_install import full_pyspark_missing
     from airflow_streaming.spec import StreamSpec
 
@@ -82,7 +82,7 @@ def client_only_refusals(work: Path) -> dict[str, str]:
             "checkpoint_location": str(work / "ckpt"), "control_location": str(work / "control"),
             "application_args": ["--input", str(work / "in"), "--output", str(work / "out"),
                                  "--quarantine", str(work / "q")]}
-    hook = StreamingJobHook(StreamSpec.from_dict(spec))
+    hook = SparkStreamHook(StreamSpec.from_dict(spec))
     try:
         hook.submit()
     except ApplicationNotFoundError as exc:

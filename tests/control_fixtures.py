@@ -10,7 +10,7 @@ from pathlib import Path
 
 from airflow_streaming.sealing import sealed
 from airflow_streaming.control import contract
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec
 
 FIXTURE_CHECKPOINT = Path(__file__).resolve().parent / "fixtures" / "checkpoints" / "spark42_agg_dedup"
@@ -25,11 +25,11 @@ def spec_under(tmp_path: Path, **overrides) -> StreamSpec:
     return StreamSpec.from_dict(fields)
 
 
-def deployed_stream(tmp_path: Path, with_checkpoint: bool = True) -> tuple[StreamSpec, StreamingJobHook]:
+def deployed_stream(tmp_path: Path, with_checkpoint: bool = True) -> tuple[StreamSpec, SparkStreamHook]:
     """A stream that ran (deployed.json, a status of a run with committed batches, a real Spark 4.2
     checkpoint) and whose driver is gone - everything a lifecycle action reads, without a JVM."""
     spec = spec_under(tmp_path)
-    hook = StreamingJobHook(spec)
+    hook = SparkStreamHook(spec)
     storage = hook.storage
     if with_checkpoint:
         shutil.copytree(FIXTURE_CHECKPOINT, spec.checkpoint_location)

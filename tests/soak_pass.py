@@ -17,7 +17,7 @@ import logging
 import sys
 from typing import Any
 
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.desired_state import load_desired_state
 from airflow_streaming.notifications.events import NotificationGate
 from airflow_streaming.supervision.policy import RestartPolicy
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-attempts", type=int, default=200)
     ns = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    hook = StreamingJobHook(load_desired_state(ns.desired_state).target(ns.stream).spec)
+    hook = SparkStreamHook(load_desired_state(ns.desired_state).target(ns.stream).spec)
     gate = NotificationGate(hook.storage, f"{hook.paths.root}/notifications.json", 900)
     sent: list[dict[str, Any]] = []
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from airflow_streaming.control.contract import StatusDocument
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec
 
 T = TypeVar("T")
@@ -31,7 +31,7 @@ class StreamRegistry:
 
     def __init__(self, root: Path):
         self.root = root
-        self.hooks: list[StreamingJobHook] = []
+        self.hooks: list[SparkStreamHook] = []
 
     def path(self, *parts: str) -> str:
         p = self.root.joinpath(*parts)
@@ -59,8 +59,8 @@ class StreamRegistry:
                 "--quarantine", self.path("quarantine", name)]
         return self.spec(name, application, args, **overrides)
 
-    def hook(self, spec: StreamSpec) -> StreamingJobHook:
-        hook = StreamingJobHook(spec)
+    def hook(self, spec: StreamSpec) -> SparkStreamHook:
+        hook = SparkStreamHook(spec)
         self.hooks.append(hook)
         return hook
 
@@ -72,12 +72,12 @@ class StreamRegistry:
             assert record is None or not hook.alive(record), f"driver {record.submit_pid} survived cleanup"
 
 
-def totals(hook: StreamingJobHook, run_id: str) -> dict[str, int] | None:
+def totals(hook: SparkStreamHook, run_id: str) -> dict[str, int] | None:
     doc = hook.status()
     return doc.totals if doc is not None and doc.run_id == run_id else None
 
 
-def current_status(hook: StreamingJobHook, run_id: str) -> StatusDocument:
+def current_status(hook: SparkStreamHook, run_id: str) -> StatusDocument:
     doc = hook.status()
     assert doc is not None and doc.run_id == run_id, f"no status for run {run_id}: {doc}"
     return doc

@@ -34,9 +34,9 @@ def _spec(spec: dict[str, Any]):
 
 
 def _hook(spec: dict[str, Any]):
-    from airflow_streaming.hooks.streaming_job import StreamingJobHook
+    from airflow_streaming.hooks.streaming_job import SparkStreamHook
 
-    return StreamingJobHook(_spec(spec))
+    return SparkStreamHook(_spec(spec))
 
 
 def _options(probation: dict[str, Any] | None = None):

@@ -30,7 +30,7 @@ def hostname() -> str:
 
 
 class LivenessMixin:
-    """Liveness and health of the stream (mixed into ``StreamingJobHook``)."""
+    """Liveness and health of the stream (mixed into ``SparkStreamHook``)."""
 
     def driver_liveness(self) -> tuple[Liveness, str]:
         """Whether a driver of this stream runs: from the lease and the deploy target, with why.

@@ -51,7 +51,7 @@ class StopReport:
 
 
 class StoppingMixin:
-    """Stop and kill (mixed into ``StreamingJobHook``)."""
+    """Stop and kill (mixed into ``SparkStreamHook``)."""
 
     def request_stop(self) -> bool:
         """Remove the run marker: the driver stops at the next micro-batch boundary."""

@@ -33,6 +33,7 @@ from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, ControlPaths, DriverRecord, StatusDocument
 from airflow_streaming.control.storage import ControlStorage, StorageError
 from airflow_streaming.control.locations import storage_for
+from airflow_streaming.deprecated_names import module_getattr
 from airflow_streaming.exceptions import StreamingError, UnsafeDirectoryError
 from airflow_streaming.hooks.liveness import LivenessMixin
 from airflow_streaming.hooks.storage_retry import retrying
@@ -57,7 +58,7 @@ from airflow_streaming.targets.base import DriverTarget
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_SPARK_CONF", "DRIVER_EXIT_GRACE_SECONDS", "JAVA_HINT", "JOBS_DIR", "KILL_GRACE_SECONDS",
-           "LAUNCHER", "StopReport", "StreamingJobHook", "check_java", "lease_ttl", "storage_path"]
+           "LAUNCHER", "StopReport", "SparkStreamHook", "check_java", "lease_ttl", "storage_path"]
 RECORD_NAME = "lifecycle.json"
 
 
@@ -67,7 +68,7 @@ def storage_path(location: str) -> str:
     return parsed.path if parsed.scheme else location
 
 
-class StreamingJobHook(SubmissionMixin, LivenessMixin, StoppingMixin, BaseHook):
+class SparkStreamHook(SubmissionMixin, LivenessMixin, StoppingMixin, BaseHook):
     """Submit, watch, stop and kill the driver of one stream described by a :class:`StreamSpec`.
 
     Connections: the spec's ``conn_id`` (a ``spark`` connection of the Spark provider, read as its
@@ -321,3 +322,6 @@ class StreamingJobHook(SubmissionMixin, LivenessMixin, StoppingMixin, BaseHook):
     # ------------------------------------------------------------------ submitting
 
     # ------------------------------------------------------------------ stopping
+
+
+__getattr__ = module_getattr(__name__, 'StreamingJobHook')  # the old name, deprecated

@@ -98,7 +98,7 @@ def lease_ttl(spec: StreamSpec) -> float:
 
 
 class SubmissionMixin:
-    """Submit, promote, wait until ready (mixed into ``StreamingJobHook``)."""
+    """Submit, promote, wait until ready (mixed into ``SparkStreamHook``)."""
 
     def application_argument(self) -> list[str]:
         """``--job NAME`` or ``--script PATH``; :class:`ApplicationNotFoundError` if it is missing."""

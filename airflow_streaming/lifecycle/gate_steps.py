@@ -18,7 +18,7 @@ from airflow_streaming.compat.last_report import write_last_report
 from airflow_streaming.compat.run import blocking_problems, read_detached_report, start_check_detached
 from airflow_streaming.control import contract
 from airflow_streaming.exceptions import StreamingError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.lock import LifecycleLockLost
 from airflow_streaming.lifecycle.record import LifecycleRecord, Step, error_summary
 from airflow_streaming.lifecycle.waits import FILE, STANDBY, Wait
@@ -54,12 +54,12 @@ class GateSteps:
 
     def _target_gate(self, record: LifecycleRecord, timeout: float = 600.0) -> dict[str, Any]:
         """A stream whose drivers run on a cluster: the gate runs as a short driver on the same target
-        (:meth:`StreamingJobHook.submit_gate`), where the checkpoint and the job's dependencies are - not on
+        (:meth:`SparkStreamHook.submit_gate`), where the checkpoint and the job's dependencies are - not on
         this Airflow worker. Blocking and deferrable alike, the action waits for its answer in
         ``gate-report.json``; the gate driver is submitted once (its token is saved before the submission)
         and is gone when this returns."""
         spec = self._gate_spec()
-        hook = self.new_hook if spec is self.target else StreamingJobHook(spec)
+        hook = self.new_hook if spec is self.target else SparkStreamHook(spec)
         token = f"gate-{record.id}"
         answer = self._gate_answer(hook, token)
         gate = hook.gate_driver_record()
@@ -88,7 +88,7 @@ class GateSteps:
         return read_detached_report(self.target, answer)
 
     @staticmethod
-    def _gate_answer(hook: StreamingJobHook, token: str) -> dict[str, Any] | None:
+    def _gate_answer(hook: SparkStreamHook, token: str) -> dict[str, Any] | None:
         raw = hook.storage.read_bytes(hook.paths.gate_report)
         try:
             answer = json.loads(raw) if raw else None
@@ -97,7 +97,7 @@ class GateSteps:
         return answer if isinstance(answer, dict) and answer.get("id") == token else None
 
     @staticmethod
-    def _gate_driver_gone(hook: StreamingJobHook, token: str) -> bool:
+    def _gate_driver_gone(hook: SparkStreamHook, token: str) -> bool:
         """Whether the gate driver ``token`` is confirmed gone (no record of it: cannot tell, not gone)."""
         gate = hook.gate_driver_record()
         if gate is None or gate.run_id != token:
@@ -108,7 +108,7 @@ class GateSteps:
             return False
 
     @staticmethod
-    def _end_gate_driver(hook: StreamingJobHook, token: str) -> None:
+    def _end_gate_driver(hook: SparkStreamHook, token: str) -> None:
         """The gate driver exits once it answered; make sure (kill it if it has not within a grace)."""
         gate = hook.gate_driver_record()
         if gate is None or gate.run_id != token:

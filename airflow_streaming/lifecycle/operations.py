@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow_streaming.control.contract import ControlFileError
 from airflow_streaming.exceptions import StreamingError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.desired_state import DesiredState, StreamTarget, pending_changes
 from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Probation
 from airflow_streaming.lifecycle.runner import (
@@ -32,22 +32,22 @@ log = logging.getLogger(__name__)
 ACTIONS = ("deploy", "stop", "restart", "upgrade", "rollback", "status")
 
 
-def _hooks(target: StreamTarget) -> list[StreamingJobHook]:
+def _hooks(target: StreamTarget) -> list[SparkStreamHook]:
     """One hook per distinct stream name the target's versions use (a parallel version has its own)."""
-    hooks: dict[str, StreamingJobHook] = {}
+    hooks: dict[str, SparkStreamHook] = {}
     for version in target.versions:
         spec = target.spec_for(version)
-        hooks.setdefault(spec.name, StreamingJobHook(spec))
+        hooks.setdefault(spec.name, SparkStreamHook(spec))
     return list(hooks.values())
 
 
-def deployment(target: StreamTarget) -> tuple[str | None, StreamingJobHook]:
+def deployment(target: StreamTarget) -> tuple[str | None, SparkStreamHook]:
     """The version of ``target`` deployed most recently and the hook of its stream.
 
     A parallel transition moves a stream to another name (control directory); the most recent
     submission among the names its versions use wins. ``(None, hook of the wanted version)`` if none.
     """
-    best: tuple[float, str | None, StreamingJobHook] | None = None
+    best: tuple[float, str | None, SparkStreamHook] | None = None
     for hook in _hooks(target):
         deployed = hook.deployed()
         if deployed is None:
@@ -61,11 +61,11 @@ def deployment(target: StreamTarget) -> tuple[str | None, StreamingJobHook]:
                                       *(target.spec_for(v) for v in target.versions))
             except ControlFileError as exc:  # not ours: act with the desired-state file's spec instead
                 log.warning("%s", exc)
-                best = (at, version, StreamingJobHook(wanted))
+                best = (at, version, SparkStreamHook(wanted))
             else:
-                best = (at, version, StreamingJobHook(StreamSpec.from_dict(restore_secrets(stored, wanted))))
+                best = (at, version, SparkStreamHook(StreamSpec.from_dict(restore_secrets(stored, wanted))))
     if best is None:
-        return None, StreamingJobHook(target.spec)
+        return None, SparkStreamHook(target.spec)
     return best[1], best[2]
 
 

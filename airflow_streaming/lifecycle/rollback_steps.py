@@ -8,7 +8,7 @@ import time
 
 from airflow_streaming.control import contract
 from airflow_streaming.exceptions import LifecycleError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle import snapshot as snapshots
 from airflow_streaming.lifecycle.lock import LifecycleLockLost
 from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Step
@@ -56,7 +56,7 @@ class RollbackSteps:
     def _restarting_old(self, record: LifecycleRecord) -> None:
         stored = trusted_spec(record.from_spec or {}, f"{self.home.paths.root}/lifecycle.json", self.current,
                               self.home.spec, self.target)
-        old = StreamingJobHook(StreamSpec.from_dict(restore_secrets(stored, self.current, self.home.spec, self.target)))
+        old = SparkStreamHook(StreamSpec.from_dict(restore_secrets(stored, self.current, self.home.spec, self.target)))
         try:
             self._submit_once(old, record.rollback_run_id)
         except LifecycleLockLost:

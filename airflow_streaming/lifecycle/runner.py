@@ -48,7 +48,7 @@ from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import LifecycleError, StreamAlreadyRunningError, StreamingError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook, storage_path
+from airflow_streaming.hooks.streaming_job import SparkStreamHook, storage_path
 from airflow_streaming.lifecycle import snapshot as snapshots
 from airflow_streaming.lifecycle.gate_steps import GateSteps
 from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockLost
@@ -141,7 +141,7 @@ class LifecycleRunner(GateSteps, StopSteps, RollbackSteps):
         self.action = Action(action)
         self.options = options or LifecycleOptions()
         self.notify = notify
-        self.new_hook = StreamingJobHook(target)
+        self.new_hook = SparkStreamHook(target)
         if self.action == Action.PARALLEL:
             if current is None:
                 raise SpecError("current", "a parallel transition needs the spec of the running (old) stream")
@@ -157,7 +157,7 @@ class LifecycleRunner(GateSteps, StopSteps, RollbackSteps):
                             "to move to a new checkpoint")
         self.current = current
         # The record lives with the stream that exists before the action (the old one).
-        self.home = StreamingJobHook(current) if current is not None else self.new_hook
+        self.home = SparkStreamHook(current) if current is not None else self.new_hook
         self.storage = self.home.storage
         self.record_path = f"{self.home.paths.root}/{RECORD_NAME}"
         self.history_path = f"{self.home.paths.root}/{HISTORY_NAME}"
@@ -241,7 +241,7 @@ class LifecycleRunner(GateSteps, StopSteps, RollbackSteps):
                 for lock in reversed(self._locks if own else self._locks[1:]):
                     lock.release()
 
-    def _take(self, hook: StreamingJobHook) -> LifecycleLock:
+    def _take(self, hook: SparkStreamHook) -> LifecycleLock:
         """This action's lock on ``hook``'s stream: taken back from a trigger, or acquired."""
         holder = self._resume.get(hook.paths.root)
         if holder is not None:
@@ -472,7 +472,7 @@ class LifecycleRunner(GateSteps, StopSteps, RollbackSteps):
         next_step = Step.CATCHING_UP if record.action == Action.PARALLEL else Step.PROBATION
         self._advance(record, next_step, f"run {record.new_run_id} submitted")
 
-    def _submit_once(self, hook: StreamingJobHook, run_id: str | None) -> None:
+    def _submit_once(self, hook: SparkStreamHook, run_id: str | None) -> None:
         """Submit ``run_id`` unless a driver or record of that run already exists (a resumed step)."""
         assert run_id is not None
         record = hook.driver_record()
@@ -481,13 +481,13 @@ class LifecycleRunner(GateSteps, StopSteps, RollbackSteps):
             return
         hook.submit(run_id=run_id, lock=self.lock if hook is self.home else self._lock_of(hook))
 
-    def _lock_of(self, hook: StreamingJobHook) -> LifecycleLock:
+    def _lock_of(self, hook: SparkStreamHook) -> LifecycleLock:
         for lock in self._locks:
             if lock.path.startswith(hook.paths.root + "/"):
                 return lock
         return self.lock
 
-    def _run_view(self, hook: StreamingJobHook, run_id: str | None) -> tuple[str | None, dict[str, Any] | None, Any]:
+    def _run_view(self, hook: SparkStreamHook, run_id: str | None) -> tuple[str | None, dict[str, Any] | None, Any]:
         """(state, status dict, health verdict) of ``run_id``; state FAILED when it is down: the reconcile
         core's :func:`~airflow_streaming.reconcile.decision.is_down` over one observation (proven gone, not
         stopped on purpose). Unknown liveness is never "down": the wait goes on until its deadline."""

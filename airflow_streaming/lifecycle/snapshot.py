@@ -18,7 +18,7 @@ Checkpoints (or sink logs, or snapshot directories) that are not local files - H
 links - are snapshotted by :mod:`.snapshot_copy` instead: through :class:`ControlStorage`, copying
 exactly the files a restart at N+1 reads (``method: "copy"`` in the manifest), with the same layout,
 manifest-last rule and resumable restore. Pass ``resolve`` (location -> storage and path, e.g.
-``StreamingJobHook.storage_of``) and ``snapshot_storage`` (where ``snapshot_dir`` is) for those.
+``SparkStreamHook.storage_of``) and ``snapshot_storage`` (where ``snapshot_dir`` is) for those.
 
 A snapshot directory holds::
 

@@ -10,7 +10,7 @@ import time
 from airflow_streaming.control import contract
 from airflow_streaming.control.storage import StorageError, describe_os_error
 from airflow_streaming.exceptions import LifecycleError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle import snapshot as snapshots
 from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Step
 from airflow_streaming.lifecycle.waits import GONE, Wait
@@ -104,7 +104,7 @@ class StopSteps:
         self._advance(record, Step.SUCCEEDED, f"old stream stopped at batch {record.stop_batch}; "
                       f"{self.target.name} carries on")
 
-    def _stop_run(self, hook: StreamingJobHook, run_id: str | None) -> None:
+    def _stop_run(self, hook: SparkStreamHook, run_id: str | None) -> None:
         """Stop the driver of ``run_id`` (gracefully, then by force) and make sure none of it is left."""
         if not run_id:
             return

@@ -10,7 +10,7 @@ from typing import Any
 from airflow_streaming.control.contract import ControlFileError
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import LifecycleError, StreamingError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.record import Action, LifecycleRecord, previous_spec, unfinished_message
 from airflow_streaming.lifecycle.trust import same_spec, trusted_spec
 from airflow_streaming.redaction import restore_secrets
@@ -42,7 +42,7 @@ def parse_record(path: str, raw: bytes) -> LifecycleRecord:
             f"history.json), move it aside (mv {path} {path}.bad) to start over") from exc
 
 
-def unfinished(hook: StreamingJobHook) -> LifecycleRecord | None:
+def unfinished(hook: SparkStreamHook) -> LifecycleRecord | None:
     """The stream's lifecycle action that has not reached a terminal step (its task died), if any."""
     path = f"{hook.paths.root}/{RECORD_NAME}"
     raw = hook.storage.read_bytes(path)
@@ -52,7 +52,7 @@ def unfinished(hook: StreamingJobHook) -> LifecycleRecord | None:
     return None if record.done else record
 
 
-def resume_target(hook: StreamingJobHook, *actions: Action, known: tuple[StreamSpec, ...] = ()
+def resume_target(hook: SparkStreamHook, *actions: Action, known: tuple[StreamSpec, ...] = ()
                   ) -> tuple[Action, StreamSpec, StreamSpec | None] | None:
     """``(action, target, current)`` to resume the stream's unfinished action if it is one of ``actions``;
     ``None`` if nothing is unfinished. The record's specs are used only if sealed by this deployment or
@@ -73,7 +73,7 @@ def resume_target(hook: StreamingJobHook, *actions: Action, known: tuple[StreamS
                                                                hook.spec)), current
 
 
-def restart_spec(hook: StreamingJobHook, action: Action, *known: StreamSpec) -> StreamSpec:
+def restart_spec(hook: SparkStreamHook, action: Action, *known: StreamSpec) -> StreamSpec:
     """The spec a restart (the deployed one) or a rollback (the one before the last successful upgrade)
     of the stream starts; :class:`SpecError` saying why there is none. The stored spec is used only if
     sealed by this deployment or equal to ``hook.spec`` or one of ``known`` (the desired-state file's
@@ -92,7 +92,7 @@ def restart_spec(hook: StreamingJobHook, action: Action, *known: StreamSpec) -> 
     return StreamSpec.from_dict(restore_secrets(trusted_spec(deployed, hook.deployed_path, hook.spec, *known), hook.spec))
 
 
-def read_history(hook: StreamingJobHook) -> list[dict[str, Any]]:
+def read_history(hook: SparkStreamHook) -> list[dict[str, Any]]:
     """The stream's deployment history, oldest first (``[]`` if none).
 
     :class:`ControlFileError` naming the file if it is unreadable: it holds the rollback targets, so an
@@ -113,7 +113,7 @@ def read_history(hook: StreamingJobHook) -> list[dict[str, Any]]:
     return history
 
 
-def describe(hook: StreamingJobHook) -> dict[str, Any]:
+def describe(hook: SparkStreamHook) -> dict[str, Any]:
     """A stream's status for people: deployed version, driver, health, checkpoint, last action.
 
     Never raises on an unreadable file: each part says what could not be read."""

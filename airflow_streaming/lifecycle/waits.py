@@ -4,7 +4,7 @@ A lifecycle action spends most of its time waiting: for a deploy's first progres
 the compatibility gate's report, a new version's probation, a parallel stream to catch up. A runner
 in *deferrable* mode (``LifecycleOptions.defer``) does not sleep through these: it saves its record,
 raises :class:`WaitNeeded` describing the wait, and the operator defers to
-:class:`~airflow_streaming.triggers.lifecycle.LifecycleWaitTrigger`, which calls :func:`wait_over`
+:class:`~airflow_streaming.triggers.lifecycle.SparkStreamLifecycleTrigger`, which calls :func:`wait_over`
 from the triggerer until it is true (or the deadline passes), then hands the task back; the runner
 resumes from the record and checks the condition itself once more. No worker slot is held meanwhile.
 
@@ -63,13 +63,13 @@ class WaitNeeded(Exception):  # noqa: N818 - control flow of a deferrable runner
 
 def wait_over(wait: Wait, now: float | None = None) -> bool:
     """Whether the runner can make progress now (blocking file and process I/O: run it in a thread)."""
-    from airflow_streaming.hooks.streaming_job import StreamingJobHook
+    from airflow_streaming.hooks.streaming_job import SparkStreamHook
     from airflow_streaming.spec import StreamSpec
 
     now = time.time() if now is None else now
     if now >= wait.deadline:
         return True
-    hook = StreamingJobHook(StreamSpec.from_dict(wait.spec))
+    hook = SparkStreamHook(StreamSpec.from_dict(wait.spec))
     if wait.kind == READY:
         record = hook.driver_record()
         return record is None or record.run_id != wait.run_id or hook.readiness(record) != "waiting"

@@ -4,7 +4,7 @@ A lifecycle action (deploy, stop, upgrade, restart, rollback, any operation of t
 runs in the worker only for its short steps. At every wait - a deploy's first progress, a driver's
 exit, the compatibility gate, a probation, a parallel stream catching up - the runner (deferrable
 mode) saves its record, hands its lifecycle lock to the trigger and raises ``WaitNeeded``; the
-operator defers to :class:`~airflow_streaming.triggers.lifecycle.LifecycleWaitTrigger`, and when it
+operator defers to :class:`~airflow_streaming.triggers.lifecycle.SparkStreamLifecycleTrigger`, and when it
 fires, runs the action again with the handed-over locks: it resumes from the record. A worker or
 triggerer restart in between loses nothing: the record and the lock (renewed by holder id) are on the
 control storage.
@@ -64,12 +64,12 @@ class DeferrableLifecycleMixin:
         try:
             return self._action(context, resume)
         except WaitNeeded as wait:
-            from airflow_streaming.triggers.lifecycle import LifecycleWaitTrigger
+            from airflow_streaming.triggers.lifecycle import SparkStreamLifecycleTrigger
 
             self.log.info("waiting in the triggerer for %s of stream %s (run %s); the worker slot is free",  # type: ignore[attr-defined]
                           wait.wait.kind, wait.wait.spec.get("name"), wait.wait.run_id)
             self.defer(  # type: ignore[attr-defined]
-                trigger=LifecycleWaitTrigger(wait.wait.to_dict(), wait.holders, self.poll_interval),
+                trigger=SparkStreamLifecycleTrigger(wait.wait.to_dict(), wait.holders, self.poll_interval),
                 method_name="execute_complete",
                 timeout=timedelta(seconds=max(60.0, wait.wait.deadline - time.time()) + DEFERRAL_MARGIN_S))
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.ui.links import STREAM_LINKS
@@ -80,7 +80,7 @@ class SparkStreamDeployOperator(DeferrableLifecycleMixin, BaseOperator):
         return identity
 
     def _submit_only(self, spec: StreamSpec, options: Any) -> dict[str, Any]:
-        hook = StreamingJobHook(spec)
+        hook = SparkStreamHook(spec)
         record = hook.submit(owner=options.owner)
         return {"stream": spec.name, "version": spec.version, "run_id": record.run_id, "submit_pid": record.submit_pid,
                 "target": record.target, "control_dir": spec.control_dir, "log_path": record.log_path}
@@ -91,6 +91,6 @@ class SparkStreamDeployOperator(DeferrableLifecycleMixin, BaseOperator):
         spec = getattr(self, "_spec", None)
         if spec is not None:
             try:
-                StreamingJobHook(spec).request_stop()
+                SparkStreamHook(spec).request_stop()
             except Exception:  # noqa: BLE001
                 self.log.exception("could not request the stop of stream %s", spec.name)

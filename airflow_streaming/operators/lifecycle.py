@@ -68,7 +68,7 @@ class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
             return self._run(context, resume)
 
     def _run(self, context: Context, resume: dict[str, str] | None = None) -> dict[str, Any]:
-        from airflow_streaming.hooks.streaming_job import StreamingJobHook
+        from airflow_streaming.hooks.streaming_job import SparkStreamHook
         from airflow_streaming.lifecycle.operations import LifecycleOutcomeError, result_of
         from airflow_streaming.lifecycle.record import Action, Probation
         from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner, restart_spec, resume_target
@@ -83,12 +83,12 @@ class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
             defer=self.deferrable)
         current = as_spec(self.current) if self.current is not None else None
         target = as_spec(self.spec) if self.spec is not None else None
-        resumed = resume_target(StreamingJobHook(current or target), action) if action in (  # type: ignore[arg-type]
+        resumed = resume_target(SparkStreamHook(current or target), action) if action in (  # type: ignore[arg-type]
             Action.RESTART, Action.ROLLBACK) else None
         if resumed is not None:  # a previous try died mid-action: finish that action as recorded
             _, target, current = resumed
         elif target is None or action == Action.ROLLBACK:
-            target = restart_spec(StreamingJobHook(target or current), action)  # type: ignore[arg-type]
+            target = restart_spec(SparkStreamHook(target or current), action)  # type: ignore[arg-type]
 
         def notify(event: dict[str, Any]) -> None:
             for notifier in self.notifiers:

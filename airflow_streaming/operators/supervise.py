@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import BaseNotifier, BaseOperator, Context
 
 from airflow_streaming.exceptions import StreamingError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.ui.links import STREAM_LINKS
 
@@ -83,7 +83,7 @@ class SparkStreamSupervisorOperator(BaseOperator):
         from airflow_streaming.notifications.events import NotificationGate, call_notifier
         from airflow_streaming.supervision.supervisor import supervise
 
-        hook = StreamingJobHook(as_spec(raw))
+        hook = SparkStreamHook(as_spec(raw))
         gate = NotificationGate(hook.storage, f"{hook.paths.root}/notifications.json", self.repeat_window_s)
 
         def deliver(event: dict[str, Any]) -> None:

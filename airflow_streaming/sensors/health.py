@@ -10,11 +10,12 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
+from airflow_streaming.deprecated_names import module_getattr
 from airflow_streaming.exceptions import StreamFailedError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.task_failures import fail_fast_on_permanent_errors
-from airflow_streaming.triggers.health import MODES, REPORT, WATCH, StreamingHealthTrigger, decide
+from airflow_streaming.triggers.health import MODES, REPORT, WATCH, SparkStreamHealthTrigger, decide
 from airflow_streaming.ui.links import STREAM_LINKS
 
 DEFAULT_FAIL_ON = ("FALLING_BEHIND", "STALLED", "FAILED", "STOPPED")
@@ -53,7 +54,7 @@ def _split_modes(mode: str | None, health_mode: str | None) -> tuple[str, str]:
         if health_mode is not None:
             raise ValueError(f"mode={mode!r} is a health mode, and health_mode={health_mode!r} is given too: the "
                              "health mode is health_mode=; mode= is Airflow's sensor mode (poke or reschedule)")
-        warnings.warn(f"StreamingHealthSensor(mode={mode!r}) is deprecated: use health_mode={mode!r}. mode= is "
+        warnings.warn(f"SparkStreamHealthSensor(mode={mode!r}) is deprecated: use health_mode={mode!r}. mode= is "
                       "Airflow's sensor mode (poke or reschedule).", DeprecationWarning, stacklevel=3)
         return "poke", mode
     health_mode = "wait_healthy" if health_mode is None else health_mode
@@ -62,7 +63,7 @@ def _split_modes(mode: str | None, health_mode: str | None) -> tuple[str, str]:
     return mode or "poke", health_mode
 
 
-class StreamingHealthSensor(BaseSensorOperator):
+class SparkStreamHealthSensor(BaseSensorOperator):
     """Judge a stream from its own ``status`` and ``recentProgress`` (see ``airflow_streaming.health``).
 
     Health modes (``health_mode``):
@@ -127,7 +128,7 @@ class StreamingHealthSensor(BaseSensorOperator):
             self._log_verdict(verdict)
             if event is not None:
                 return self._finish(event)
-        self.defer(trigger=StreamingHealthTrigger(spec.to_dict(), self.health_mode, float(self.poke_interval),
+        self.defer(trigger=SparkStreamHealthTrigger(spec.to_dict(), self.health_mode, float(self.poke_interval),
                                                   self.watch_seconds, self.fail_on, started=started),
                    method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
 
@@ -151,7 +152,7 @@ class StreamingHealthSensor(BaseSensorOperator):
 
     @staticmethod
     def _verdict(spec: StreamSpec) -> dict[str, Any]:
-        return StreamingJobHook(spec).health().to_dict()
+        return SparkStreamHook(spec).health().to_dict()
 
     def _started_at(self, context: Context) -> float:
         """When the watch began: the first poke of this try (``poke``) or of the first reschedule."""
@@ -181,3 +182,6 @@ class StreamingHealthSensor(BaseSensorOperator):
         if self.health_mode == WATCH:
             self.log.info("stream %s stayed healthy for the %.0fs window", verdict.get("stream"), self.watch_seconds)
         return verdict
+
+
+__getattr__ = module_getattr(__name__, 'StreamingHealthSensor')  # the old name, deprecated

@@ -11,7 +11,7 @@ from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import StreamFailedError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.ui.links import STREAM_LINKS
 
@@ -58,7 +58,7 @@ class SparkStreamProgressSensor(BaseSensorOperator):
             return self._poke(as_spec(self.spec))
 
     def _poke(self, spec: StreamSpec) -> PokeReturnValue:
-        hook = StreamingJobHook(spec)
+        hook = SparkStreamHook(spec)
         try:
             doc = hook.status()
             record = hook.driver_record()

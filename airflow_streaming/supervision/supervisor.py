@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_streaming.reconcile.observe import Observed, observe
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockHeld
 from airflow_streaming.reconcile.decision import Act, Decision
 from airflow_streaming.reconcile.observation import Health, Observation
@@ -58,7 +58,7 @@ class PassResult:
     """What the pass observed (``None`` when it skipped the stream)."""
 
 
-def _event(kind: str, hook: StreamingJobHook, seen: Observed | None, now: float, **extra: Any) -> dict[str, Any]:
+def _event(kind: str, hook: SparkStreamHook, seen: Observed | None, now: float, **extra: Any) -> dict[str, Any]:
     doc = seen.doc if seen is not None else None
     err = (doc.last_exception or {}) if doc is not None else {}
     message = str(err.get("message") or "")
@@ -74,7 +74,7 @@ def _event(kind: str, hook: StreamingJobHook, seen: Observed | None, now: float,
     }
 
 
-def supervise(hook: StreamingJobHook, policy: RestartPolicy, notify: Callable[[dict[str, Any]], None],
+def supervise(hook: SparkStreamHook, policy: RestartPolicy, notify: Callable[[dict[str, Any]], None],
               now: float | None = None, max_wait_s: float = 0.0, owner: str | None = None) -> PassResult:
     """One pass for one stream. ``notify`` receives event dicts (see ``airflow_streaming.notifications``)."""
     try:
@@ -86,7 +86,7 @@ def supervise(hook: StreamingJobHook, policy: RestartPolicy, notify: Callable[[d
         return _supervise_locked(hook, policy, notify, now, max_wait_s, lock)
 
 
-def _supervise_locked(hook: StreamingJobHook, policy: RestartPolicy, notify: Callable[[dict[str, Any]], None],
+def _supervise_locked(hook: SparkStreamHook, policy: RestartPolicy, notify: Callable[[dict[str, Any]], None],
                       now: float | None, max_wait_s: float, lock: LifecycleLock) -> PassResult:
     now = time.time() if now is None else now
     ledger = load_ledger(hook)
@@ -156,7 +156,7 @@ def _supervise_locked(hook: StreamingJobHook, policy: RestartPolicy, notify: Cal
     return result
 
 
-def _recover(hook: StreamingJobHook, lock: LifecycleLock) -> Any:
+def _recover(hook: SparkStreamHook, lock: LifecycleLock) -> Any:
     """Run (or resume) the RECOVER action of what is deployed (an upgrade may have moved the stream
     past the spec this pass was given)."""
     from airflow_streaming.lifecycle.record import Action as LifecycleAction

@@ -47,7 +47,7 @@ class DriverState:
     """GONE because the cluster manager reports that the driver's process exited (finished, failed or
     was killed, as its node confirmed) - not merely that it lost track of it (a forgotten submission,
     a lost node whose driver may still run). Only this lets a host that cannot check the driver's pid
-    disregard the lease the driver left behind (see ``StreamingJobHook.driver_liveness``)."""
+    disregard the lease the driver left behind (see ``SparkStreamHook.driver_liveness``)."""
 
     @property
     def alive(self) -> bool:

@@ -2,7 +2,7 @@
 
 spark-submit is started detached, in its own session (process group), with its output in the
 control directory's log (a local log directory when the control files are on HDFS, see
-``StreamingJobHook.driver_log_path``). The driver is identified by the spark-submit pid, its start time and the
+``SparkStreamHook.driver_log_path``). The driver is identified by the spark-submit pid, its start time and the
 run id on its command line (``--run-id``); its JVM and Python driver carry the same run id. A kill
 signals only processes that still carry that run id (and their descendants): a recycled pid, or a
 process group that is not ours, is "gone", never signalled.

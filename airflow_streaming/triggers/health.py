@@ -9,6 +9,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_streaming.deprecated_names import module_getattr
+
 #: Sensor modes.
 WAIT_HEALTHY, WATCH, REPORT = "wait_healthy", "watch", "report"
 MODES = (WAIT_HEALTHY, WATCH, REPORT)
@@ -16,10 +18,10 @@ MODES = (WAIT_HEALTHY, WATCH, REPORT)
 
 def poll_once(spec_dict: dict[str, Any]) -> dict[str, Any]:
     """One health verdict for a spec (blocking file I/O: run it in a thread from async code)."""
-    from airflow_streaming.hooks.streaming_job import StreamingJobHook
+    from airflow_streaming.hooks.streaming_job import SparkStreamHook
     from airflow_streaming.spec import StreamSpec
 
-    return StreamingJobHook(StreamSpec.from_dict(spec_dict)).health().to_dict()
+    return SparkStreamHook(StreamSpec.from_dict(spec_dict)).health().to_dict()
 
 
 def decide(mode: str, verdict: dict[str, Any], started: float, now: float, watch_seconds: float,
@@ -41,7 +43,7 @@ def decide(mode: str, verdict: dict[str, Any], started: float, now: float, watch
     return None
 
 
-class StreamingHealthTrigger(BaseTrigger):
+class SparkStreamHealthTrigger(BaseTrigger):
     """Poll a stream's status document until the sensor's condition is met.
 
     :param spec: the stream spec as a dict (JSON-safe).
@@ -64,7 +66,7 @@ class StreamingHealthTrigger(BaseTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
-            "airflow_streaming.triggers.health.StreamingHealthTrigger",
+            "airflow_streaming.triggers.health.SparkStreamHealthTrigger",
             {"spec": self.spec, "mode": self.mode, "poll_interval": self.poll_interval,
              "watch_seconds": self.watch_seconds, "fail_on": list(self.fail_on), "started": self.started},
         )
@@ -85,3 +87,6 @@ class StreamingHealthTrigger(BaseTrigger):
                 yield TriggerEvent(event)
                 return
             await asyncio.sleep(self.poll_interval)
+
+
+__getattr__ = module_getattr(__name__, 'StreamingHealthTrigger')  # the old name, deprecated

@@ -17,10 +17,12 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_streaming.deprecated_names import module_getattr
+
 RENEW_EVERY_S = 20.0
 
 
-class LifecycleWaitTrigger(BaseTrigger):
+class SparkStreamLifecycleTrigger(BaseTrigger):
     """Wait for a lifecycle action's condition in the triggerer.
 
     :param wait: the :class:`~airflow_streaming.lifecycle.waits.Wait` as a dict.
@@ -35,16 +37,16 @@ class LifecycleWaitTrigger(BaseTrigger):
         self.poll_interval = poll_interval
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("airflow_streaming.triggers.lifecycle.LifecycleWaitTrigger",
+        return ("airflow_streaming.triggers.lifecycle.SparkStreamLifecycleTrigger",
                 {"wait": self.wait, "holders": self.holders, "poll_interval": self.poll_interval})
 
     def _renew(self) -> str | None:
         """Renew every handed-over lock; the control dir of one that is lost, else ``None``."""
-        from airflow_streaming.hooks.streaming_job import StreamingJobHook
+        from airflow_streaming.hooks.streaming_job import SparkStreamHook
         from airflow_streaming.lifecycle.lock import renew_deferred
         from airflow_streaming.spec import StreamSpec
 
-        storage = StreamingJobHook(StreamSpec.from_dict(self.wait["spec"])).storage
+        storage = SparkStreamHook(StreamSpec.from_dict(self.wait["spec"])).storage
         for control_dir, holder in self.holders.items():
             if not renew_deferred(storage, control_dir, holder):
                 return control_dir
@@ -78,3 +80,6 @@ class LifecycleWaitTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "over", "kind": wait.kind, "holders": self.holders})
                 return
             await asyncio.sleep(self.poll_interval)
+
+
+__getattr__ = module_getattr(__name__, 'LifecycleWaitTrigger')  # the old name, deprecated

@@ -109,9 +109,9 @@ class SparkUILink(BaseOperatorLink):
         if spec is None:
             return ""
         try:
-            from airflow_streaming.hooks.streaming_job import StreamingJobHook
+            from airflow_streaming.hooks.streaming_job import SparkStreamHook
 
-            doc = StreamingJobHook(spec).status()
+            doc = SparkStreamHook(spec).status()
         except Exception:  # noqa: BLE001 - links never fail a task
             log.debug("no status for the Spark UI link of %s", spec.name, exc_info=True)
             return ""

@@ -15,7 +15,7 @@ cluster is judged from its control files - the lease it renews and its status he
 :class:`PageHook`; the supervisor and the operators, which act, ask the cluster (with the endpoints
 from the spec and Airflow's connections).
 
-Reading goes through the existing readers (:class:`~airflow_streaming.hooks.streaming_job.StreamingJobHook`,
+Reading goes through the existing readers (:class:`~airflow_streaming.hooks.streaming_job.SparkStreamHook`,
 :func:`~airflow_streaming.lifecycle.runner.read_history`, :func:`~airflow_streaming.supervision.ledger_file.load_ledger`,
 :func:`~airflow_streaming.compat.last_report.read_last_report`). Nothing here raises because of a bad
 file: each part that cannot be read is recorded in :attr:`StreamSnapshot.errors` with the reader's
@@ -258,12 +258,12 @@ class NotAskedTarget(DriverTarget):
 
 
 def page_hook(spec: StreamSpec) -> Any:
-    """The hook the page reads a stream with: a :class:`StreamingJobHook` that makes no network call
+    """The hook the page reads a stream with: a :class:`SparkStreamHook` that makes no network call
     beyond the control storage (see the module docstring). A driver on this host (local and client
     mode) is still checked by its process, which needs no network."""
-    from airflow_streaming.hooks.streaming_job import StreamingJobHook
+    from airflow_streaming.hooks.streaming_job import SparkStreamHook
 
-    class PageHook(StreamingJobHook):
+    class PageHook(SparkStreamHook):
         @property
         def target(self) -> DriverTarget:
             if self._target is None:

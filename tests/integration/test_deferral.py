@@ -2,7 +2,7 @@
 
 A deploy, a stop and an upgrade run in deferrable mode (``LifecycleOptions(defer=True)``), driven the
 way Airflow drives a deferrable operator: the call runs until it defers (``WaitNeeded``), the trigger
-(:class:`LifecycleWaitTrigger`) runs in its own event loop until it fires, then the call runs again
+(:class:`SparkStreamLifecycleTrigger`) runs in its own event loop until it fires, then the call runs again
 with the locks the trigger kept alive. While deferred, the stream's lock names no process (a
 supervisor pass cannot take it) and is renewed by the trigger. Output compared with input.
 """
@@ -22,7 +22,7 @@ from airflow_streaming.lifecycle.operations import deploy_stream, stop_stream
 from airflow_streaming.lifecycle.record import Action, Probation, Step
 from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
 from airflow_streaming.lifecycle.waits import WaitNeeded
-from airflow_streaming.triggers.lifecycle import LifecycleWaitTrigger
+from airflow_streaming.triggers.lifecycle import SparkStreamLifecycleTrigger
 from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import read_etl_output
 from streams import wait_for
@@ -30,7 +30,7 @@ from streams import wait_for
 pytestmark = pytest.mark.spark
 
 
-async def _first_event(trigger: LifecycleWaitTrigger) -> Any:
+async def _first_event(trigger: SparkStreamLifecycleTrigger) -> Any:
     async for event in trigger.run():
         return event
     raise AssertionError("the trigger ended without an event")
@@ -57,7 +57,7 @@ def drive(call, control_dir: str, on_wait=None) -> tuple[Any, list[dict[str, Any
                 LifecycleLock.acquire(LocalStorage(), control_dir, "supervise", keep_alive=False)
             if on_wait is not None:
                 on_wait(wait.wait.kind)
-            trigger = LifecycleWaitTrigger(wait.wait.to_dict(), wait.holders, poll_interval=0.5)
+            trigger = SparkStreamLifecycleTrigger(wait.wait.to_dict(), wait.holders, poll_interval=0.5)
             waited = time.monotonic()
             event = asyncio.run(_first_event(trigger))
             assert event.payload["status"] == "over", event.payload

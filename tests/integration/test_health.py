@@ -80,10 +80,10 @@ def test_falling_behind_is_reported_then_a_sigkilled_driver_is_failed_within_two
 DAG_FILE = """
 from datetime import datetime
 from airflow.sdk import DAG
-from airflow_streaming.sensors.health import StreamingHealthSensor
+from airflow_streaming.sensors.health import SparkStreamHealthSensor
 
 with DAG("idle_watch", schedule=None, start_date=datetime(2026, 1, 1)):
-    StreamingHealthSensor(task_id="watch", spec={spec!r}, health_mode="watch", watch_seconds={seconds},
+    SparkStreamHealthSensor(task_id="watch", spec={spec!r}, health_mode="watch", watch_seconds={seconds},
                           poke_interval=5, deferrable=True)
 """
 

@@ -48,8 +48,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
 REPO = Path(__file__).resolve().parents[2]
 STREAM = "e2e-etl"
-LIFECYCLE_TRIGGER = "airflow_streaming.triggers.lifecycle.LifecycleWaitTrigger"
-HEALTH_TRIGGER = "airflow_streaming.triggers.health.StreamingHealthTrigger"
+LIFECYCLE_TRIGGER = "airflow_streaming.triggers.lifecycle.SparkStreamLifecycleTrigger"
+HEALTH_TRIGGER = "airflow_streaming.triggers.health.SparkStreamHealthTrigger"
 
 DEPLOY_DAG = '''
 import os
@@ -57,7 +57,7 @@ import pendulum
 from airflow.sdk import dag
 from airflow_streaming.lifecycle.desired_state import load_desired_state
 from airflow_streaming.operators.deploy import SparkStreamDeployOperator
-from airflow_streaming.sensors.health import StreamingHealthSensor
+from airflow_streaming.sensors.health import SparkStreamHealthSensor
 
 SPEC = load_desired_state(os.environ["AIRFLOW_STREAMING_DESIRED_STATE"]).target("e2e-etl").spec.to_dict()
 
@@ -66,7 +66,7 @@ SPEC = load_desired_state(os.environ["AIRFLOW_STREAMING_DESIRED_STATE"]).target(
 def e2e_deploy():
     # deferrable: [operators] default_deferrable = True in this stack
     deploy = SparkStreamDeployOperator(task_id="deploy", spec=SPEC, poll_interval=1)
-    deploy >> StreamingHealthSensor(task_id="health", spec=SPEC, health_mode="watch", watch_seconds=25,
+    deploy >> SparkStreamHealthSensor(task_id="health", spec=SPEC, health_mode="watch", watch_seconds=25,
                                     fail_on=["FAILED", "STOPPED"], poke_interval=3, timeout=300)
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_streaming.hooks.streaming_job import LAUNCHER, StreamingJobHook
+from airflow_streaming.hooks.streaming_job import LAUNCHER, SparkStreamHook
 
 
 def _command_parts(cmd: list[str]) -> dict[str, str]:
@@ -16,7 +16,7 @@ def _command_parts(cmd: list[str]) -> dict[str, str]:
 def test_master_comes_from_the_spark_connection_when_the_spec_sets_none(streams, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_STREAMS", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     spec = streams.etl_spec(master=None, conn_id="spark_streams")
-    cmd, masked = StreamingJobHook(spec).command_for("run-1")
+    cmd, masked = SparkStreamHook(spec).command_for("run-1")
     parts = _command_parts(cmd)
     assert cmd[0] == "spark-submit" and parts["--master"] == "local[2]" and parts["--name"] == "etl:v1"
     assert cmd[cmd.index(LAUNCHER) + 1 :][:4] == ["--stream", "etl", "--version", "v1"]
@@ -27,7 +27,7 @@ def test_master_comes_from_the_spark_connection_when_the_spec_sets_none(streams,
 
 def test_spec_master_overrides_the_connection(streams, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "yarn"}))
-    cmd, _ = StreamingJobHook(streams.etl_spec(master="local[1]")).command_for("run-1")
+    cmd, _ = SparkStreamHook(streams.etl_spec(master="local[1]")).command_for("run-1")
     assert _command_parts(cmd)["--master"] == "local[1]"
 
 
@@ -35,13 +35,13 @@ def test_missing_connection_without_master_is_a_clear_error(streams):
     spec = streams.etl_spec(master=None, conn_id="no_such_spark_conn")
     with pytest.raises(ValueError, match="master: the spec sets no master and the Spark connection "
                                         "'no_such_spark_conn' cannot be loaded"):
-        StreamingJobHook(spec).command_for("run-1")
+        SparkStreamHook(spec).command_for("run-1")
 
 
 def test_secrets_in_conf_are_kept_off_the_command_line(streams):
     spec = streams.etl_spec(spark_conf={"spark.hadoop.fs.s3a.secret.key": "TOPSECRET123",
                                         "spark.sql.shuffle.partitions": 2})
-    cmd, masked = StreamingJobHook(spec).command_for("run-1")
+    cmd, masked = SparkStreamHook(spec).command_for("run-1")
     # The secret travels in a 0600 properties file, never on the command line (ps shows it to everyone).
     assert not any("TOPSECRET123" in arg or "s3a.secret.key" in arg for arg in cmd)
     assert "TOPSECRET123" not in masked and "--properties-file" in cmd and "--load-spark-defaults" in cmd
@@ -53,7 +53,7 @@ def test_missing_spark_submit_is_named_and_nothing_is_submitted(streams, monkeyp
 
     from airflow_streaming.exceptions import ApplicationNotFoundError
 
-    hook = StreamingJobHook(streams.etl_spec())
+    hook = SparkStreamHook(streams.etl_spec())
     real_which = shutil_module.which
     monkeypatch.setattr(shutil_module, "which",
                         lambda name, *a, **k: None if name == "spark-submit" else real_which(name, *a, **k))

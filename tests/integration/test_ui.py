@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from airflow_stack import AirflowStack, StackOptions, airflow_stack  # noqa: F401 - the fixture
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.desired_state import load_desired_state
 from spark_jobs.event_generator import generate_events
 from streams import StreamRegistry, wait_for
@@ -47,7 +47,7 @@ import pendulum
 from airflow.sdk import dag
 from airflow_streaming.lifecycle.desired_state import load_desired_state
 from airflow_streaming.operators.deploy import SparkStreamDeployOperator
-from airflow_streaming.sensors.health import StreamingHealthSensor
+from airflow_streaming.sensors.health import SparkStreamHealthSensor
 
 SPEC = load_desired_state(os.environ["AIRFLOW_STREAMING_DESIRED_STATE"]).target("ui-signals").spec.to_dict()
 
@@ -56,7 +56,7 @@ SPEC = load_desired_state(os.environ["AIRFLOW_STREAMING_DESIRED_STATE"]).target(
 def ui_demo():
     deploy = SparkStreamDeployOperator(task_id="deploy", spec=SPEC)
     # report mode, deferrable: one verdict polled by the real triggerer
-    deploy >> StreamingHealthSensor(task_id="health", spec=SPEC, mode="report", poke_interval=3, deferrable=True)
+    deploy >> SparkStreamHealthSensor(task_id="health", spec=SPEC, mode="report", poke_interval=3, deferrable=True)
 
 
 ui_demo()
@@ -179,7 +179,7 @@ def browser(ui_root: Path) -> Iterator[Any]:
                 proc.kill()
 
 
-def _status(hook: StreamingJobHook) -> dict[str, Any]:
+def _status(hook: SparkStreamHook) -> dict[str, Any]:
     return json.loads(Path(hook.paths.status).read_text())
 
 
@@ -210,7 +210,7 @@ def test_the_plugin_api_refuses_requests_without_a_valid_session_or_token(airflo
 
 
 def test_streams_dashboard_in_the_real_airflow_ui(airflow_stack: AirflowStack, stream: dict[str, Any], browser: Any):
-    hook: StreamingJobHook = stream["hook"]
+    hook: SparkStreamHook = stream["hook"]
     started = time.monotonic()
 
     # A real stream, deployed by a DAG run through the provider (LocalExecutor, real triggerer for the sensor).

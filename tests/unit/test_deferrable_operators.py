@@ -22,7 +22,7 @@ from airflow_streaming.operators.deferral import DEFERRAL_MARGIN_S
 from airflow_streaming.operators.deploy import SparkStreamDeployOperator
 from airflow_streaming.operators.lifecycle import SparkStreamOperationOperator, SparkStreamUpgradeOperator
 from airflow_streaming.operators.stop import SparkStreamStopOperator
-from airflow_streaming.triggers.lifecycle import LifecycleWaitTrigger
+from airflow_streaming.triggers.lifecycle import SparkStreamLifecycleTrigger
 from control_fixtures import spec_under
 
 HOLDERS = {"/ctl/s": "holder-1"}
@@ -62,7 +62,7 @@ def test_deploy_defers_to_the_lifecycle_trigger_and_resumes_with_the_holders(tmp
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context())
     trigger = deferred.value.trigger
-    assert isinstance(trigger, LifecycleWaitTrigger) and deferred.value.method_name == "execute_complete"
+    assert isinstance(trigger, SparkStreamLifecycleTrigger) and deferred.value.method_name == "execute_complete"
     assert trigger.holders == HOLDERS and trigger.poll_interval == 3 and trigger.wait["kind"] == "ready"
     assert trigger.wait["spec"]["name"] == spec.name
     # The deferral may last the wait's own deadline plus a margin, no less.
@@ -72,8 +72,8 @@ def test_deploy_defers_to_the_lifecycle_trigger_and_resumes_with_the_holders(tmp
     assert fake.calls[0]["options"].owner == "d.t run manual__1 try 1"
     # The trigger serializes to what the triggerer re-creates (a triggerer restart loses nothing).
     path, kwargs = trigger.serialize()
-    assert path == "airflow_streaming.triggers.lifecycle.LifecycleWaitTrigger"
-    assert LifecycleWaitTrigger(**kwargs).serialize() == (path, kwargs)
+    assert path == "airflow_streaming.triggers.lifecycle.SparkStreamLifecycleTrigger"
+    assert SparkStreamLifecycleTrigger(**kwargs).serialize() == (path, kwargs)
 
     identity = op.execute_complete(context(), {"status": "over", "kind": "ready", "holders": HOLDERS})
     assert identity["run_id"] == "run-1" and fake.calls[1]["resume"] == HOLDERS and fake.calls[1]["defer"] is True

@@ -24,7 +24,7 @@ from airflow_streaming.control.contract import ControlFileError, ControlPaths
 from airflow_streaming.control.local import LocalStorage
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import StreamingError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockHeld
 from airflow_streaming.lifecycle.operations import stop_stream
 from airflow_streaming.lifecycle.record import Action, Step
@@ -301,7 +301,7 @@ def test_stop_kill_and_supervisor_never_signal_a_process_that_is_not_the_recorde
     try:
         spec, hook = deployed_stream(tmp_path)
         spec = StreamSpec.from_dict({**spec.to_dict(), "application": str(tmp_path / "gone_job.py")})
-        hook = StreamingJobHook(spec)
+        hook = SparkStreamHook(spec)
         hook.storage.write_atomic(hook.deployed_path, json.dumps({"run_id": "r-old", "at": 1.0,
                                                                   "spec": sealed(spec.to_dict())}).encode())
         record = contract.DriverRecord(

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec
 
 
@@ -14,7 +14,7 @@ from airflow_streaming.spec import StreamSpec
 def hook(tmp_path):
     spec = StreamSpec(name="s1", application="events_etl", checkpoint_location=str(tmp_path / "ckpt"),
                       control_location=str(tmp_path / "ctl"))
-    h = StreamingJobHook(spec)
+    h = SparkStreamHook(spec)
     (tmp_path / "ctl" / "s1").mkdir(parents=True)
     return h
 

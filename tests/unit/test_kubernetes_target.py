@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from airflow_streaming.exceptions import StreamStateUnknownError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import Liveness
 from airflow_streaming.targets.kubernetes import (
@@ -112,7 +112,7 @@ def test_phase_mapping(phase, expected):
 
 
 def test_submission_argv_pod_labels_and_no_secret(tmp_path, api, tls, token_file, submit_record):
-    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file))
+    hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file))
     record = hook.submit()
     (call,) = calls(submit_record)
     argv = call["argv"]
@@ -139,10 +139,10 @@ def test_submission_argv_pod_labels_and_no_secret(tmp_path, api, tls, token_file
 
 
 def test_runtime_in_the_image_or_an_upload_path_is_required(tmp_path, api, tls, token_file, submit_record):
-    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={}))
+    hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={}))
     with pytest.raises(ValueError, match="spark.kubernetes.file.upload.path"):
         hook.submit()
-    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={},
+    hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={},
                                      runtime_path="/opt/airflow-streaming"))
     record = hook.submit()
     argv = calls(submit_record)[-1]["argv"]
@@ -150,12 +150,12 @@ def test_runtime_in_the_image_or_an_upload_path_is_required(tmp_path, api, tls, 
     assert argv[argv.index("--stream") - 1] == "local:///opt/airflow-streaming/spark_jobs/launch.py"
     assert record.handle["pod"] == driver_pod_name("etl", record.run_id)
     with pytest.raises(ValueError, match="cluster.image"):
-        StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file, name="noimage", image=None)).submit()
+        SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, name="noimage", image=None)).submit()
 
 
 def test_state_kill_find_and_logs_through_the_pod_api(tmp_path, api, tls, token_file, submit_record, caplog):
-    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file))
-    other_hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file, name="other"))
+    hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file))
+    other_hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, name="other"))
     record, other = hook.submit(), other_hook.submit()
     target = hook.target_of(record)
     assert target.state(record).liveness == Liveness.ALIVE and target.state(record).cluster_state == "Pending"
@@ -187,7 +187,7 @@ def test_state_kill_find_and_logs_through_the_pod_api(tmp_path, api, tls, token_
 
 
 def test_tls_token_and_unreachable_api_are_unknown_never_gone(tmp_path, api, tls, token_file, submit_record):
-    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file))
+    hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file))
     record = hook.submit()
     storage, paths = hook.storage, hook.paths
 
@@ -220,7 +220,7 @@ def test_secret_conf_goes_in_a_secret_of_the_run_never_in_the_drivers_configmap(
                                                                                  submit_record, caplog):
     """Issue 20: Spark writes every conf spark-submit knows into the driver's ConfigMap (``spark.properties``);
     the secret conf must not be there but in a Secret the driver reads, created and deleted with the run."""
-    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={
+    hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={
         "spark.hadoop.fs.s3a.secret.key": SECRET, "spark.kubernetes.file.upload.path": "s3a://bucket/uploads"}))
     with caplog.at_level(logging.DEBUG):
         record = hook.submit()
@@ -247,7 +247,7 @@ def test_secret_conf_goes_in_a_secret_of_the_run_never_in_the_drivers_configmap(
 
 def test_a_failed_submission_deletes_the_runs_secret_and_another_runs_secret_is_never_touched(
         tmp_path, api, tls, token_file, submit_record, monkeypatch):
-    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file))
+    hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file))
     monkeypatch.setenv("FAKE_SPARK_SUBMIT_EXIT", "1")
     with pytest.raises(Exception, match="spark-submit exit code 1"):
         hook.submit()
@@ -277,7 +277,7 @@ def test_a_kubeconfig_gives_the_credentials_for_the_specs_api_server_only(tmp_pa
                                                                            submit_record):
     """The official client's kubeconfig support (here a token user; exec plugins and client certificates work
     the same way): the API server stays the spec's, the kubeconfig only says how to talk to it."""
-    hook = StreamingJobHook(k8s_spec(tmp_path, api.url, tls, token_file))
+    hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file))
     record = hook.submit()
     config = kubeconfig(tmp_path / "kubeconfig", api.url, tls[0], TOKEN)
     settings = {"image": "i", "namespace": "streams", "kubeconfig": config, "kube_context": "streams"}

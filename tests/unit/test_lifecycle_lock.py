@@ -217,14 +217,14 @@ def test_two_threads_taking_over_the_same_stale_lock_exactly_one_wins(tmp_path, 
 
 
 def test_supervise_skips_a_stream_whose_lifecycle_lock_another_process_holds(tmp_path, live_process):
-    from airflow_streaming.hooks.streaming_job import StreamingJobHook
+    from airflow_streaming.hooks.streaming_job import SparkStreamHook
     from airflow_streaming.spec import StreamSpec
     from airflow_streaming.supervision.policy import RestartPolicy
     from airflow_streaming.supervision.supervisor import supervise
 
     spec = StreamSpec(name="s1", application="events_etl", checkpoint_location=str(tmp_path / "ckpt"),
                       control_location=str(tmp_path / "control"))
-    hook = StreamingJobHook(spec)
+    hook = SparkStreamHook(spec)
     events: list[dict] = []
 
     free = supervise(hook, RestartPolicy(), notify=events.append)

@@ -27,7 +27,7 @@ from airflow_streaming.control.contract import ControlPaths
 from airflow_streaming.control.local import LocalStorage
 from airflow_streaming.exceptions import SparkBinaryNotAllowedError, UnsafeDirectoryError
 from airflow_streaming.hooks.spark_connection import allowed_spark_binaries
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.private_dir import private_dir
 from airflow_streaming.properties_file import write_properties_file
 from airflow_streaming.spec import StreamSpec
@@ -75,7 +75,7 @@ def test_a_connection_cannot_choose_the_program_the_workers_run(tmp_path, monkey
     bindir, ran = recording_spark_submit
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_INPUTS", json.dumps(
         {"conn_type": "spark", "host": "local[1]", "extra": {"spark-binary": binary}}))
-    hook = StreamingJobHook(_spec(tmp_path))
+    hook = SparkStreamHook(_spec(tmp_path))
     with pytest.raises(SparkBinaryNotAllowedError) as err:
         hook.submit()
     message = str(err.value)
@@ -91,11 +91,11 @@ def test_the_providers_allowed_binaries_are_accepted(tmp_path, monkeypatch):
     assert allowed_spark_binaries() == list(ALLOWED_SPARK_BINARIES)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_INPUTS", json.dumps(
         {"conn_type": "spark", "host": "local[1]", "extra": {"spark-binary": "spark3-submit"}}))
-    hook = StreamingJobHook(_spec(tmp_path))
+    hook = SparkStreamHook(_spec(tmp_path))
     assert hook.resolved_spec.cluster["spark_binary"] == "spark3-submit"
     assert hook.target.settings["spark_binary"] == "spark3-submit"
     # The DAG's own spec may still name another program (as SparkSubmitHook's spark_binary argument may).
-    own = StreamingJobHook(_spec(tmp_path, cluster={"spark_binary": "/opt/spark/bin/spark-submit"}))
+    own = SparkStreamHook(_spec(tmp_path, cluster={"spark_binary": "/opt/spark/bin/spark-submit"}))
     assert own.target.settings["spark_binary"] == "/opt/spark/bin/spark-submit"
 
 
@@ -185,7 +185,7 @@ def test_driver_logs_of_remote_control_storage_go_to_the_private_dir(shared_tmp,
     monkeypatch.delenv("AIRFLOW_STREAMING_LOG_DIR", raising=False)
     spec = StreamSpec(name="remote", application="events_etl", checkpoint_location="webhdfs://127.0.0.1:9/ckpt",
                       control_location="webhdfs://127.0.0.1:9/control", master="local[1]")
-    hook = StreamingJobHook(spec)  # no request is made: the client is only built
+    hook = SparkStreamHook(spec)  # no request is made: the client is only built
     assert hook.remote_storage
     log_path = hook.driver_log_path(RUN)
     assert log_path == str(shared_tmp / f"airflow-streaming-logs-{os.geteuid()}" / "remote" / f"{RUN}.log")
@@ -213,7 +213,7 @@ def test_a_driver_record_does_not_choose_which_file_goes_into_task_logs(tmp_path
     worker_file.write_text("AIRFLOW__CORE__FERNET_KEY=fernetMaterial0123456789\n")
     spec = StreamSpec(name="logs", application="events_etl", checkpoint_location=str(tmp_path / "ckpt"),
                       control_location=str(tmp_path / "control"), master="local[1]")
-    hook = StreamingJobHook(spec)
+    hook = SparkStreamHook(spec)
     hook.storage.makedirs(f"{hook.paths.root}/logs")
     Path(hook.paths.log(RUN)).write_text("the run's own output\n")
     record = {"run_id": RUN, "stream": "logs", "version": "v1", "application": "events_etl", "host": "h",

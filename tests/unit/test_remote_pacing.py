@@ -11,7 +11,7 @@ import pytest
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlPaths, Lease, StatusDocument
 from airflow_streaming.control.local import LocalStorage
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec
 from spark_jobs.runtime.hadoop_storage import driver_storage
 from spark_jobs.runtime.reporter import StatusReporter
@@ -81,9 +81,9 @@ def test_a_local_target_keeps_its_driver_log_on_this_host_when_control_files_are
     with socket.socket() as sock:  # a NameNode address where nothing answers
         sock.bind(("127.0.0.1", 0))
         nn = f"webhdfs://127.0.0.1:{sock.getsockname()[1]}"
-    remote = StreamingJobHook(StreamSpec.from_dict({**common, "control_location": f"{nn}/control",
+    remote = SparkStreamHook(StreamSpec.from_dict({**common, "control_location": f"{nn}/control",
                                                     "checkpoint_location": f"{nn}/ckpt/etl"}))
-    local = StreamingJobHook(StreamSpec.from_dict({**common, "control_location": str(tmp_path / "control"),
+    local = SparkStreamHook(StreamSpec.from_dict({**common, "control_location": str(tmp_path / "control"),
                                                    "checkpoint_location": str(tmp_path / "ckpt")}))
     assert remote.remote_storage and not local.remote_storage
     assert remote.driver_log_path("r1") == str(tmp_path / "logs" / "etl" / "r1.log")

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.redaction import (
     MASK,
     SPARK_REDACTION_REGEX,
@@ -57,7 +57,7 @@ def test_plain_arguments_that_hold_a_secret_are_refused_with_the_fix(tmp_path, a
     assert "secret_args=" in str(err.value) and "command line" in str(err.value)
     assert args[index] not in str(err.value)  # the refusal does not print the secret either
     with pytest.raises(SpecError):
-        StreamingJobHook(spec).preflight()
+        SparkStreamHook(spec).preflight()
     masked = mask_args(args)
     assert args[index] not in masked and len(masked) == len(args)
 
@@ -67,7 +67,7 @@ def test_a_secret_argument_travels_as_secret_conf_and_never_on_the_command_line(
                       control_location=str(tmp_path / "ctl"), master="local[2]",
                       application_args=["--input", "/in"], secret_args={"--db-password": "argSecret-77"},
                       spark_conf={"spark.kafka.sasl.jaas.config": CONF_CORPUS["spark.kafka.sasl.jaas.config"][0]})
-    hook = StreamingJobHook(spec)
+    hook = SparkStreamHook(spec)
     plan = hook.launch_plan("20260101T000000Z-0000aaaa")
     argv, shown = hook.command_for("20260101T000000Z-0000aaaa")
     for text in (" ".join(argv), shown, " ".join(plan.runtime_args), repr(plan.conf)):

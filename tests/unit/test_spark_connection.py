@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_streaming.hooks.spark_connection import master_of, settings_of
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import Liveness
 from airflow_streaming.targets.standalone import StandaloneClusterTarget
@@ -161,7 +161,7 @@ def test_yarn_connection_lands_on_spark_submit_and_the_resourcemanager(tmp_path,
     conn_id = set_conn(monkeypatch, "spark_yarn", host="yarn", extra={
         "deploy-mode": "cluster", "queue": "streams", "principal": PRINCIPAL, "keytab": KEYTAB_B64,
         "yarn_resourcemanager_webapp_address": rm.url.removeprefix("http://")})
-    hook = StreamingJobHook(stream(tmp_path, conn_id))
+    hook = SparkStreamHook(stream(tmp_path, conn_id))
     with caplog.at_level(logging.DEBUG):
         record = hook.submit()
         assert hook.driver_liveness()[0] == Liveness.ALIVE
@@ -187,7 +187,7 @@ def test_yarn_connection_lands_on_spark_submit_and_the_resourcemanager(tmp_path,
 def test_local_client_connection_passes_kerberos_to_spark_submit(tmp_path, monkeypatch, keytab_dir):
     conn_id = set_conn(monkeypatch, "spark_client", host="yarn",
                        extra={"deploy-mode": "client", "principal": PRINCIPAL, "keytab": KEYTAB_B64})
-    hook = StreamingJobHook(stream(tmp_path, conn_id))
+    hook = SparkStreamHook(stream(tmp_path, conn_id))
     argv, line = hook.command_for("20261123T000000Z-12345678")
     assert hook.target.kind == "local"
     assert argv[argv.index("--principal") + 1] == PRINCIPAL
@@ -199,7 +199,7 @@ def test_the_specs_own_cluster_settings_win_over_the_connections(tmp_path, monke
     conn_id = set_conn(monkeypatch, "spark_both", host="yarn",
                        extra={"deploy-mode": "cluster", "queue": "from-conn", "yarn_resourcemanager_webapp_address":
                               "http://conn-rm:8088"})
-    hook = StreamingJobHook(stream(tmp_path, conn_id, cluster={"queue": "from-spec",
+    hook = SparkStreamHook(stream(tmp_path, conn_id, cluster={"queue": "from-spec",
                                                                "resourcemanager_url": "http://spec-rm:8088"}))
     assert hook.resolved_spec.cluster["queue"] == "from-spec"
     assert hook.target.rm_urls == ["http://spec-rm:8088"]
@@ -220,7 +220,7 @@ def test_standalone_connection_rest_scheme_and_port_are_where_the_submission_goe
         port = master.server.server_address[1]
         conn_id = set_conn(monkeypatch, "spark_sa", host="spark://127.0.0.1", port=7077,
                            extra={"deploy-mode": "cluster", "rest-port": str(port)})
-        hook = StreamingJobHook(stream(tmp_path, conn_id))
+        hook = SparkStreamHook(stream(tmp_path, conn_id))
         assert hook.target.rest_urls == [f"http://127.0.0.1:{port}"]
         record = hook.submit()
         assert record.handle["submission_id"] == "driver-20261123000000-0000"
@@ -228,13 +228,13 @@ def test_standalone_connection_rest_scheme_and_port_are_where_the_submission_goe
 
     conn_id = set_conn(monkeypatch, "spark_sa_tls", host="spark://m1:7077,m2:7077",
                        extra={"deploy-mode": "cluster", "rest-scheme": "https", "rest-port": 16066})
-    assert StreamingJobHook(stream(tmp_path, conn_id)).target.rest_urls == ["https://m1:16066", "https://m2:16066"]
+    assert SparkStreamHook(stream(tmp_path, conn_id)).target.rest_urls == ["https://m1:16066", "https://m2:16066"]
 
 
 def test_standalone_cluster_refuses_kerberos_with_what_to_do(tmp_path, monkeypatch, keytab_dir):
     conn_id = set_conn(monkeypatch, "spark_sa_krb", host="spark://m1", port=7077,
                        extra={"deploy-mode": "cluster", "principal": PRINCIPAL, "keytab": KEYTAB_B64})
-    hook = StreamingJobHook(stream(tmp_path, conn_id))
+    hook = SparkStreamHook(stream(tmp_path, conn_id))
     with pytest.raises(ValueError, match="no Kerberos login") as raised:
         hook.launch_plan("20261123T000000Z-12345678")
     assert "YARN or Kubernetes" in str(raised.value) and KEYTAB_B64 not in str(raised.value)
@@ -245,7 +245,7 @@ def test_kubernetes_connection_namespace_and_kerberos_land_on_the_plan(tmp_path,
 
     conn_id = set_conn(monkeypatch, "spark_k8s", host="k8s://https://api.example:6443", extra={
         "deploy-mode": "cluster", "namespace": "streams", "principal": PRINCIPAL, "keytab": KEYTAB_B64})
-    hook = StreamingJobHook(stream(tmp_path, conn_id, cluster={"image": "img:1", "runtime_path": "/opt/as"}))
+    hook = SparkStreamHook(stream(tmp_path, conn_id, cluster={"image": "img:1", "runtime_path": "/opt/as"}))
     assert hook.target.kind == "kubernetes" and hook.target.namespace == "streams"
     assert hook.target.api_server == "https://api.example:6443"
     argv = spark_submit_argv(hook.launch_plan("20261123T000000Z-12345678"))

@@ -13,7 +13,7 @@ import pytest
 from airflow_streaming.control.contract import ControlPaths, DriverRecord
 from airflow_streaming.control.local import LocalStorage
 from airflow_streaming.exceptions import StreamStateUnknownError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import SpecError, StreamSpec
 from airflow_streaming.targets import target_for
 from airflow_streaming.targets.base import Liveness
@@ -38,7 +38,7 @@ def closed_port() -> int:
 
 
 def test_the_request_runs_the_launcher_through_python_runner_with_secrets_only_in_the_environment(tmp_path):
-    hook = StreamingJobHook(spec(tmp_path))
+    hook = SparkStreamHook(spec(tmp_path))
     target = hook.target
     assert isinstance(target, StandaloneClusterTarget)
     assert target.rest_urls == ["http://m1:6066", "http://m2:6066"] and target.master_ui_url == "http://m1:8090"
@@ -67,7 +67,7 @@ def test_the_request_runs_the_launcher_through_python_runner_with_secrets_only_i
 
 
 def test_runtime_path_points_the_workers_at_their_copy_of_the_project(tmp_path):
-    hook = StreamingJobHook(spec(tmp_path, cluster={"runtime_path": "/srv/airflow-streaming/"}))
+    hook = SparkStreamHook(spec(tmp_path, cluster={"runtime_path": "/srv/airflow-streaming/"}))
     plan = hook.launch_plan("r1")
     assert plan.launcher == "/srv/airflow-streaming/spark_jobs/launch.py"
     assert hook.target.request_body(plan)["appArgs"][0] == plan.launcher
@@ -124,7 +124,7 @@ def _lease_elsewhere(tmp_path, master_says, lease_run="r1", lease_host="driver-h
     driver on ``lease_host``; the master answers ``master_says`` (a driverState, NOT_FOUND or DOWN)."""
     from airflow_streaming.control import contract
 
-    hook = StreamingJobHook(spec(tmp_path, master="spark://m1:7077"))
+    hook = SparkStreamHook(spec(tmp_path, master="spark://m1:7077"))
     hook.storage.makedirs(hook.paths.root)
     record = DriverRecord(run_id="r1", stream="etl", version="v1", application="events_etl", host="submitter",
                           command="", log_path="", submitted_at=time.time(), checkpoint_location="/c",

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from airflow_streaming.control.contract import ControlFileError, DriverRecord
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.record import Action
 from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner, restart_spec, resume_target
 from airflow_streaming.sealing import sealed
@@ -70,7 +70,7 @@ class Listener:
         self.server.server_close()
 
 
-def _write(hook: StreamingJobHook, name: str, doc: object) -> None:
+def _write(hook: SparkStreamHook, name: str, doc: object) -> None:
     hook.storage.write_atomic(f"{hook.paths.root}/{name}", json.dumps(doc).encode())
 
 
@@ -101,11 +101,11 @@ def test_a_forged_deployed_spec_is_not_what_a_restart_runs(tmp_path):
 def test_a_sealed_deployed_spec_restarts_with_the_callers_secrets(tmp_path):
     spec, _ = deployed_stream(tmp_path)
     with_secret = spec.with_version("v1", spark_conf={"spark.myapp.db.password": "pw-of-the-dag"})
-    hook = StreamingJobHook(with_secret)
+    hook = SparkStreamHook(with_secret)
     _write(hook, "deployed.json", {"run_id": "r1", "at": 1.0, "spec": sealed(with_secret.to_dict())})
     assert json.loads((Path(hook.deployed_path)).read_text())["spec"]["spark_conf"]["spark.myapp.db.password"] == "***"
     # Another caller (not the deployed spec itself) restarts the sealed spec: the seal is what counts.
-    other = StreamingJobHook(with_secret.with_version("v2"))
+    other = SparkStreamHook(with_secret.with_version("v2"))
     restarted = restart_spec(other, Action.RESTART)
     assert restarted.version == "v1" and restarted.spark_conf["spark.myapp.db.password"] == "pw-of-the-dag"
 
@@ -118,11 +118,11 @@ def test_a_forged_history_is_not_what_a_rollback_runs(tmp_path):
     _write(hook, "history.json", [{"id": "u1", "action": "upgrade", "outcome": "SUCCEEDED", "from_version": "v1",
                                    "to_version": "v2", "from_spec": {**spec.to_dict(), "application": evil}}])
     with pytest.raises(ControlFileError, match=r"history\.json: the spec stored for version 'v1' is not sealed"):
-        restart_spec(StreamingJobHook(v2), Action.ROLLBACK)
+        restart_spec(SparkStreamHook(v2), Action.ROLLBACK)
     # The same entry as the Airflow side wrote it (sealed) is the rollback target.
     _write(hook, "history.json", [{"id": "u1", "action": "upgrade", "outcome": "SUCCEEDED", "from_version": "v1",
                                    "to_version": "v2", "from_spec": sealed(spec.to_dict())}])
-    assert restart_spec(StreamingJobHook(v2), Action.ROLLBACK) == spec
+    assert restart_spec(SparkStreamHook(v2), Action.ROLLBACK) == spec
     assert not pwned.exists()
 
 

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_streaming.control import contract
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.sealing import deployer_of, sealed, sealed_deployer
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.ui import views
@@ -118,7 +118,7 @@ def test_the_page_asks_no_host_a_control_file_names(tmp_path, kind):
         assert row["health"]["state"] in ("HEALTHY", "IDLE", "UNKNOWN", "STALLED"), row["health"]
         # The positive control: the hook the operators and the supervisor use asks that host.
         if kind != "kubernetes":  # a record's API server never gets asked (issue 25 item 1)
-            real = StreamingJobHook(ref.spec)
+            real = SparkStreamHook(ref.spec)
             real.health()
             assert host.requests, "the control: the operators' hook asks the cluster manager"
 
@@ -193,7 +193,7 @@ def test_a_stopped_stream_shows_no_lag(tmp_path):
 def test_the_deployer_is_sealed_into_deployed_json_and_kept_by_later_actions(tmp_path):
     spec = StreamSpec(name="s1", application="events_etl", control_location=str(tmp_path / "control"),
                       checkpoint_location=str(tmp_path / "ckpt"), master="local[2]")
-    hook = StreamingJobHook(spec)
+    hook = SparkStreamHook(spec)
     hook.storage.makedirs(hook.paths.root)
     record = contract.DriverRecord(run_id=RUN, stream="s1", version="v1", application="events_etl", host="h",
                                    command="", log_path="", submitted_at=1.0, checkpoint_location="/c", target="local",

@@ -197,11 +197,11 @@ def test_every_operator_and_sensor_carries_both_links():
     from airflow_streaming.operators.lifecycle import SparkStreamUpgradeOperator
     from airflow_streaming.operators.stop import SparkStreamStopOperator
     from airflow_streaming.operators.supervise import SparkStreamSupervisorOperator
-    from airflow_streaming.sensors.health import StreamingHealthSensor
+    from airflow_streaming.sensors.health import SparkStreamHealthSensor
     from airflow_streaming.sensors.progress import SparkStreamProgressSensor
 
     for cls in (SparkStreamCompatibilityCheckOperator, SparkStreamDeployOperator, SparkStreamUpgradeOperator,
-                SparkStreamStopOperator, SparkStreamSupervisorOperator, StreamingHealthSensor, SparkStreamProgressSensor):
+                SparkStreamStopOperator, SparkStreamSupervisorOperator, SparkStreamHealthSensor, SparkStreamProgressSensor):
         assert {link.name for link in cls.operator_extra_links} == {"Spark UI", "Stream dashboard"}, cls
 
 

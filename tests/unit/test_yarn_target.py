@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from airflow_streaming.exceptions import DriverStartError, StreamStateUnknownError
-from airflow_streaming.hooks.streaming_job import StreamingJobHook
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import Liveness
 from airflow_streaming.targets.yarn import YarnClusterTarget, liveness_of, rm_url_from_yarn_site, run_tag
@@ -68,7 +68,7 @@ def yarn_spec(tmp_path: Path, rm_url: str, name: str = "etl", **cluster) -> Stre
 
 def test_submission_is_spark_submit_in_cluster_mode_with_the_run_tag_and_no_secret_on_argv(tmp_path, rm,
                                                                                           submit_record):
-    hook = StreamingJobHook(yarn_spec(tmp_path, rm.url))
+    hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
     record = hook.submit()
 
     (call,) = calls(submit_record)
@@ -114,7 +114,7 @@ def test_state_mapping(state, expected):
 
 
 def test_state_follows_the_resourcemanager_and_an_unreachable_rm_is_unknown(tmp_path, rm, submit_record):
-    hook = StreamingJobHook(yarn_spec(tmp_path, rm.url))
+    hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
     record = hook.submit()
     target = hook.target_of(record)
     app_id = record.handle["app_id"]
@@ -133,8 +133,8 @@ def test_state_follows_the_resourcemanager_and_an_unreachable_rm_is_unknown(tmp_
 
 
 def test_kill_acts_only_on_the_recorded_run_and_sends_the_rm_kill(tmp_path, rm, submit_record):
-    hook = StreamingJobHook(yarn_spec(tmp_path, rm.url))
-    other_hook = StreamingJobHook(yarn_spec(tmp_path, rm.url, name="other"))
+    hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
+    other_hook = SparkStreamHook(yarn_spec(tmp_path, rm.url, name="other"))
     record = hook.submit()
     other = other_hook.submit()
     for app in rm.apps:
@@ -155,7 +155,7 @@ def test_kill_acts_only_on_the_recorded_run_and_sends_the_rm_kill(tmp_path, rm, 
 
 
 def test_find_uses_the_run_tag_and_an_unreachable_rm_raises(tmp_path, rm, submit_record):
-    hook = StreamingJobHook(yarn_spec(tmp_path, rm.url))
+    hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
     record = hook.submit()
     assert len(hook.processes_of_run(record.run_id)) == 1
     assert hook.processes_of_run("20990101T000000Z-deadbeef") == []
@@ -169,7 +169,7 @@ def test_find_uses_the_run_tag_and_an_unreachable_rm_raises(tmp_path, rm, submit
 def test_a_failed_spark_submit_names_its_output_submits_nothing_and_shows_no_secret(tmp_path, rm, submit_record,
                                                                                   monkeypatch, caplog):
     monkeypatch.setenv("FAKE_SPARK_SUBMIT_EXIT", "1")
-    hook = StreamingJobHook(yarn_spec(tmp_path, rm.url))
+    hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
     with caplog.at_level(logging.DEBUG), pytest.raises(DriverStartError) as info:
         hook.submit()
     message = str(info.value)
@@ -181,7 +181,7 @@ def test_a_failed_spark_submit_names_its_output_submits_nothing_and_shows_no_sec
 
 
 def test_cluster_python_is_the_drivers_python(tmp_path, rm, submit_record):
-    record = StreamingJobHook(yarn_spec(tmp_path, rm.url, python="./venv/bin/python",
+    record = SparkStreamHook(yarn_spec(tmp_path, rm.url, python="./venv/bin/python",
                                         archives=["hdfs:///envs/streams.tar.gz#venv"])).submit()
     argv = calls(submit_record)[0]["argv"]
     conf = conf_of(argv)
@@ -191,14 +191,14 @@ def test_cluster_python_is_the_drivers_python(tmp_path, rm, submit_record):
 
 
 def test_yarn_reattempts_are_refused_the_supervisor_is_the_one_restarter(tmp_path, rm, submit_record):
-    hook = StreamingJobHook(yarn_spec(tmp_path, rm.url, max_app_attempts=3))
+    hook = SparkStreamHook(yarn_spec(tmp_path, rm.url, max_app_attempts=3))
     with pytest.raises(ValueError, match="two restarts"):
         hook.submit()
     assert not submit_record.exists()
 
 
 def test_urls_and_log_tail_come_from_the_rm_and_the_nodemanager(tmp_path, rm, submit_record):
-    hook = StreamingJobHook(yarn_spec(tmp_path, rm.url))
+    hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
     record = hook.submit()
     target = hook.target_of(record)
     app_id = record.handle["app_id"]
@@ -224,11 +224,11 @@ def test_resourcemanager_url_from_yarn_site(tmp_path, monkeypatch):
 
 
 def test_a_record_is_checked_where_its_driver_runs_whatever_the_spec_says_now(tmp_path, rm, submit_record):
-    record = StreamingJobHook(yarn_spec(tmp_path, rm.url)).submit()
+    record = SparkStreamHook(yarn_spec(tmp_path, rm.url)).submit()
     rm.set_state(record.handle["app_id"], "RUNNING")
     # The spec moved to local mode (and names no RM): the YARN driver is still seen, and killed, through
     # the ResourceManager named in its handle - never judged "gone" by a local pid check.
-    local = StreamingJobHook(replace(yarn_spec(tmp_path, rm.url), master="local[2]", deploy_mode=None, cluster={}))
+    local = SparkStreamHook(replace(yarn_spec(tmp_path, rm.url), master="local[2]", deploy_mode=None, cluster={}))
     assert local.driver_liveness()[0] == Liveness.ALIVE
     assert local.target_of(record).kind == "yarn"
     assert "accepted" in local.kill(record, grace=5)
@@ -239,7 +239,7 @@ def test_a_user_script_is_shipped_with_the_application(tmp_path, rm, submit_reco
     script = tmp_path / "my_job.py"
     script.write_text("print('job')\n")
     spec = replace(yarn_spec(tmp_path, rm.url), application=str(script), application_args=("--x", "1"))
-    StreamingJobHook(spec).submit()
+    SparkStreamHook(spec).submit()
     argv = calls(submit_record)[0]["argv"]
     assert conf_of(argv)["spark.yarn.dist.files"] == str(script)
     # In the application master's container the script sits in the working directory.
@@ -254,7 +254,7 @@ def test_a_gate_driver_is_a_cluster_submission_that_touches_none_of_the_streams_
     the deployed spec, which name the running version."""
     from airflow_streaming.lifecycle.lock import LifecycleLock
 
-    hook = StreamingJobHook(yarn_spec(tmp_path, rm.url))
+    hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
     hook.storage.makedirs(hook.paths.root)
     lock = LifecycleLock.acquire(hook.storage, hook.paths.root, "upgrade", "test")
     try:
