@@ -346,8 +346,16 @@ class PhaseSoak:
         self.kill_run(old)
         wait_for(lambda: not self.hook.processes_of_run(old or ""), 60, "the killed driver's processes to exit")
         trial.detail["killed_at"] = time.time()
+        before = self.record().get("id")
         proc = self.pass_process()
-        time.sleep(trial.delay_s)
+        if self.rng.random() < 0.5:  # at a random moment from the process's start (imports, observe, ...)
+            time.sleep(trial.delay_s)
+        else:  # inside the recovery the pass records: a random moment after its record appears
+            wait_for(lambda: self.record().get("id") != before or proc.poll() is not None, 60,
+                     "the pass's recovery record")
+            trial.delay_s = round(self.rng.uniform(0, 1.5), 2)
+            trial.detail["after_record"] = True
+            time.sleep(trial.delay_s)
         exited = proc.poll()
         pids = kill_tree(psutil.Process(proc.pid), same_session_only=True) if exited is None else []
         proc.wait(30)

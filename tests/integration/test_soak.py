@@ -36,6 +36,7 @@ def fault_file(tmp_path, monkeypatch):
     return path
 
 
+@pytest.mark.timeout(max(900, 60 * int(os.environ.get("AIRFLOW_STREAMING_SOAK_TRIALS", "3"))))
 def test_driver_killed_at_named_points_is_recovered_by_the_supervisor_exactly_once(streams, fault_file):
     trials = int(os.environ.get("AIRFLOW_STREAMING_SOAK_TRIALS", "3"))
     result = driver_kill_trials(streams, trials, seed=int(os.environ.get("AIRFLOW_STREAMING_SOAK_SEED", "7")),
@@ -61,13 +62,17 @@ def test_upgrade_task_killed_at_named_steps_resumes_with_one_driver_exactly_once
     assert result["exactly_once"]["exactly_once"], result["exactly_once"]
 
 
+PHASE_TRIALS = int(os.environ.get("AIRFLOW_STREAMING_PHASE_TRIALS", "3"))
+
+
+@pytest.mark.timeout(max(900, 150 * PHASE_TRIALS))  # the long soak (./scripts/soak.sh): ~35 s a trial
 def test_every_phase_a_kill_leaves_no_stream_down_and_the_output_exactly_once(streams):
     """kill -9 at a random moment of a random phase (startup, a supervisor's restart, the supervising
     process mid-pass, a standby's preparation, the gate, probation, a rollback, the upgrade task): the
     suite runs a few trials; ``./scripts/soak.sh`` runs every phase many times (RELIABILITY.md)."""
     from soak_phases import PHASES, phase_soak
 
-    trials = int(os.environ.get("AIRFLOW_STREAMING_PHASE_TRIALS", "3"))
+    trials = PHASE_TRIALS
     seed = int(os.environ.get("AIRFLOW_STREAMING_SOAK_SEED", "11"))
     wanted = os.environ.get("AIRFLOW_STREAMING_PHASES")
     phases = tuple(wanted.split(",")) if wanted else PHASES
