@@ -69,10 +69,11 @@ def sealed_deployer(stream: str, owner: str) -> dict[str, Any]:
     return seal_spec({"stream": stream, "owner": owner}, seal_key())  # type: ignore[return-value]
 
 
-def deployer_of(deployed: Any, stream: str) -> str | None:
+def deployer_of(deployed: Any, stream: str, key: bytes | None = None) -> str | None:
     """The owner that deployed ``stream`` from a ``deployed.json`` document, if its ``deployed_by`` is
-    sealed by this deployment for this very stream; ``None`` otherwise (unknown, forged or copied)."""
+    sealed by this deployment for this very stream; ``None`` otherwise (unknown, forged or copied).
+    ``key``: :func:`seal_key`, when the caller checks many documents at once."""
     entry = deployed.get("deployed_by") if isinstance(deployed, dict) else None
     if not isinstance(entry, dict) or entry.get("stream") != stream or not isinstance(entry.get("owner"), str):
         return None
-    return entry["owner"] if is_sealed_by(entry, seal_key()) else None
+    return entry["owner"] if is_sealed_by(entry, key or seal_key()) else None

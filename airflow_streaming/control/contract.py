@@ -161,6 +161,11 @@ def _loads(path: str, data: bytes) -> dict[str, Any]:
     return value
 
 
+def parse_json_object(path: str, data: bytes) -> dict[str, Any]:
+    """A control file's JSON object; :class:`ControlFileError` naming ``path`` if it is not one."""
+    return _loads(path, data)
+
+
 # --------------------------------------------------------------------------- run marker
 
 
@@ -489,7 +494,12 @@ class StatusDocument:
 
     @classmethod
     def from_json(cls, path: str, data: bytes) -> StatusDocument:
-        raw = _loads(path, data)
+        return cls.from_dict(path, _loads(path, data))
+
+    @classmethod
+    def from_dict(cls, path: str, raw: dict[str, Any]) -> StatusDocument:
+        """Validate a parsed ``status.json`` (``path`` names it in errors); ``raw`` is not modified, so a
+        caller that needs both the dict and the document parses the JSON once."""
         if raw.get("schema") != SCHEMA_VERSION:
             raise ControlFileError(f"{path}: unsupported status schema {raw.get('schema')!r}")
         queries = _require(path, raw, "queries", (list,), optional=True) or []
@@ -531,7 +541,7 @@ def write_status(storage: ControlStorage, paths: ControlPaths, doc: StatusDocume
 
 __all__ = [
     "ControlFileError", "ControlPaths", "DriverRecord", "Lease", "LeaseHeldError", "LeaseLostError",
-    "ProcessIdentity", "QueryStatus", "StatusDocument", "StorageError", "acquire_lease", "marker_present",
+    "ProcessIdentity", "parse_json_object", "QueryStatus", "StatusDocument", "StorageError", "acquire_lease", "marker_present",
     "new_run_id", "process_alive", "process_start_time", "read_driver_record",
     "read_lease", "read_marker", "read_status", "release_lease", "renew_lease", "request_stop", "write_marker",
     "write_status",

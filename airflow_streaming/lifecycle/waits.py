@@ -61,15 +61,17 @@ class WaitNeeded(Exception):  # noqa: N818 - control flow of a deferrable runner
         self.holders = dict(holders or {})
 
 
-def wait_over(wait: Wait, now: float | None = None) -> bool:
-    """Whether the runner can make progress now (blocking file and process I/O: run it in a thread)."""
+def wait_over(wait: Wait, now: float | None = None, hook: Any = None) -> bool:
+    """Whether the runner can make progress now (blocking file and process I/O: run it in a thread).
+    ``hook``: the spec's hook, when the caller keeps one (the trigger reuses it across polls)."""
     from airflow_streaming.hooks.streaming_job import SparkStreamHook
     from airflow_streaming.spec import StreamSpec
 
     now = time.time() if now is None else now
     if now >= wait.deadline:
         return True
-    hook = SparkStreamHook(StreamSpec.from_dict(wait.spec))
+    if hook is None:
+        hook = SparkStreamHook(StreamSpec.from_dict(wait.spec))
     if wait.kind == READY:
         record = hook.driver_record()
         return record is None or record.run_id != wait.run_id or hook.readiness(record) != "waiting"
@@ -97,7 +99,7 @@ def wait_over(wait: Wait, now: float | None = None) -> bool:
         doc = doc if isinstance(doc, dict) and doc.get("run_id") == wait.run_id else None
         if doc is not None and doc.get("state") in ("FAILED", "STOPPED"):
             return True
-        if not hook.processes_of_run(wait.run_id or "") and not hook.running_driver():
+        if _run_ended(hook, wait.run_id or ""):
             return True
         if wait.kind == CAUGHT_UP:
             return caught_up(doc, int(wait.params.get("min_batches", 1)))[0]
@@ -110,3 +112,20 @@ def wait_over(wait: Wait, now: float | None = None) -> bool:
                                       probation=Probation(**wait.params.get("probation", {})))
         return passed is not None
     raise ValueError(f"unknown wait kind {wait.kind!r} (known: {', '.join(KINDS)})")
+
+
+def _run_ended(hook: Any, run_id: str) -> bool:
+    """No process of ``run_id`` and no running driver. The recorded driver is asked first (the lease and
+    one pid: cheap); only when it does not run are all local processes scanned for the run id (one scan
+    per poll of every waiting trigger would cost the triggerer more than everything else it does).
+    Raises what ``running_driver`` raises when liveness is unknown and no process of the run exists."""
+    from airflow_streaming.exceptions import StreamStateUnknownError
+
+    try:
+        if hook.running_driver():
+            return False
+    except StreamStateUnknownError:
+        if hook.processes_of_run(run_id):
+            return False
+        raise
+    return not hook.processes_of_run(run_id)

@@ -17,11 +17,11 @@ MODES = (WAIT_HEALTHY, WATCH, REPORT)
 
 
 def poll_once(spec_dict: dict[str, Any]) -> dict[str, Any]:
-    """One health verdict for a spec (blocking file I/O: run it in a thread from async code)."""
-    from airflow_streaming.hooks.streaming_job import SparkStreamHook
-    from airflow_streaming.spec import StreamSpec
+    """One health verdict for a spec (blocking file I/O: run it in a thread from async code). The spec's
+    hook is reused across polls (:func:`~airflow_streaming.spec_hooks.hook_for`)."""
+    from airflow_streaming.spec_hooks import hook_for
 
-    return SparkStreamHook(StreamSpec.from_dict(spec_dict)).health().to_dict()
+    return hook_for(spec_dict).health().to_dict()
 
 
 def decide(mode: str, verdict: dict[str, Any], started: float, now: float, watch_seconds: float,

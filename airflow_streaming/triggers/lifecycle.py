@@ -42,18 +42,17 @@ class SparkStreamLifecycleTrigger(BaseTrigger):
 
     def _renew(self) -> str | None:
         """Renew every handed-over lock; the control dir of one that is lost, else ``None``."""
-        from airflow_streaming.hooks.streaming_job import SparkStreamHook
         from airflow_streaming.lifecycle.lock import renew_deferred
-        from airflow_streaming.spec import StreamSpec
+        from airflow_streaming.spec_hooks import hook_for
 
-        storage = SparkStreamHook(StreamSpec.from_dict(self.wait["spec"])).storage
+        storage = hook_for(self.wait["spec"]).storage
         for control_dir, holder in self.holders.items():
             if not renew_deferred(storage, control_dir, holder):
                 return control_dir
         return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_streaming.lifecycle.waits import Wait, wait_over
+        from airflow_streaming.lifecycle.waits import Wait
 
         wait = Wait.from_dict(self.wait)
         next_renewal = 0.0
@@ -72,7 +71,7 @@ class SparkStreamLifecycleTrigger(BaseTrigger):
                                                    "waited in the triggerer"})
                     return
             try:
-                over = await asyncio.to_thread(wait_over, wait)
+                over = await asyncio.to_thread(_check, wait)
             except Exception as exc:  # noqa: BLE001 - unreadable now: the runner decides at the deadline
                 self.log.warning("checking %s of %s failed (will retry): %s", wait.kind, wait.spec.get("name"), exc)
                 over = time.time() >= wait.deadline
@@ -80,6 +79,14 @@ class SparkStreamLifecycleTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "over", "kind": wait.kind, "holders": self.holders})
                 return
             await asyncio.sleep(self.poll_interval)
+
+
+def _check(wait: Any) -> bool:
+    """:func:`wait_over` with the spec's shared hook (blocking: runs in a thread)."""
+    from airflow_streaming.lifecycle.waits import wait_over
+    from airflow_streaming.spec_hooks import hook_for
+
+    return wait_over(wait, hook=hook_for(wait.spec))
 
 
 __getattr__ = module_getattr(__name__, 'LifecycleWaitTrigger')  # the old name, deprecated

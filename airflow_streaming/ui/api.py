@@ -1,6 +1,9 @@
 """The plugin's FastAPI app, mounted at ``/streaming`` in ``airflow api-server`` (see ``docs/ui.md``).
 
-- ``GET /streaming/api/streams``: the overview (one row per managed stream) and the page's settings;
+- ``GET /streaming/api/streams``: the overview - one page of rows (``?q=`` name search, ``health=``,
+  ``supervisor=``, ``version=`` filters (comma-separated values), ``sort=``/``dir=``, ``page=``/``per_page=``:
+  :mod:`airflow_streaming.ui.overview`), the counts per health, supervisor and version value of every
+  stream the user may see, and the page's settings;
 - ``GET /streaming/api/streams/{name}``: one stream (series, lifecycle timeline, compatibility report,
   the DAG runs that acted on it);
 - ``GET /streaming/ui/`` and ``/streaming/ui/stream/{name}``: the page (no data in it); ``/streaming/static``.
@@ -32,6 +35,7 @@ from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow_streaming import config
 from airflow_streaming.ui import views
 from airflow_streaming.ui.access import visible_streams
+from airflow_streaming.ui.overview import BadQuery, OverviewQuery, select, summarize
 from airflow_streaming.ui.streams import configured_sources, discover, read_stream
 
 log = logging.getLogger(__name__)
@@ -117,11 +121,18 @@ def create_app() -> FastAPI:
         return _index(request)
 
     @app.get("/api/streams")
-    def list_streams(user: UserDep, session: SessionDep) -> dict[str, Any]:
+    def list_streams(request: Request, user: UserDep, session: SessionDep) -> dict[str, Any]:
         started = time.monotonic()
+        try:
+            query = OverviewQuery.from_params(request.query_params)
+        except BadQuery as exc:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
         found = discover(*configured_sources())
         access = visible_streams(found.streams, user, session)
-        rows = [views.overview_row(read_stream(ref)) for ref in access.visible]
+        now = time.time()
+        refs = {ref.name: ref for ref in access.visible}
+        chosen = select([summarize(ref, now) for ref in access.visible], query)
+        rows = [views.overview_row(read_stream(refs[name], now)) for name in chosen.names]
         conf = settings()
         owners = [o for r in rows if (o := (r.get("last_action") or {}).get("owner"))]
         runs = dag_runs_for(owners, user, session, conf["airflow_root"])
@@ -132,7 +143,10 @@ def create_app() -> FastAPI:
             row["actionable"] = row["source"] == "desired_state"
         # Discovery errors name other streams' directories: only for who may read every DAG.
         errors = found.errors if access.reads_every_dag else []
-        return {"streams": rows, "errors": errors, "generated_at": time.time() * 1000,
+        return {"streams": rows, "total": chosen.total, "matched": chosen.matched, "page": chosen.page,
+                "pages": chosen.pages, "per_page": query.per_page, "facets": chosen.facets,
+                "sort": {"key": query.sort, "dir": "desc" if query.desc else "asc"},
+                "errors": errors, "generated_at": time.time() * 1000,
                 "took_ms": round((time.monotonic() - started) * 1000, 1), "settings": conf}
 
     @app.get("/api/streams/{name}")

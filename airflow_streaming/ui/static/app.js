@@ -151,21 +151,22 @@
   }
 
   // ------------------------------------------------------------------ overview
-  const COLUMNS = [
-    ["name", "Stream", (r) => r.name], ["version", "Version", (r) => r.version || ""],
-    ["severity", "Health", (r) => r.severity * 10 + ((r.health || {}).state === "FAILED" ? 1 : 0)],
-    ["state", "Driver", (r) => r.state || ""], ["last_batch", "Last batch", (r) => (r.last_batch || {}).at || 0],
-    ["input_rps", "In rows/s", (r) => r.input_rps ?? -1], ["processed_rps", "Processed rows/s", (r) => r.processed_rps ?? -1],
-    ["lag", "Lag", (r) => (r.lag || {}).value ?? -1], ["last_action", "Last action", (r) => (r.last_action || {}).start || 0],
-    ["supervisor", "Supervisor", (r) => (r.supervisor ? (r.supervisor.gave_up ? 1000 : r.supervisor.restarts_in_window) : -1)],
+  // The server searches, filters, sorts and pages (GET /api/streams?q=&health=&supervisor=&version=&sort=&dir=
+  // &page=&per_page=): a thousand streams are never all sent or drawn. The controls are built once per
+  // visit, so a refresh never takes the focus or a half-typed search away.
+  const COLUMNS = [ // [key, label, server sort key or null]
+    ["name", "Stream", "name"], ["version", "Version", "version"], ["severity", "Health", "severity"],
+    ["state", "Driver", null], ["last_batch", "Last batch", null], ["input_rps", "In rows/s", null],
+    ["processed_rps", "Processed rows/s", null], ["lag", "Lag", null], ["last_action", "Last action", null],
+    ["supervisor", "Supervisor", "supervisor"],
   ];
-  function sortRows(rows) {
-    const col = COLUMNS.find((c) => c[0] === state.sort.key) || COLUMNS[2];
-    return rows.slice().sort((a, b) => {
-      const x = col[2](a), y = col[2](b);
-      const c = x < y ? -1 : x > y ? 1 : 0;
-      return c * state.sort.dir || a.name.localeCompare(b.name);
-    });
+  const SUPERVISOR_LABELS = { none: "not supervised", ok: "no restart in the window", restarted: "restarted in the window", gave_up: "gave up" };
+  const query = { q: "", health: "", supervisor: "", version: "", sort: "severity", dir: "desc", page: 1, per_page: 50 };
+  state.query = query;
+  function queryString() {
+    const p = new URLSearchParams();
+    for (const [k, v] of Object.entries(query)) if (v !== "" && v !== null) p.set(k, String(v));
+    return p.toString();
   }
   function actionCell(a) {
     if (!a) return dash;
@@ -198,23 +199,80 @@
       el("td", {}, actionCell(r.last_action)), el("td", {}, supervisorCell(r.supervisor)),
       el("td", {}, r.spark_ui ? outsideLink(r.spark_ui, "Spark UI", { class: "spark-ui-link" }) : null));
   }
-  function renderOverview(data) {
-    const head = el("tr", {}, COLUMNS.map(([key, label]) => el("th", { class: "sortable", "data-sort": key,
-      onclick: () => { state.sort = { key, dir: state.sort.key === key ? -state.sort.dir : (key === "name" ? 1 : -1) }; renderOverview(data); } },
-      label, state.sort.key === key ? el("span", { class: "arrow" }, state.sort.dir > 0 ? " ▲" : " ▼") : null)), el("th", {}, ""));
-    const rows = sortRows(data.streams || []);
-    const counts = {};
-    for (const r of rows) counts[(r.health || {}).state] = (counts[(r.health || {}).state] || 0) + 1;
+  // Options of a filter: the values the user's streams have (with counts), plus the chosen one.
+  function fillSelect(select, counts, label, labels) {
+    const values = Object.keys(counts || {}).sort();
+    if (select.value && !values.includes(select.value)) values.push(select.value);
+    const chosen = select.value;
+    select.replaceChildren(el("option", { value: "" }, `${label}: any`),
+      ...values.map((v) => el("option", { value: v, selected: v === chosen || null },
+        `${(labels && labels[v]) || v || "(none)"} (${(counts || {})[v] || 0})`)));
+    select.value = chosen;
+  }
+  function buildOverview(reload) {
+    const changed = (key) => (ev) => { query[key] = ev.target.value; query.page = 1; reload(); };
+    let typing = null;
+    const search = el("input", { type: "search", id: "stream-search", placeholder: "Search streams by name", "aria-label": "Search streams by name",
+      oninput: (ev) => { clearTimeout(typing); typing = setTimeout(() => { query.q = ev.target.value.trim(); query.page = 1; reload(); }, 250); } });
+    const filters = {
+      health: el("select", { id: "filter-health", "aria-label": "Health", onchange: changed("health") }),
+      supervisor: el("select", { id: "filter-supervisor", "aria-label": "Supervisor", onchange: changed("supervisor") }),
+      version: el("select", { id: "filter-version", "aria-label": "Version", onchange: changed("version") }),
+    };
+    const perPage = el("select", { id: "per-page", "aria-label": "Rows per page", onchange: (ev) => { query.per_page = Number(ev.target.value); query.page = 1; reload(); } },
+      [25, 50, 100, 200].map((n) => el("option", { value: n, selected: n === query.per_page || null }, `${n} per page`)));
+    const step = (d) => () => { query.page = Math.max(1, query.page + d); reload(); };
+    const view = {
+      counts: el("span", { class: "muted", id: "counts" }),
+      errors: el("div", {}), table: el("div", {}),
+      prev: el("button", { id: "page-prev", onclick: step(-1) }, "‹ Previous"),
+      next: el("button", { id: "page-next", onclick: step(1) }, "Next ›"),
+      info: el("span", { id: "page-info", class: "muted" }), filters,
+    };
     app.replaceChildren(
-      el("div", { class: "head" }, el("h1", {}, "Streams"),
-        el("span", { class: "muted" }, Object.entries(counts).map(([k, v]) => `${v} ${k.toLowerCase().replaceAll("_", " ")}`).join(" · "))),
-      ...(data.errors || []).map((e) => el("div", { class: "err discovery-error" }, e)), // replaceChildren does not flatten
-      rows.length ? el("table", { id: "streams" }, el("thead", {}, head), el("tbody", {}, rows.map(overviewRow)))
-        : el("p", { class: "muted" }, "No managed streams found. Configure [airflow_streaming] desired_state_file or control_locations (docs/ui.md)."));
+      el("div", { class: "head" }, el("h1", {}, "Streams"), view.counts),
+      el("div", { class: "actions filters" }, search, filters.health, filters.supervisor, filters.version, perPage),
+      view.errors, view.table, el("div", { class: "actions pager" }, view.prev, view.info, view.next));
+    return view;
+  }
+  function renderOverview(data, view, reload) {
+    const facets = data.facets || {};
+    fillSelect(view.filters.health, facets.health, "Health");
+    fillSelect(view.filters.supervisor, facets.supervisor, "Supervisor", SUPERVISOR_LABELS);
+    fillSelect(view.filters.version, facets.version, "Version");
+    view.counts.textContent = Object.entries(facets.health || {}).sort((a, b) => b[1] - a[1])
+      .map(([k, v]) => `${v} ${k.toLowerCase().replaceAll("_", " ")}`).join(" · ");
+    view.errors.replaceChildren(...(data.errors || []).map((e) => el("div", { class: "err discovery-error" }, e)));
+    query.page = data.page || 1;
+    const head = el("tr", {}, COLUMNS.map(([key, label, sortKey]) => sortKey
+      ? el("th", { class: "sortable", "data-sort": sortKey, onclick: () => {
+        query.dir = query.sort === sortKey ? (query.dir === "asc" ? "desc" : "asc") : (sortKey === "name" || sortKey === "version" ? "asc" : "desc");
+        query.sort = sortKey; query.page = 1; reload(); } },
+        label, query.sort === sortKey ? el("span", { class: "arrow" }, query.dir === "asc" ? " ▲" : " ▼") : null)
+      : el("th", {}, label)), el("th", {}, ""));
+    const rows = data.streams || [];
+    view.table.replaceChildren(rows.length ? el("table", { id: "streams", "data-matched": data.matched, "data-page": data.page },
+      el("thead", {}, head), el("tbody", {}, rows.map(overviewRow)))
+      : el("p", { class: "muted", id: "no-streams" }, data.total ? "No stream matches the search and filters."
+        : "No managed streams found. Configure [airflow_streaming] desired_state_file or control_locations (docs/ui.md)."));
+    view.info.textContent = data.matched ? `page ${data.page} of ${data.pages} · ${data.matched} of ${data.total} streams` : "";
+    view.prev.disabled = (data.page || 1) <= 1;
+    view.next.disabled = (data.page || 1) >= (data.pages || 1);
   }
   async function overview() {
     document.getElementById("crumb").textContent = "";
-    const load = async () => { const data = await getJSON("/api/streams"); refreshed(data); renderOverview(data); };
+    let view = null;
+    let seq = 0;
+    const load = async () => {
+      const mine = ++seq;
+      const data = await getJSON(`/api/streams?${queryString()}`);
+      if (mine !== seq) return; // a newer request (a filter changed meanwhile) wins
+      refreshed(data);
+      renderOverview(data, view, reload);
+      state.overviewLoaded = (state.overviewLoaded || 0) + 1;
+    };
+    const reload = () => load().catch(showError);
+    view = buildOverview(reload);
     await load();
     schedule(load);
   }

@@ -1,0 +1,371 @@
+#!/usr/bin/env python
+"""A thousand streams (issue 23, goal 3): one triggerer loop watching them, and one supervisor pass over them.
+
+Usage (from the project root; no Spark)::
+
+    .venv/bin/python bench/scale_watch_bench.py [--streams 1000] [--poll 5] [--runs 3] [--measure 30] \
+        [--json bench/results/scale_watch.json]
+    .venv/bin/python bench/scale_watch_bench.py --smoke      # 20 streams, one short run, results in a temp dir
+
+The streams (``tests/synthetic_fleet.py``): control directories under a temp dir with what a real run
+writes through the real writers - sealed ``deployed.json``, ``RUNNING``, ``driver.json`` and
+``lease.json`` naming a live local process (a few ``sh -c 'read x' --run-id <id>`` stand-ins for
+spark-submit, shared round-robin: liveness is checked through /proc like a live local driver's), and a
+``status.json`` with 20 Spark-shaped progress entries. This process plays the drivers: it rewrites
+every stream's ``status.json`` once per heartbeat (5 s, the spec default; atomic replace + fsync, as the
+driver's reporter does), in every configuration, the baseline included.
+
+Each configuration runs in a fresh worker process (its CPU and memory only; the writer is this process):
+
+- ``baseline``: the same asyncio loop, nothing watched;
+- ``health``: N ``SparkStreamHealthTrigger(mode="watch")`` with ``poll_interval`` P, each ``run()``
+  consumed by a task of ONE event loop (like the triggerer), starts spread over the first P seconds;
+- ``lifecycle``: N ``SparkStreamLifecycleTrigger`` waiting on a new version's probation (the longest
+  lifecycle wait: a healthy run keeps it waiting), same loop and spread;
+- ``supervisor``: ``SparkStreamSupervisorOperator.execute`` over the N specs (healthy streams, live
+  drivers), timed pass by pass.
+
+Measured per trigger configuration, after a warm-up of P + 5 s: CPU (``time.process_time`` over the
+window / wall, i.e. cores), RSS (``VmRSS`` sampled every second, median) against the RSS before the
+triggers were created; then ``--flips`` streams are switched to FAILED by the writer at random times over
+5 s and the time until the trigger's ``run()`` yields its event is the detection latency (in seconds
+and in polls, latency / P). Net figures subtract the baseline of the same run. Runs rotate the order.
+Every process started here is stopped by pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import select
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for entry in (str(ROOT), str(ROOT / "tests")):
+    if entry not in sys.path:
+        sys.path.insert(0, entry)
+
+FLIP_SPREAD_S = 5.0
+SUPERVISOR_INTERVAL_S = 60.0  # dags/stream_supervisor.py: every minute
+
+
+def log(msg: str) -> None:
+    print(f"[scale-watch {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def vmrss_kib() -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def med(values: list[Any]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+# =========================================================================== worker (the triggerer / the supervisor)
+
+
+def _triggers(kind: str, specs: list[dict[str, Any]], poll: float) -> list[Any]:
+    if kind == "health":
+        from airflow_streaming.triggers.health import SparkStreamHealthTrigger
+
+        return [SparkStreamHealthTrigger(s, "watch", poll, watch_seconds=86400.0) for s in specs]
+    from airflow_streaming.lifecycle.waits import PROBATION, Wait
+    from airflow_streaming.triggers.lifecycle import SparkStreamLifecycleTrigger
+
+    run_ids = json.loads(Path(os.environ["SCALE_RUN_IDS"]).read_text())
+    deadline = time.time() + 86400
+    return [SparkStreamLifecycleTrigger(
+        Wait(PROBATION, s, run_ids[s["name"]], deadline,
+             {"started_at": time.time(), "probation": {"window_s": 86400.0, "min_batches": 10**9}}).to_dict(),
+        holders={}, poll_interval=poll) for s in specs]
+
+
+def worker_triggers(cfg: dict[str, Any]) -> dict[str, Any]:
+    import asyncio
+    import gc
+    import threading
+
+    import airflow_streaming.health.verdict  # noqa: F401 - imported before "RSS before": one-off, not per stream
+    import airflow_streaming.hooks.streaming_job  # noqa: F401
+    import airflow_streaming.lifecycle.record  # noqa: F401
+    from airflow_streaming.triggers.health import poll_once
+
+    specs, kind, poll = cfg["specs"], cfg["kind"], cfg["poll"]
+    rng = random.Random(cfg["seed"])
+    poll_once(specs[0])  # loads what a poll loads lazily
+    gc.collect()
+    out: dict[str, Any] = {"rss_before_kib": vmrss_kib()}
+
+    async def main() -> None:
+        events: dict[str, float] = {}
+
+        async def consume(trigger: Any, name: str, delay: float) -> None:
+            await asyncio.sleep(delay)
+            async for event in trigger.run():
+                events[name] = time.time()
+                out.setdefault("event_payloads", {})[name] = event.payload.get("status")
+                return
+
+        triggers = _triggers(kind, specs, poll) if kind != "baseline" else []
+        tasks = [asyncio.create_task(consume(t, s["name"], rng.uniform(0, poll))) for t, s in zip(triggers, specs)]
+        await asyncio.sleep(cfg["warmup"])
+        rss = []
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        while time.monotonic() - wall0 < cfg["measure"]:
+            rss.append(vmrss_kib())
+            await asyncio.sleep(min(1.0, cfg["measure"] - (time.monotonic() - wall0)) or 0.01)
+        cpu1, wall1 = time.process_time(), time.monotonic()
+        out.update({"cpu_s": cpu1 - cpu0, "wall_s": wall1 - wall0, "rss_median_kib": statistics.median(rss),
+                    "threads": threading.active_count(), "events_before_flips": dict(events)})
+        # Ask the writer (the parent) to flip streams, then wait for the events.
+        sys.stdout.write("measured\n")
+        sys.stdout.flush()
+        await asyncio.sleep(cfg["flip_spread"] + 2 * poll + 2.0)
+        out["events"] = events
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+    return out
+
+
+def worker_supervisor(cfg: dict[str, Any]) -> dict[str, Any]:
+    import logging
+    import types
+
+    from airflow_streaming.operators.supervise import SparkStreamSupervisorOperator
+
+    logging.getLogger("airflow_streaming").setLevel(logging.INFO)
+    op = SparkStreamSupervisorOperator(task_id="supervise", specs=cfg["specs"])
+    ti = types.SimpleNamespace(dag_id="stream_supervisor", task_id="supervise", run_id="scheduled__bench",
+                               try_number=1, log_url=None, xcom_push=lambda **kw: None)
+    passes = []
+    for _ in range(cfg["passes"]):
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        results = op.execute({"ti": ti})
+        passes.append({"wall_s": time.perf_counter() - wall0, "cpu_s": time.process_time() - cpu0,
+                       "actions": sorted({r["action"] for r in results}), "health": sorted({r["health"] for r in results})})
+    sys.stdout.write("measured\n")
+    sys.stdout.flush()
+    return {"passes": passes}
+
+
+def worker_main(cfg_path: str) -> int:
+    cfg = json.loads(Path(cfg_path).read_text())
+    try:
+        result = worker_supervisor(cfg) if cfg["kind"] == "supervisor" else worker_triggers(cfg)
+        result["ok"] = True
+    except Exception:  # noqa: BLE001 - reported to the orchestrator
+        result = {"ok": False, "error": traceback.format_exc()}
+    Path(cfg["result_path"]).write_text(json.dumps(result))
+    return 0 if result["ok"] else 1
+
+
+# =========================================================================== orchestrator (and the drivers' writer)
+
+
+def run_config(kind: str, fleet: list[Any], storage: Any, args: argparse.Namespace, base: str, seed: int,
+               run_ids_path: str) -> dict[str, Any]:
+    n = len(fleet)
+    tag = f"{kind}_{seed}"
+    cfg = {"kind": kind, "specs": [f.spec.to_dict() for f in fleet], "poll": args.poll, "seed": seed,
+           "warmup": args.poll + args.warmup, "measure": args.measure, "passes": args.passes,
+           "flip_spread": args.flip_spread,
+           "result_path": f"{base}/result_{tag}.json"}
+    Path(f"{base}/cfg_{tag}.json").write_text(json.dumps(cfg))
+    for stream in fleet:  # every run starts from running streams
+        if stream.doc.state != "RUNNING":
+            stream.doc.state, stream.doc.exit, stream.doc.last_exception = "RUNNING", None, None
+            stream.doc.queries[0].active = True
+        stream.beat(storage)
+    rng = random.Random(seed)
+    flips: dict[str, float] = {}
+    flipped_at: dict[str, float] = {}
+    env = {**os.environ, "SCALE_RUN_IDS": run_ids_path, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    with open(f"{base}/worker_{tag}.log", "wb") as err:
+        proc = subprocess.Popen([sys.executable, __file__, "--worker", f"{base}/cfg_{tag}.json"], stdout=subprocess.PIPE,
+                                stderr=err, env=env, cwd=str(ROOT))
+    try:
+        slot = fleet[0].spec.heartbeat_interval / n
+        next_t, i, budget = time.monotonic(), 0, time.monotonic() + args.poll * 4 + args.measure + 600
+        while proc.poll() is None and time.monotonic() < budget:
+            ready, _, _ = select.select([proc.stdout], [], [], max(0.0, next_t - time.monotonic()))
+            if ready:
+                line = proc.stdout.readline()
+                if line.strip() == b"measured" and kind not in ("supervisor", "baseline") and args.flips:
+                    chosen = rng.sample(range(n), min(args.flips, n))
+                    start = time.monotonic()
+                    flips = {fleet[k].spec.name: start + rng.uniform(0, args.flip_spread) for k in chosen}
+                continue
+            now = time.monotonic()
+            for name, at in list(flips.items()):
+                if at <= now and name not in flipped_at:
+                    flipped_at[name] = next(f for f in fleet if f.spec.name == name).fail(storage)
+            stream = fleet[i % n]
+            i += 1
+            if stream.spec.name not in flipped_at:
+                stream.beat(storage)
+            next_t += slot
+            if next_t < time.monotonic() - 1.0:
+                next_t = time.monotonic()  # fell behind: no burst
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    result = json.loads(Path(cfg["result_path"]).read_text())
+    if not result.get("ok"):
+        raise RuntimeError(f"{kind}: worker failed:\n{result.get('error')}\n"
+                           f"{Path(f'{base}/worker_{tag}.log').read_text(errors='replace')[-2000:]}")
+    if flipped_at:
+        events = result.get("events", {})
+        result["latencies_s"] = {name: (events[name] - t) if name in events else None for name, t in flipped_at.items()}
+    result["kind"], result["streams"] = kind, n
+    return result
+
+
+def summarize(runs: dict[str, list[dict[str, Any]]], n: int, poll: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    base_cpu = med([r["cpu_s"] / r["wall_s"] for r in runs["baseline"]])
+    base_drss = med([r["rss_median_kib"] - r["rss_before_kib"] for r in runs["baseline"]])
+    out["baseline"] = {"cpu_cores_median": base_cpu, "rss_growth_kib_median": base_drss}
+    for kind in ("health", "lifecycle"):
+        if kind not in runs:
+            continue
+        rs = runs[kind]
+        cpu = [r["cpu_s"] / r["wall_s"] for r in rs]
+        drss = [r["rss_median_kib"] - r["rss_before_kib"] for r in rs]
+        lat = [v for r in rs for v in (r.get("latencies_s") or {}).values() if v is not None]
+        missed = sum(1 for r in rs for v in (r.get("latencies_s") or {}).values() if v is None)
+        out[kind] = {
+            "cpu_cores_median": med(cpu), "cpu_cores_raw": cpu,
+            "cpu_ratio_vs_baseline": med(cpu) / base_cpu if base_cpu else None,
+            "net_cpu_pct_of_core_median": (med(cpu) - base_cpu) * 100,
+            "net_rss_kib_per_stream_median": (med(drss) - base_drss) / n,
+            "net_rss_kib_per_stream_raw": [(d - base_drss) / n for d in drss],
+            "threads_median": med([r["threads"] for r in rs]),
+            "latency_s_median": med(lat), "latency_s_max": max(lat) if lat else None,
+            "latency_polls_median": med(lat) / poll if lat else None,
+            "latency_polls_max": max(lat) / poll if lat else None, "flips_detected": len(lat), "flips_missed": missed,
+            "unexpected_events": sum(len(r["events_before_flips"]) for r in rs),
+        }
+    if "supervisor" in runs:
+        passes = [p for r in runs["supervisor"] for p in r["passes"]]
+        wall = [p["wall_s"] for p in passes]
+        out["supervisor"] = {
+            "pass_s_median": med(wall), "pass_s_max": max(wall), "pass_s_raw": wall,
+            "pass_cpu_s_median": med([p["cpu_s"] for p in passes]),
+            "fraction_of_interval_median": med(wall) / SUPERVISOR_INTERVAL_S,
+            "ms_per_stream_median": med(wall) * 1000 / n,
+            "actions": sorted({a for p in passes for a in p["actions"]}),
+            "health": sorted({h for p in passes for h in p["health"]})}
+    return out
+
+
+def figure_lines(summary: dict[str, Any], n: int, poll: float) -> list[str]:
+    lines = []
+    for kind in ("health", "lifecycle"):
+        s = summary.get(kind)
+        if s:
+            lines.append(f"{kind} triggers x{n} @ {poll:g}s poll: CPU {s['cpu_cores_median'] * 100:.1f}% of a core "
+                         f"(baseline {summary['baseline']['cpu_cores_median'] * 100:.1f}%, net "
+                         f"{s['net_cpu_pct_of_core_median']:.1f}%, x{s['cpu_ratio_vs_baseline'] or 0:.1f} baseline); "
+                         f"net RSS {s['net_rss_kib_per_stream_median']:.1f} KiB/stream; detection "
+                         f"{_fmt(s['latency_polls_median'])} polls median, {_fmt(s['latency_polls_max'])} max "
+                         f"({s['flips_detected']} detected, {s['flips_missed']} missed); "
+                         f"unexpected events {s['unexpected_events']}")
+    s = summary.get("supervisor")
+    if s:
+        lines.append(f"supervisor pass x{n} healthy streams: {s['pass_s_median']:.2f}s median (max "
+                     f"{s['pass_s_max']:.2f}s, {s['fraction_of_interval_median'] * 100:.1f}% of a "
+                     f"{SUPERVISOR_INTERVAL_S:.0f}s interval, {s['ms_per_stream_median']:.1f} ms/stream); actions "
+                     f"{s['actions']}, health {s['health']}")
+    return lines
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument("--poll", type=float, default=5.0)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--measure", type=float, default=30.0)
+    parser.add_argument("--flips", type=int, default=20)
+    parser.add_argument("--flip-spread", type=float, default=FLIP_SPREAD_S, help="flips spread over this many seconds")
+    parser.add_argument("--warmup", type=float, default=5.0, help="warm-up after the first poll interval")
+    parser.add_argument("--passes", type=int, default=3, help="supervisor passes per run")
+    parser.add_argument("--drivers", type=int, default=20, help="stand-in driver processes (shared by the streams)")
+    parser.add_argument("--kinds", default="health,lifecycle,supervisor")
+    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "scale_watch.json"))
+    parser.add_argument("--smoke", action="store_true", help="20 streams, one short run, results in a temp dir")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker_main(args.worker)
+    base = tempfile.mkdtemp(prefix="scale-watch-")
+    if args.smoke:
+        args.streams, args.runs, args.measure, args.flips, args.passes, args.drivers = 20, 1, 2.0, 3, 1, 2
+        args.flip_spread, args.warmup = 1.0, 1.0
+        args.poll = min(args.poll, 1.0)
+        args.json = f"{base}/scale_watch.json"
+    from airflow_streaming.control.local import LocalStorage
+    from synthetic_fleet import StandInDrivers, build_fleet
+
+    kinds = ["baseline"] + [k for k in args.kinds.split(",") if k]
+    started = datetime.now(timezone.utc)
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    try:
+        with StandInDrivers(args.drivers, prefix="scale") as drivers:
+            t = time.monotonic()
+            fleet = build_fleet(base, args.streams, drivers, heartbeat_interval=5.0, trigger_interval=5.0)
+            log(f"{args.streams} streams built in {time.monotonic() - t:.1f}s under {base}")
+            run_ids_path = f"{base}/run_ids.json"
+            Path(run_ids_path).write_text(json.dumps({f.spec.name: f.doc.run_id for f in fleet}))
+            storage = LocalStorage()
+            for run in range(args.runs):
+                order = kinds[run % len(kinds):] + kinds[:run % len(kinds)]
+                for kind in order:
+                    log(f"run {run + 1}/{args.runs}: {kind}")
+                    runs[kind].append(run_config(kind, fleet, storage, args, base, 1000 * run + len(runs[kind]),
+                                                 run_ids_path))
+        summary = summarize(runs, args.streams, args.poll)
+        meta = {"date": started.isoformat(timespec="seconds"), "streams": args.streams, "poll_s": args.poll,
+                "runs": args.runs, "measure_s": args.measure, "flips": args.flips, "smoke": args.smoke,
+                "nproc": os.cpu_count(), "python": platform.python_version(),
+                "mem_total_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+                "loadavg_end": os.getloadavg()}
+        for r in (r for rs in runs.values() for r in rs):
+            r.pop("event_payloads", None)
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=1, default=str))
+        for line in figure_lines(summary, args.streams, args.poll):
+            print(line)
+        print(f"results: {args.json}")
+        return 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)  # the fleet; in --smoke also the results (a temp dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
