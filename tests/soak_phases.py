@@ -8,7 +8,9 @@ Phases (each trial starts from a healthy stream and picks one, with a random del
 - ``supervisor_restart``: the driver is killed, a supervisor pass restarts it, and the new run is killed
   while it starts;
 - ``supervisor_pass``: the driver is killed, and the supervising process itself is killed in the middle
-  of its pass (before, during or after the recovery it records and submits);
+  of its pass: at a random moment from its start, or right after it records a random step of its
+  recovery (before the submission, after it, at its end: a failpoint, as that part takes well under a
+  second);
 - ``standby``: a warm upgrade prepares a standby driver, which is killed while it prepares (or after
   its promotion, when the delay outlasts it);
 - ``gate``: a cold upgrade's compatibility gate (a child process with its own JVM) is killed;
@@ -40,6 +42,8 @@ from typing import Any
 
 import psutil
 import yaml
+
+from airflow_streaming import faults
 
 from soak import PROJECT, EtlFeeder, desired_state_file, exactly_once
 from spark_jobs.outputs import read_etl_output
@@ -163,6 +167,9 @@ class PhaseSoak:
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([PROJECT, str(Path(PROJECT, "tests"))])}
         self.log_dir = log_dir or Path(streams.path("soak-logs"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.fault_file = self.log_dir / "faults.json"
+        self.fault_file.write_text("[]")
+        self.env[faults.ENV] = str(self.fault_file)  # the failpoints of the processes it starts
         self.violations: list[str] = []
         self.passes: list[dict[str, Any]] = []
         self._n = 0
@@ -346,16 +353,26 @@ class PhaseSoak:
         self.kill_run(old)
         wait_for(lambda: not self.hook.processes_of_run(old or ""), 60, "the killed driver's processes to exit")
         trial.detail["killed_at"] = time.time()
-        before = self.record().get("id")
-        proc = self.pass_process()
         if self.rng.random() < 0.5:  # at a random moment from the process's start (imports, observe, ...)
+            proc = self.pass_process()
             time.sleep(trial.delay_s)
-        else:  # inside the recovery the pass records: a random moment after its record appears
-            wait_for(lambda: self.record().get("id") != before or proc.poll() is not None, 60,
-                     "the pass's recovery record")
-            trial.delay_s = round(self.rng.uniform(0, 1.5), 2)
-            trial.detail["after_record"] = True
-            time.sleep(trial.delay_s)
+        else:
+            # Inside the recovery it records, which takes well under a second (the submission returns at
+            # once): a random moment is too short a target, so the failpoint kills the pass right after it
+            # records a random step of its RECOVER action (before the submission, after it, at its end).
+            step = self.rng.choice(("PLANNED", "STARTING", "SUCCEEDED"))
+            trial.detail["killed_after_recording"] = step
+            self.fault_file.write_text(json.dumps([{"point": "runner.step", "match": f"recover:{step};",
+                                                    "action": "kill"}]))
+            proc = self.pass_process()
+            proc.wait(120)
+            self.fault_file.write_text("[]")
+            trial.killed = (f"the supervising process {proc.pid} right after it recorded recover:{step} "
+                            f"(exit {proc.returncode})")
+            if proc.returncode != -signal.SIGKILL:
+                self.violations.append(f"trial {trial.trial}: the failpoint recover:{step} did not fire: "
+                                       f"{trial.killed}")
+            return
         exited = proc.poll()
         pids = kill_tree(psutil.Process(proc.pid), same_session_only=True) if exited is None else []
         proc.wait(30)

@@ -75,7 +75,9 @@ def test_every_phase_a_kill_leaves_no_stream_down_and_the_output_exactly_once(st
     trials = PHASE_TRIALS
     seed = int(os.environ.get("AIRFLOW_STREAMING_SOAK_SEED", "11"))
     wanted = os.environ.get("AIRFLOW_STREAMING_PHASES")
-    phases = tuple(wanted.split(",")) if wanted else PHASES
+    # The suite's few trials: one kill in each startup phase (the silent outage issue 20 was about);
+    # the long soak cycles through every phase.
+    phases = tuple(wanted.split(",")) if wanted else (PHASES if trials > 3 else PHASES[:3])
     print(f"phase soak: seed {seed}, {trials} trials over {phases}")
     result = phase_soak(streams, trials, seed, phases)
     _save("phase_kills", result)
