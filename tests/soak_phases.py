@@ -171,6 +171,7 @@ class PhaseSoak:
         self.fault_file.write_text("[]")
         self.env[faults.ENV] = str(self.fault_file)  # the failpoints of the processes it starts
         self.violations: list[str] = []
+        self._recover_kills = 0
         self.passes: list[dict[str, Any]] = []
         self._n = 0
 
@@ -360,7 +361,8 @@ class PhaseSoak:
             # Inside the recovery it records, which takes well under a second (the submission returns at
             # once): a random moment is too short a target, so the failpoint kills the pass right after it
             # records a random step of its RECOVER action (before the submission, after it, at its end).
-            step = self.rng.choice(("PLANNED", "STARTING", "SUCCEEDED"))
+            self._recover_kills += 1  # each step in turn
+            step = ("STARTING", "PLANNED", "SUCCEEDED")[self._recover_kills % 3]
             trial.detail["killed_after_recording"] = step
             self.fault_file.write_text(json.dumps([{"point": "runner.step", "match": f"recover:{step};",
                                                     "action": "kill"}]))
