@@ -14,7 +14,9 @@ serve.
 1. The bundled stateful ``device_signals`` job (1-minute windows per device, 30 s watermark, file sink)
    runs with its checkpoint AND its output on the stand-in, ``--partitions`` shuffle partitions (state
    stores), one input file per batch for ``--batches`` batches, Spark's default state maintenance
-   (a ``.snapshot`` every 10 deltas, maintenance every 60 s); then a graceful stop.
+   (a ``.snapshot`` every 10 deltas, maintenance every 60 s); then, once maintenance has written a
+   ``.snapshot`` in every state store (a checkpoint that has run for a while; without it a restart
+   reads every delta and the snapshot keeps them all), a graceful stop.
 2. ``take_snapshot`` into a fresh directory on the stand-in, ``--runs`` times (copy threads 8), and once
    with 1 copy thread: files, bytes, seconds, NameNode and DataNode requests; what the whole checkpoint
    tree holds, for comparison.
@@ -22,8 +24,8 @@ serve.
    the snapshot back).
 4. For scale: the local hard-link snapshot of the same checkpoint copied to a local directory.
 
-``--smoke`` (CI): 4 batches, 2 partitions, one take (8 threads), the 1-thread baseline and one restore;
-JSON to a temp dir.
+``--smoke`` (CI): 4 batches, 2 partitions, state maintenance every 2 s with a snapshot every 2 deltas,
+one take (8 threads), the 1-thread baseline and one restore; JSON to a temp dir.
 """
 
 from __future__ import annotations
@@ -61,6 +63,17 @@ def tree_size(root: str) -> tuple[int, int]:
     return len(files), sum(os.path.getsize(f) for f in files)
 
 
+def state_stores_without_snapshot(state_root: str) -> list[str]:
+    """The state store directories (``state/<op>/<partition>``) that hold no ``.snapshot`` file yet."""
+    missing = []
+    for op in sorted(os.listdir(state_root)) if os.path.isdir(state_root) else []:
+        for part in sorted(os.listdir(os.path.join(state_root, op))):
+            store = os.path.join(state_root, op, part)
+            if part.isdigit() and not any(f.endswith(".snapshot") for f in os.listdir(store)):
+                missing.append(f"{op}/{part}")
+    return missing if os.path.isdir(state_root) else ["(no state directory)"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -69,9 +82,12 @@ def main() -> int:
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "hdfs_snapshot.json"))
     add_smoke_argument(parser)
     args = parser.parse_args()
+    maintenance: dict[str, Any] = {}
     if args.smoke:
         args.runs, args.batches, args.partitions = 1, 4, 2
         args.json = str(Path(smoke_results("hdfs_snapshot")) / "hdfs_snapshot.json")
+        maintenance = {"spark.sql.streaming.stateStore.maintenanceInterval": "2s",
+                       "spark.sql.streaming.stateStore.minDeltasForSnapshot": 2}
     stop_cleanly_on_sigterm()
 
     work = Path(tempfile.mkdtemp(prefix="hdfs-snapshot-bench-"))
@@ -83,7 +99,7 @@ def main() -> int:
         "application_args": ["--input", str(inp), "--output", f"{nn.uri}/out/signals", "--window", "1 minute",
                              "--watermark", "30 seconds", "--max-files-per-trigger", "1"],
         "trigger_interval": 1, "heartbeat_interval": 1, "startup_timeout": 300, "stop_timeout": 120,
-        "spark_conf": {"spark.sql.shuffle.partitions": args.partitions, "spark.ui.enabled": "false"}})
+        "spark_conf": {"spark.sql.shuffle.partitions": args.partitions, "spark.ui.enabled": "false", **maintenance}})
     hook = StreamingJobHook(spec)
     record = None
     result: dict[str, Any] = {"meta": {"runs": args.runs, "batches": args.batches, "partitions": args.partitions,
@@ -100,6 +116,14 @@ def main() -> int:
         deadline = time.monotonic() + 900
         while (hook.batch_position().last_committed or 0) < args.batches - 1 and time.monotonic() < deadline:
             time.sleep(2)
+        waited = time.monotonic()
+        state_root = nn.local("/checkpoints/signals/state")
+        while (missing := state_stores_without_snapshot(state_root)) and time.monotonic() < deadline:
+            time.sleep(1)
+        if missing:
+            raise RuntimeError(f"state maintenance wrote no .snapshot in {missing} within the deadline")
+        print(f"every state store has a .snapshot (waited {time.monotonic() - waited:.0f}s for maintenance)",
+              flush=True)
         report = hook.stop()
         n = report.position.last_committed
         print(f"checkpoint at batch {n} (graceful={report.graceful})", flush=True)

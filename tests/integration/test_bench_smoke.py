@@ -105,6 +105,7 @@ SMOKES = {
         rf'"per_stream_per_s": {NUMBER}$',
     )),
     "hdfs_snapshot_bench.py": Smoke(True, 420, (
+        r"^every state store has a \.snapshot \(waited \d+s for maintenance\)$",
         r"^checkpoint at batch \d+ \(graceful=True\)$",
         rf"^take \(8 threads, median of 1\) {NUMBER} s vs 1 thread \(baseline, same run\) {NUMBER} s: {NUMBER}x "
         rf"faster; restore {NUMBER} s; \d+ of \d+ files kept$",
