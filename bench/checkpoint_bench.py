@@ -16,6 +16,8 @@ metadata. Two sizes: 10,000 batches and 100 batches (Spark's default retention k
 For each it times ``read_checkpoint`` (median of N runs, warm page cache) and records how many files
 it read, how many directories it listed and how many bytes it read, next to the time of the bare
 directory listings (``read_batch_position``, what the existing code already does) for reference.
+
+``--smoke`` (CI): 20 and 200 batches, one timed read each, the same table; JSON to a temp dir.
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from airflow_streaming.checkpoint.batches import read_batch_position  # noqa: E402
 from airflow_streaming.checkpoint.reader import read_checkpoint  # noqa: E402
 from airflow_streaming.checkpoint.state_schema import encode_schema_v2  # noqa: E402
-from airflow_streaming.control.storage import LocalStorage  # noqa: E402
+from airflow_streaming.control.local import LocalStorage  # noqa: E402
+from harness import add_smoke_argument, smoke_results  # noqa: E402
 
 DEFAULT_JSON = "bench/results/checkpoint.json"
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -185,7 +189,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 10_000])
     parser.add_argument("--json", default=DEFAULT_JSON)
+    add_smoke_argument(parser)
     args = parser.parse_args()
+    if args.smoke:  # two small checkpoints, one timed read each
+        args.runs, args.sizes = 1, [20, 200]
+        args.json = os.path.join(smoke_results("checkpoint"), "checkpoint.json")
 
     results = []
     work = tempfile.mkdtemp(prefix="bench-checkpoint-")
@@ -219,10 +227,10 @@ def main() -> int:
         "machine": mach,
         "results": results,
     }
-    path = ROOT / args.json
+    path = ROOT / args.json  # an absolute --json stays as given
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {path}")
     return 0
 
 

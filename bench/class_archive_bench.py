@@ -9,6 +9,8 @@ times, a run without it (the baseline, measured in the same run) and a run with 
 with that driver still running, as in a cold upgrade - runs the compatibility gate of
 ``device_signals_v2`` as a child process with its own Spark session (``run_check``), then stops the
 driver. Medians, and the ratio with / without.
+
+``--smoke`` (CI): one run of each (the archive the suite built is reused); JSON to a temp dir.
 """
 
 from __future__ import annotations
@@ -35,15 +37,16 @@ from airflow_streaming import class_archive  # noqa: E402
 from airflow_streaming.compat.run import run_check  # noqa: E402
 from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from signals import Feeder  # noqa: E402
+from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
 from upgrade_bench import commit_mtime, spec_for  # noqa: E402
 
 
 def one_run(option: str) -> dict[str, float]:
     os.environ["SPARK_SUBMIT_OPTS"] = option
     root = tempfile.mkdtemp(prefix="class-archive-bench-")
+    hook = SparkStreamHook(spec_for(root, "v1"))
     try:
         Feeder(f"{root}/in").feed(40)
-        hook = SparkStreamHook(spec_for(root, "v1"))
         started = time.time()
         hook.submit()
         first = commit_mtime(f"{root}/ckpt", 0) - started
@@ -54,6 +57,10 @@ def one_run(option: str) -> dict[str, float]:
         assert hook.stop().graceful
         return {"submit_to_first_commit_s": round(first, 2), "cold_gate_s": round(gate, 2)}
     finally:
+        record = hook.driver_record()
+        if record is not None and hook.alive(record):
+            print(hook.kill(record, grace=5), file=sys.stderr)
+        stop_processes_under(root)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -61,7 +68,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", default=None)
+    add_smoke_argument(parser)
     ns = parser.parse_args()
+    if ns.smoke:
+        ns.runs = 1
+        ns.json = os.path.join(smoke_results("class_archive"), "class_archive.json")
+    stop_cleanly_on_sigterm()
     built = time.monotonic()
     path = class_archive.build()
     build_s = time.monotonic() - built

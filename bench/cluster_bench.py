@@ -2,12 +2,13 @@
 """Standalone CLUSTER mode benchmark: the provider (SparkStreamHook -> StandaloneClusterTarget -> the
 master's REST server) vs a bare REST submission of the same ETL to the same cluster.
 
-Usage (from the project root, under the machine's heavy-test lock)::
+Usage (from the project root, under the machine's Spark lock)::
 
-    flock /tmp/heavy-tests.lock .venv/bin/python bench/cluster_bench.py [--runs 3] [--json bench/results/cluster.json]
+    flock /tmp/airflow-streaming-spark.lock .venv/bin/python bench/cluster_bench.py [--runs 3] [--json bench/results/cluster.json]
 
 One standalone master (REST server on) + one worker (2 cores, 2 GiB) are started from pyspark's
-``spark-class`` for the whole benchmark and stopped by pid at the end. Per run, in fresh temp dirs,
+``spark-class`` by the tests' helper (``tests/standalone_cluster.py``) for the whole benchmark and
+stopped by pid at the end, with every driver and executor they ran. Per run, in fresh temp dirs,
 alternating which side goes first, one driver at a time:
 
 1. deploy -> first progress. Provider: ``hook.submit()`` -> the run's first progress visible in its
@@ -23,6 +24,8 @@ alternating which side goes first, one driver at a time:
 
 Input: 3 files x 1,000 events before the deploy, 2 x 1,000 before the restart; trigger 1 s.
 Medians over runs, ratios provider/bare, raw values and the machine go to the JSON file.
+
+``--smoke`` (CI): one run, 100 events per file, no warm-up deploy; the same figure lines; JSON to a temp dir.
 """
 
 from __future__ import annotations
@@ -31,8 +34,7 @@ import argparse
 import json
 import os
 import platform
-import signal
-import socket
+import shutil
 import statistics
 import subprocess
 import sys
@@ -40,24 +42,30 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 BARE_ETL = ROOT / "bench" / "bare_etl.py"
-sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "tests", ROOT / "bench"):
+    sys.path.insert(0, str(_path))
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+
+from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
+
+if TYPE_CHECKING:
+    from standalone_cluster import Cluster  # imported in main(), once AIRFLOW_HOME is set
+
 SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.cores.max": "1",
               "spark.executor.memory": "512m", "spark.driver.memory": "512m"}
 POLL = 0.02
+EVENTS_PER_FILE = 1000
 
 
 def log(msg: str) -> None:
     print(f"[cluster-bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_json(url: str, body: dict | None = None, method: str = "GET") -> Any:
@@ -78,51 +86,17 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
         time.sleep(interval)
 
 
-class Cluster:
-    """Master (REST on) + one 2-core/2 GiB worker, stopped by process group at the end."""
+def submission_state(cluster: Cluster, sid: str) -> str | None:
+    """The master's state of a REST submission (RUNNING, FINISHED, KILLED, FAILED, ERROR), ``None`` if unknown."""
+    from standalone_cluster import fetch_json
 
-    def __init__(self, work: Path):
-        spark_class = str(Path(sys.executable).parent / "spark-class")
-        port, ui, rest = free_port(), free_port(), free_port()
-        self.master, self.ui, self.rest = f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}", f"http://127.0.0.1:{rest}"
-        self.work_dir = work / "worker"
-        props = work / "master.properties"
-        props.write_text(f"spark.master.rest.enabled true\nspark.master.rest.port {rest}\n")
-        env = {**os.environ, "SPARK_LOG_DIR": str(work), "SPARK_WORKER_DIR": str(self.work_dir)}
-        self.procs = [subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                        "--port", str(port), "--webui-port", str(ui), "--properties-file", str(props)],
-                                       env=env, start_new_session=True, stdout=open(work / "master.log", "wb"),
-                                       stderr=subprocess.STDOUT)]
-        wait_for(lambda: self._get(f"{self.rest}/v1/submissions/status/none"), 120, "the master's REST server", 0.5)
-        self.procs.append(subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.worker.Worker", self.master, "--cores", "2", "--memory", "2g",
-             "--webui-port", str(free_port())], env=env, start_new_session=True,
-            stdout=open(work / "worker.log", "wb"), stderr=subprocess.STDOUT))
-        wait_for(lambda: (self._get(f"{self.ui}/json/") or {}).get("aliveworkers") == 1, 120, "the worker", 0.5)
-
-    @staticmethod
-    def _get(url: str) -> Any:
-        try:
-            return http_json(url)
-        except (OSError, ValueError):
-            return None
-
-    def state(self, sid: str) -> str | None:
-        return (self._get(f"{self.rest}/v1/submissions/status/{sid}") or {}).get("driverState")
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=30)
+    return (fetch_json(f"{cluster.rest}/v1/submissions/status/{sid}") or {}).get("driverState")
 
 
 def feed(directory: str, run: str, files: int, start: int) -> int:
     from spark_jobs.event_generator import generate_events
 
-    batch = generate_events(directory, count=files * 1000, files=files, run=run, file_start_index=start)
+    batch = generate_events(directory, count=files * EVENTS_PER_FILE, files=files, run=run, file_start_index=start)
     return batch.valid + batch.malformed
 
 
@@ -234,8 +208,8 @@ def bare_lines(cluster: Cluster, sid: str) -> list[list[str]]:
 
 def bare_first_progress(cluster: Cluster, sid: str) -> float:
     def seen() -> float | None:
-        if cluster.state(sid) in ("FAILED", "ERROR", "FINISHED", "KILLED"):
-            raise RuntimeError(f"bare driver {sid} ended {cluster.state(sid)}")
+        if submission_state(cluster, sid) in ("FAILED", "ERROR", "FINISHED", "KILLED"):
+            raise RuntimeError(f"bare driver {sid} ended {submission_state(cluster, sid)}")
         stamps = [float(p[2]) for p in bare_lines(cluster, sid) if p[1] == "first_progress"]
         return stamps[0] if stamps else None
     return wait_for(seen, 300, f"first progress of bare {sid}", 0.1)
@@ -249,7 +223,7 @@ def bare_processed(cluster: Cluster, sid: str, rows: int) -> None:
 def bare_kill(cluster: Cluster, sid: str) -> float:
     t0 = time.monotonic()
     http_json(f"{cluster.rest}/v1/submissions/kill/{sid}", {}, "POST")
-    wait_for(lambda: cluster.state(sid) == "KILLED", 60, f"bare {sid} KILLED")
+    wait_for(lambda: submission_state(cluster, sid) == "KILLED", 60, f"bare {sid} KILLED")
     return t0
 
 
@@ -275,7 +249,7 @@ def bare_run(cluster: Cluster, work: Path, run: int) -> dict[str, Any]:
         result["kill_to_python_exit_s"] = pid_gone_after(pid, t0)
     finally:
         for sid in sids:
-            if cluster.state(sid) not in ("KILLED", "FINISHED", "FAILED", "ERROR"):
+            if submission_state(cluster, sid) not in ("KILLED", "FINISHED", "FAILED", "ERROR"):
                 http_json(f"{cluster.rest}/v1/submissions/kill/{sid}", {}, "POST")
     return result
 
@@ -300,38 +274,54 @@ def machine() -> dict[str, Any]:
 
 
 def main() -> int:
+    global EVENTS_PER_FILE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", default="bench/results/cluster.json")
+    parser.add_argument("--events-per-file", type=int, default=EVENTS_PER_FILE)
+    parser.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the discarded bare deploy")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir (cluster and driver logs)")
+    add_smoke_argument(parser)
     args = parser.parse_args()
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="cluster-bench-airflow-")
-    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+    if args.smoke:
+        args.runs, args.events_per_file, args.warmup = 1, 100, False
+        args.json = str(Path(smoke_results("cluster")) / "cluster.json")
+    EVENTS_PER_FILE = args.events_per_file
+    stop_cleanly_on_sigterm()
     root = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
+    os.environ["AIRFLOW_HOME"] = str(root / "airflow-home")  # before anything imports Airflow (the hook does)
+    from standalone_cluster import class_archive_conf, standalone_cluster
+
+    # Both sides get the same conf; with a class-data-sharing archive in SPARK_SUBMIT_OPTS (the test suite's),
+    # the worker's driver and executor JVMs map it too, else nothing is added.
+    SPARK_CONF.update(class_archive_conf())
     info = machine()
     started = time.monotonic()
-    cluster = Cluster(root)
-    log(f"cluster up in {time.monotonic() - started:.1f}s: {cluster.master}, REST {cluster.rest}")
     runs: list[dict[str, Any]] = []
     try:
-        log("warm-up: one bare deploy (discarded)")
-        warm = root / "warmup"
-        feed(str(warm / "input"), "warm", 1, 0)
-        sid = bare_submit(cluster, warm)
-        bare_first_progress(cluster, sid)
-        bare_kill(cluster, sid)
-        for run in range(1, args.runs + 1):
-            order = ["provider", "bare"] if run % 2 else ["bare", "provider"]
-            entry: dict[str, Any] = {"run": run, "order": order}
-            for side in order:
-                work = root / f"r{run}-{side}"
-                entry[side] = (provider_run if side == "provider" else bare_run)(cluster, work, run)
-                log(f"run {run} {side}: {json.dumps({k: round(v, 2) for k, v in entry[side].items() if v})}")
-            runs.append(entry)
+        # tests/standalone_cluster.py: master (REST on) + one 2-core/2 GiB worker, stopped by pid on exit
+        # together with every process (drivers, executors) whose command line mentions the work dir.
+        with standalone_cluster(root) as cluster:
+            log(f"cluster up in {time.monotonic() - started:.1f}s: {cluster.master}, REST {cluster.rest}")
+            if args.warmup:
+                log("warm-up: one bare deploy (discarded)")
+                warm = root / "warmup"
+                feed(str(warm / "input"), "warm", 1, 0)
+                sid = bare_submit(cluster, warm)
+                bare_first_progress(cluster, sid)
+                bare_kill(cluster, sid)
+            for run in range(1, args.runs + 1):
+                order = ["provider", "bare"] if run % 2 else ["bare", "provider"]
+                entry: dict[str, Any] = {"run": run, "order": order}
+                for side in order:
+                    work = root / f"r{run}-{side}"
+                    entry[side] = (provider_run if side == "provider" else bare_run)(cluster, work, run)
+                    log(f"run {run} {side}: {json.dumps({k: round(v, 2) for k, v in entry[side].items() if v})}")
+                runs.append(entry)
     finally:
-        cluster.stop()
+        stop_processes_under(str(root))  # the Python drivers outlive their killed JVMs by a few seconds
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
     metrics = ["deploy_to_first_progress_s", "restart_downtime_s", "kill_to_killed_s", "kill_to_python_exit_s"]
     summary = {}
     for metric in metrics:
@@ -343,7 +333,7 @@ def main() -> int:
         log(f"{metric}: provider {p} bare {b} ratio {summary[metric]['ratio']}")
     doc = {"benchmark": "cluster (standalone cluster mode via the REST submission server)", "machine": info,
            "config": {"runs": args.runs, "spark_conf": SPARK_CONF, "trigger_seconds": 1, "worker": "2 cores, 2g",
-                      "input": "3 x 1000 events before deploy, 2 x 1000 before restart"},
+                      "input": f"3 x {EVENTS_PER_FILE} events before deploy, 2 x {EVENTS_PER_FILE} before restart"},
            "summary": summary, "runs": runs, "loadavg_end": os.getloadavg()}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(doc, indent=1))

@@ -6,6 +6,8 @@ Builds a real stateful checkpoint (dedup + aggregation, 2 partitions) with one l
 then times, in the same session: the rules-only check (read checkpoint + capture + plan candidate),
 the full check with Spark's dry run, and the dry run alone (as reported by the check); the session
 start is measured first as the baseline.
+
+``--smoke`` (CI): 100 events, one measured round after the warm-up round; JSON to a temp dir.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm  # noqa: E402
+
 SCRIPT = '''
 import sys
 from pyspark.sql import SparkSession, functions as F
@@ -40,7 +44,13 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--json", default="bench/results/compat.json")
+    parser.add_argument("--events", type=int, default=500, help="events in the checkpoint's input")
+    add_smoke_argument(parser)
     ns = parser.parse_args()
+    if ns.smoke:
+        ns.runs, ns.events = 1, 100
+        ns.json = os.path.join(smoke_results("compat"), "compat.json")
+    stop_cleanly_on_sigterm()
     work = tempfile.mkdtemp(prefix="compat-bench-")
     try:
         t0 = time.monotonic()
@@ -53,7 +63,7 @@ def main() -> int:
         from airflow_streaming.compat.check import check_compatibility
         from spark_jobs.event_generator import generate_events
 
-        generate_events(os.path.join(work, "src"), count=500, devices=8)
+        generate_events(os.path.join(work, "src"), count=ns.events, devices=8)
         script = os.path.join(work, "job.py")
         with open(script, "w") as fh:
             fh.write(SCRIPT)

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Cost of a checkpoint snapshot and restore on HDFS (copy path), for a real stateful checkpoint.
 
-Usage (from the project root; it starts Spark, so under the heavy-tests lock)::
+Usage (from the project root; it starts Spark, so under the Spark lock)::
 
-    flock /tmp/heavy-tests.lock .venv/bin/python bench/hdfs_snapshot_bench.py [--runs 3] [--batches 40] \
+    flock /tmp/airflow-streaming-spark.lock .venv/bin/python bench/hdfs_snapshot_bench.py [--runs 3] [--batches 40] \
         [--partitions 20] [--json bench/results/hdfs_snapshot.json]
 
 No NameNode can run here: HDFS is the WebHDFS-protocol STAND-IN of the tests (tests/webhdfs_standin.py),
@@ -14,13 +14,18 @@ serve.
 1. The bundled stateful ``device_signals`` job (1-minute windows per device, 30 s watermark, file sink)
    runs with its checkpoint AND its output on the stand-in, ``--partitions`` shuffle partitions (state
    stores), one input file per batch for ``--batches`` batches, Spark's default state maintenance
-   (a ``.snapshot`` every 10 deltas, maintenance every 60 s); then a graceful stop.
+   (a ``.snapshot`` every 10 deltas, maintenance every 60 s); then, once maintenance has written a
+   ``.snapshot`` in every state store (a checkpoint that has run for a while; without it a restart
+   reads every delta and the snapshot keeps them all), a graceful stop.
 2. ``take_snapshot`` into a fresh directory on the stand-in, ``--runs`` times (copy threads 8), and once
    with 1 copy thread: files, bytes, seconds, NameNode and DataNode requests; what the whole checkpoint
    tree holds, for comparison.
 3. ``restore_snapshot`` of one of them, ``--runs`` times (each moves the live checkpoint aside and copies
    the snapshot back).
 4. For scale: the local hard-link snapshot of the same checkpoint copied to a local directory.
+
+``--smoke`` (CI): 4 batches, 2 partitions, state maintenance every 2 s with a snapshot every 2 deltas,
+one take (8 threads), the 1-thread baseline and one restore; JSON to a temp dir.
 """
 
 from __future__ import annotations
@@ -38,15 +43,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / "tests"):
+for path in (ROOT, ROOT / "tests", ROOT / "bench"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from airflow_streaming.control.storage import storage_for  # noqa: E402
+from airflow_streaming.control.locations import storage_for  # noqa: E402
 from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from airflow_streaming.lifecycle.snapshot import restore_snapshot, take_snapshot  # noqa: E402
 from airflow_streaming.spec import StreamSpec  # noqa: E402
+from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
 from signals import DEVICES, START, STEP  # noqa: E402
 from spark_jobs.event_generator import generate_events  # noqa: E402
 from webhdfs_standin import WebHdfsStandIn  # noqa: E402
@@ -57,13 +63,32 @@ def tree_size(root: str) -> tuple[int, int]:
     return len(files), sum(os.path.getsize(f) for f in files)
 
 
+def state_stores_without_snapshot(state_root: str) -> list[str]:
+    """The state store directories (``state/<op>/<partition>``) that hold no ``.snapshot`` file yet."""
+    missing = []
+    for op in sorted(os.listdir(state_root)) if os.path.isdir(state_root) else []:
+        for part in sorted(os.listdir(os.path.join(state_root, op))):
+            store = os.path.join(state_root, op, part)
+            if part.isdigit() and not any(f.endswith(".snapshot") for f in os.listdir(store)):
+                missing.append(f"{op}/{part}")
+    return missing if os.path.isdir(state_root) else ["(no state directory)"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--partitions", type=int, default=20)
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "hdfs_snapshot.json"))
+    add_smoke_argument(parser)
     args = parser.parse_args()
+    maintenance: dict[str, Any] = {}
+    if args.smoke:
+        args.runs, args.batches, args.partitions = 1, 4, 2
+        args.json = str(Path(smoke_results("hdfs_snapshot")) / "hdfs_snapshot.json")
+        maintenance = {"spark.sql.streaming.stateStore.maintenanceInterval": "2s",
+                       "spark.sql.streaming.stateStore.minDeltasForSnapshot": 2}
+    stop_cleanly_on_sigterm()
 
     work = Path(tempfile.mkdtemp(prefix="hdfs-snapshot-bench-"))
     nn = WebHdfsStandIn(str(work / "hdfs")).start()
@@ -74,7 +99,7 @@ def main() -> int:
         "application_args": ["--input", str(inp), "--output", f"{nn.uri}/out/signals", "--window", "1 minute",
                              "--watermark", "30 seconds", "--max-files-per-trigger", "1"],
         "trigger_interval": 1, "heartbeat_interval": 1, "startup_timeout": 300, "stop_timeout": 120,
-        "spark_conf": {"spark.sql.shuffle.partitions": args.partitions, "spark.ui.enabled": "false"}})
+        "spark_conf": {"spark.sql.shuffle.partitions": args.partitions, "spark.ui.enabled": "false", **maintenance}})
     hook = SparkStreamHook(spec)
     record = None
     result: dict[str, Any] = {"meta": {"runs": args.runs, "batches": args.batches, "partitions": args.partitions,
@@ -91,6 +116,14 @@ def main() -> int:
         deadline = time.monotonic() + 900
         while (hook.batch_position().last_committed or 0) < args.batches - 1 and time.monotonic() < deadline:
             time.sleep(2)
+        waited = time.monotonic()
+        state_root = nn.local("/checkpoints/signals/state")
+        while (missing := state_stores_without_snapshot(state_root)) and time.monotonic() < deadline:
+            time.sleep(1)
+        if missing:
+            raise RuntimeError(f"state maintenance wrote no .snapshot in {missing} within the deadline")
+        print(f"every state store has a .snapshot (waited {time.monotonic() - waited:.0f}s for maintenance)",
+              flush=True)
         report = hook.stop()
         n = report.position.last_committed
         print(f"checkpoint at batch {n} (graceful={report.graceful})", flush=True)
@@ -151,6 +184,10 @@ def main() -> int:
         print(json.dumps({k: result[k] for k in ("batch_id", "checkpoint_tree", "sink_log_tree", "state_tree", "kept",
                                                   "median",
                                                   "take_single_thread", "local_hardlink_snapshot")}, indent=1))
+        take_s, single_s = result["median"]["take_seconds"], single["seconds"]
+        print(f"take (8 threads, median of {args.runs}) {take_s:.3f} s vs 1 thread (baseline, same run) "
+              f"{single_s:.3f} s: {single_s / take_s:.2f}x faster; restore {result['median']['restore_seconds']:.3f} s; "
+              f"{result['median']['take_files']} of {whole[0]} files kept")
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
         print(f"wrote {args.json}")
         return 0
@@ -159,6 +196,7 @@ def main() -> int:
             live = hook.driver_record()
             if live is not None and hook.alive(live):
                 print(hook.kill(live, grace=5))
+        stop_processes_under(str(work))
         nn.stop()
         shutil.rmtree(work, ignore_errors=True)
 

@@ -6,13 +6,14 @@ Usage (from the project root)::
     .venv/bin/python bench/health_bench.py [--runs 3] [--streams 100] [--measure 30] \
         [--json bench/results/health.json] [--txt bench/results/health.txt]
 
-No Spark is started. The streams are simulated on disk, in a temp dir under /tmp:
+No Spark is started. The streams are simulated on disk, in a temp dir under $TMPDIR (default /tmp):
 
 - 100 ``StreamSpec`` (application ``events_etl``, trigger 1 s, heartbeat 1 s, absolute temp paths), each
-  with a control dir holding a ``driver.json`` (``DriverRecord``) whose ``submit_pid`` is one real,
-  long-lived ``sleep`` child started here (shared by all streams, start time from
-  ``contract.process_start_time``), so the liveness check of ``SparkStreamHook.health()`` reads /proc
-  like for a live local driver;
+  with a control dir holding a ``driver.json`` (``DriverRecord``, local target) whose handle is one real,
+  long-lived child process started here (shared by all streams: pid and start time from
+  ``contract.process_start_time``; its command line carries every stream's ``--run-id``), so the liveness
+  check of ``SparkStreamHook.health()`` (the local target's pid + start time + run-id identity) reads
+  /proc like for a live local driver;
 - a ``status.json`` (``StatusDocument``, RUNNING, ready) with 20 progress entries shaped like the real
   Spark 4.2 progress recorded in ``tests/fixtures/status/etl_dag_phase1_running.json``;
 - a *writer* process that rewrites every ``status.json`` about once per second through
@@ -41,6 +42,10 @@ Each configuration is repeated ``--runs`` times (order rotated per run). Reporte
 values, ratios vs the baseline, net CPU and memory per watched stream ((config - baseline) / N),
 latency median and max (all flips of all runs pooled; per-run medians as raw values), the machine.
 Every process started here is stopped by its pid / process group, also on errors and on SIGTERM.
+
+``--smoke`` (what CI runs, ``tests/integration/test_bench_smoke.py``): the same three configurations and
+report with 10 streams, one run, 3 s measured, 2 flips; JSON and text go to a temp dir, never to
+bench/results/.
 """
 
 from __future__ import annotations
@@ -75,9 +80,13 @@ HEARTBEAT_SECONDS = 1.0
 WATCH_SECONDS = 3600.0
 HISTORY = 20  # contract.RECENT_PROGRESS_LIMIT
 FLIP_SPREAD_SECONDS = 5.0
+WARMUP_SECONDS = 5.0  # after the first poll interval
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from harness import add_smoke_argument, smoke_results  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -104,7 +113,7 @@ class SimulatedStream:
 
     def __init__(self, spec: dict[str, Any], record: dict[str, Any], template: dict[str, Any], rng: random.Random):
         from airflow_streaming.control.contract import ControlPaths, QueryStatus, StatusDocument
-        from airflow_streaming.control.storage import storage_for
+        from airflow_streaming.control.locations import storage_for
 
         self.spec, self.rng, self.template = spec, rng, template
         self.storage, control_dir = storage_for(f"{spec['control_location']}/{spec['name']}")
@@ -122,7 +131,7 @@ class SimulatedStream:
             recent_progress=self.progress, last_batch_id=self.batch)
         self.doc = StatusDocument(
             stream=spec["name"], version=spec["version"], run_id=record["run_id"], state="RUNNING",
-            pid=record["submit_pid"], host=record["host"], started_at=now - HISTORY * TRIGGER_SECONDS - 12.0,
+            pid=record["handle"]["pid"], host=record["host"], started_at=now - HISTORY * TRIGGER_SECONDS - 12.0,
             heartbeat_at=now, app_id=f"local-{int(now * 1000)}", spark_ui="http://localhost:4040",
             master=spec["master"], checkpoint_location=spec["checkpoint_location"], ready=True,
             queries=[self.query], totals=self.totals)
@@ -349,7 +358,7 @@ def worker_main(config_path: str) -> int:
             if n and flips_wanted:
                 candidates = [s["name"] for s in specs[:n] if s["name"] not in events]
                 chosen = rng.sample(candidates, min(flips_wanted, len(candidates)))
-                offsets = sorted(rng.uniform(0, FLIP_SPREAD_SECONDS) for _ in chosen)
+                offsets = sorted(rng.uniform(0, cfg["flip_spread"]) for _ in chosen)
                 flipped.update(chosen)
                 start = time.monotonic()
                 for name, off in zip(chosen, offsets):
@@ -417,31 +426,40 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-def build_streams(base: str, count: int, sleeper_pid: int) -> tuple[str, str]:
-    """Specs and driver records of ``count`` streams under ``base``; returns the two JSON paths."""
+def simulated_driver_command(run_ids: list[str]) -> list[str]:
+    """One long-lived process that stands for the drivers of every stream: a local driver is identified by
+    its pid, its start time AND ``--run-id <id>`` on its command line (``airflow_streaming.control.process``),
+    so it carries every stream's run id, as each real spark-submit carries its own."""
+    command = [sys.executable, "-c", "import time; time.sleep(1800)"]
+    for run_id in run_ids:
+        command += ["--run-id", run_id]
+    return command
+
+
+def build_streams(base: str, run_ids: list[str], driver_pid: int) -> tuple[str, str]:
+    """Specs and driver records of ``len(run_ids)`` streams under ``base``; returns the two JSON paths."""
     from airflow_streaming.control import contract
     from airflow_streaming.control.contract import ControlPaths, DriverRecord
-    from airflow_streaming.control.storage import storage_for
+    from airflow_streaming.control.locations import storage_for
     from airflow_streaming.spec import StreamSpec
 
-    start_time = contract.process_start_time(sleeper_pid)
+    start_time = contract.process_start_time(driver_pid)
     if start_time is None:
-        raise RuntimeError(f"sleeper pid {sleeper_pid} is not alive")
+        raise RuntimeError(f"simulated driver pid {driver_pid} is not alive")
     host = socket.gethostname()
     specs, records = [], {}
-    for i in range(count):
+    for i, run_id in enumerate(run_ids):
         spec = StreamSpec(name=f"etl-{i:03d}", application="events_etl",
                           checkpoint_location=f"{base}/checkpoints/etl-{i:03d}", control_location=f"{base}/control",
                           master="local[2]", trigger_interval=TRIGGER_SECONDS, heartbeat_interval=HEARTBEAT_SECONDS)
         storage, control_dir = storage_for(spec.control_dir)
         paths = ControlPaths(control_dir)
-        run_id = contract.new_run_id()
         record = DriverRecord(
-            run_id=run_id, stream=spec.name, version=spec.version, application=spec.application,
-            submit_pid=sleeper_pid, submit_pid_start_time=start_time, host=host,
+            run_id=run_id, stream=spec.name, version=spec.version, application=spec.application, host=host,
             command=(f"spark-submit --master local[2] --conf spark.ui.showConsoleProgress=false --name {spec.name}:v1 "
                      f"spark_jobs/launch.py --stream {spec.name} --run-id {run_id} --job events_etl"),
-            log_path=paths.log(run_id), submitted_at=time.time(), checkpoint_location=spec.checkpoint_location)
+            log_path=paths.log(run_id), submitted_at=time.time(), checkpoint_location=spec.checkpoint_location,
+            target="local", handle={"pid": driver_pid, "start_time": start_time})
         storage.write_atomic(paths.driver, record.to_json())
         specs.append(spec.to_dict())
         records[spec.name] = json.loads(record.to_json())
@@ -473,11 +491,12 @@ def run_config(base: str, label: str, streams: int, poll: float, args: argparse.
                specs_path: str, records_path: str, procs: list[subprocess.Popen]) -> dict[str, Any]:
     tag = f"{label.replace(' ', '_').replace('=', '')}_{seed}"
     cfg = {"streams": streams, "poll_interval": poll, "flips": args.flips if streams else 0,
-           "warmup": poll + 5.0, "measure": args.measure, "seed": seed, "specs_path": specs_path,
+           "warmup": poll + args.warmup, "measure": args.measure, "flip_spread": args.flip_spread, "seed": seed,
+           "specs_path": specs_path,
            "records_path": records_path, "result_path": f"{base}/result_{tag}.json"}
     cfg_path = f"{base}/config_{tag}.json"
     Path(cfg_path).write_text(json.dumps(cfg))
-    budget = cfg["warmup"] + args.measure + FLIP_SPREAD_SECONDS + poll + 15 + 90
+    budget = cfg["warmup"] + args.measure + args.flip_spread + poll + 15 + 90
     load = os.getloadavg()[0]
     with open(f"{base}/worker_{tag}.log", "wb") as out:
         proc = subprocess.Popen([sys.executable, __file__, "--worker", cfg_path], stdout=out, stderr=subprocess.STDOUT,
@@ -565,7 +584,7 @@ def render(meta: dict[str, Any], summary: dict[str, Any]) -> str:
            f"Python {m['python']}, Airflow {m['airflow']}, load at start {m['loadavg_start'][0]:.2f}",
            f"setup   : status.json rewritten ~1/s per stream for all {meta['streams']} streams by a separate writer "
            f"process (20 progress entries, ~{meta['status_bytes'] // 1024} KiB each); measured window "
-           f"{meta['measure']:.0f} s after a warm-up of P+5 s; {meta['flips']} flips to FAILED per run", ""]
+           f"{meta['measure']:.0f} s after a warm-up of P+{meta['warmup']:g} s; {meta['flips']} flips to FAILED per run", ""]
 
     def row(name: str, key: str, spec: str = ".3f", raw: str | None = None) -> None:
         cells = []
@@ -611,12 +630,11 @@ def render(meta: dict[str, Any], summary: dict[str, Any]) -> str:
 
 def orchestrate(args: argparse.Namespace) -> int:
     # Like tests/conftest.py: Airflow gets its own throw-away home (removed at the end), no examples.
-    own_home = tempfile.mkdtemp(prefix="bench-airflow-home-", dir="/tmp")
+    own_home = tempfile.mkdtemp(prefix="bench-airflow-home-")
     os.environ["AIRFLOW_HOME"] = own_home
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    base = tempfile.mkdtemp(prefix="health-bench-", dir="/tmp")
+    base = tempfile.mkdtemp(prefix="health-bench-")
     procs: list[subprocess.Popen] = []
-    sleeper: subprocess.Popen | None = None
 
     def on_term(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
@@ -627,10 +645,13 @@ def orchestrate(args: argparse.Namespace) -> int:
         mach = machine_info()
         configs = [("baseline", 0, 1.0), (f"{args.streams} streams P=5s", args.streams, 5.0),
                    (f"{args.streams} streams P=1s", args.streams, 1.0)]
-        sleeper = subprocess.Popen(["sleep", "1800"], start_new_session=True)
-        procs.append(sleeper)
-        specs_path, records_path = build_streams(base, args.streams, sleeper.pid)
-        log(f"{args.streams} streams under {base}; simulated driver pid {sleeper.pid}; "
+        from airflow_streaming.control.contract import new_run_id
+
+        run_ids = [new_run_id() for _ in range(args.streams)]
+        driver = subprocess.Popen(simulated_driver_command(run_ids), start_new_session=True)
+        procs.append(driver)
+        specs_path, records_path = build_streams(base, run_ids, driver.pid)
+        log(f"{args.streams} streams under {base}; simulated driver pid {driver.pid}; "
             f"{args.runs} runs x {len(configs)} configurations")
         results: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in configs}
         for run in range(args.runs):
@@ -648,7 +669,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         summary = summarize(results, args.streams)
         meta = {"streams": args.streams, "runs": args.runs, "measure": args.measure, "flips": args.flips,
                 "status_bytes": status_bytes, "machine": mach, "trigger_interval": TRIGGER_SECONDS,
-                "heartbeat_interval": HEARTBEAT_SECONDS, "flip_spread_s": FLIP_SPREAD_SECONDS,
+                "heartbeat_interval": HEARTBEAT_SECONDS, "flip_spread_s": args.flip_spread, "warmup": args.warmup,
                 "total_seconds": round(time.monotonic() - started, 1), "loadavg_end": os.getloadavg()}
         text = render(meta, summary)
         print(text, end="")
@@ -688,8 +709,17 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=20261122)
     parser.add_argument("--json", default=DEFAULT_JSON)
     parser.add_argument("--txt", default=DEFAULT_TXT)
+    parser.add_argument("--warmup", type=float, default=WARMUP_SECONDS, help="warm-up seconds after one poll interval")
+    parser.add_argument("--flip-spread", type=float, default=FLIP_SPREAD_SECONDS,
+                        help="seconds over which the flips to FAILED are spread")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (status docs, worker logs)")
-    return orchestrate(parser.parse_args())
+    add_smoke_argument(parser)
+    args = parser.parse_args()
+    if args.smoke:  # the three configurations at 10 streams, one run, 3 s measured, 2 flips
+        out = smoke_results("health")
+        args.runs, args.streams, args.measure, args.flips, args.warmup, args.flip_spread = 1, 10, 3.0, 2, 1.0, 1.0
+        args.json, args.txt = f"{out}/health.json", f"{out}/health.txt"
+    return orchestrate(args)
 
 
 if __name__ == "__main__":

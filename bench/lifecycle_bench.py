@@ -7,7 +7,7 @@ Usage (from the project root)::
     .venv/bin/python bench/lifecycle_bench.py [--runs 3] [--json bench/results/lifecycle.json]
 
 Each run measures, for the managed stream and for the bare baseline (one driver at a time, alternating
-which side goes first, in fresh temp dirs under /tmp):
+which side goes first, in fresh temp dirs under $TMPDIR, default /tmp):
 
 1. deploy -> first progress: managed = ``hook.submit()`` -> first progress event of the run visible in
    ``status.json`` (``totals["batches"] >= 1``, polled every 20 ms); bare = launch of ``spark-submit``
@@ -24,6 +24,9 @@ which side goes first, in fresh temp dirs under /tmp):
 Medians over runs (and over all data batches for 4), ratios managed/bare, the per-run raw values and
 the machine are printed as a table and written as JSON. Every process started here is stopped by its
 pid / process group, also on errors and on Ctrl-C / SIGTERM.
+
+``--smoke`` (CI): one run, 2 files x 100 events per phase, no warm-up start, no waiting for other Spark
+processes; the same table; JSON to a temp dir.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ ROOT = Path(__file__).resolve().parents[1]
 BARE_ETL = ROOT / "bench" / "bare_etl.py"
 VENV_BIN = ROOT / ".venv" / "bin"
 DEFAULT_JSON = "bench/results/lifecycle.json"
+sys.path.insert(0, str(ROOT / "bench"))
+
+from harness import add_smoke_argument, smoke_results  # noqa: E402
 
 MASTER = "local[2]"
 TRIGGER_SECONDS = 1.0
@@ -73,7 +79,7 @@ def setup_environment() -> str:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", os.environ["PYSPARK_PYTHON"])
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Like tests/conftest.py: Airflow (imported by the hook) gets its own temp home, no examples.
-    airflow_home = tempfile.mkdtemp(prefix="bench-airflow-home-", dir="/tmp")
+    airflow_home = tempfile.mkdtemp(prefix="bench-airflow-home-")
     os.environ["AIRFLOW_HOME"] = airflow_home
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
     os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # the hook's info lines go to stdout
@@ -121,7 +127,7 @@ class Cleanup:
         self.dirs: list[str] = []
 
     def mkdtemp(self, prefix: str) -> str:
-        path = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+        path = tempfile.mkdtemp(prefix=prefix)
         self.dirs.append(path)
         return path
 
@@ -141,14 +147,14 @@ class Cleanup:
             if record is not None:
                 records.append((hook, record))
         for hook, record in records:
-            if record.alive():
+            if hook.alive(record):
                 leftovers.append(f"managed spark-submit pid {record.submit_pid} (run {record.run_id})")
                 hook.kill(record, grace=5)
-        # Belt and braces: every Popen the hook module started in this process.
+        # Belt and braces: every Popen the local deploy target started in this process.
         try:
-            from airflow_streaming.hooks import streaming_job
+            from airflow_streaming.targets import local
 
-            for pid, proc in list(streaming_job._CHILDREN.items()):
+            for pid, proc in list(local._CHILDREN.items()):
                 if proc.poll() is None:
                     leftovers.append(f"hook child pid {pid}")
                     stop_group(proc)
@@ -336,7 +342,7 @@ def bare_lifecycle(cleanup: Cleanup, args: argparse.Namespace, run: int) -> dict
 
 
 def _local_storage() -> Any:
-    from airflow_streaming.control.storage import storage_for
+    from airflow_streaming.control.locations import storage_for
 
     storage, _ = storage_for("/tmp")
     return storage
@@ -392,7 +398,7 @@ def status_of(hook: Any, run_id: str) -> Any:
 def managed_check(hook: Any, record: Any) -> Callable[[], None]:
     def check() -> None:
         doc = status_of(hook, record.run_id)
-        if (doc is not None and doc.is_terminal) or not record.alive():
+        if (doc is not None and doc.is_terminal) or not hook.alive(record):
             raise RuntimeError(f"managed driver (run {record.run_id}) ended early: "
                                f"state={doc.state if doc else None} exit={doc.exit if doc else None} "
                                f"error={doc.last_exception if doc else None}\n{hook.log_tail(record.run_id)}")
@@ -449,7 +455,7 @@ def managed_stop(hook: Any, record: Any) -> tuple[Any, float | None]:
         watcher.join(timeout=1)  # the driver is gone (or killed): the watcher has seen it within 10 ms
         done.set()
         watcher.join(timeout=1)
-    if record.alive():  # never leave it running before the next driver starts
+    if hook.alive(record):  # never leave it running before the next driver starts
         hook.kill(record, grace=5)
     return report, (exited["at"] - started) if "at" in exited else None
 
@@ -508,7 +514,7 @@ def warm_hook(args: argparse.Namespace, cleanup: Cleanup) -> None:
     from airflow_streaming.hooks.streaming_job import SparkStreamHook
 
     work = cleanup.mkdtemp("bench-lifecycle-warmhook-")
-    SparkStreamHook(managed_spec(work, args)).build_command("warmup")
+    SparkStreamHook(managed_spec(work, args)).command_for("warmup")
 
 
 # --------------------------------------------------------------------------- machine
@@ -557,9 +563,9 @@ OUR_GROUPS: set[int] = set()
 
 def our_groups() -> set[int]:
     groups = set(OUR_GROUPS)
-    hook_module = sys.modules.get("airflow_streaming.hooks.streaming_job")
-    if hook_module is not None:  # drivers the hook has just started (before submit() returned)
-        groups.update(getattr(hook_module, "_CHILDREN", {}).keys())
+    local_target = sys.modules.get("airflow_streaming.targets.local")
+    if local_target is not None:  # drivers the hook has just started (before submit() returned)
+        groups.update(getattr(local_target, "_CHILDREN", {}).keys())
     return groups
 
 
@@ -594,7 +600,8 @@ class ForeignMonitor:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):
@@ -807,7 +814,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="before each measured side, wait up to this many seconds for other Spark "
                              "processes on the machine to finish (default 900)")
     parser.add_argument("--keep-tmp", action="store_true", help="keep the temp dirs (logs, checkpoints) for inspection")
+    add_smoke_argument(parser)
     ns = parser.parse_args(argv)
+    if ns.smoke:
+        ns.runs, ns.files, ns.events_per_file, ns.warmup, ns.wait_quiet = 1, 2, 100, False, 0.0
+        ns.json = os.path.join(smoke_results("lifecycle"), "lifecycle.json")
     if ns.runs < 1:
         parser.error("--runs must be >= 1")
     return ns

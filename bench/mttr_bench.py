@@ -6,6 +6,8 @@ Managed: the bundled events_etl runs with input arriving; its driver is SIGKILLe
 supervisor pass (backoff 0) notices the FAILED verdict and redeploys; MTTR = kill -> the new run's
 first committed batch (a progress event in status.json). Baseline: the same job stopped gracefully and
 submitted again by hand; time = submit -> first committed batch. Medians of --runs.
+
+``--smoke`` (CI): one run, 40 files of 50 events (2,000 instead of 20,000); JSON to a temp dir.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from airflow_streaming.spec import StreamSpec  # noqa: E402
 from airflow_streaming.supervision.policy import RestartPolicy  # noqa: E402
 from airflow_streaming.supervision.supervisor import supervise  # noqa: E402
+from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
 from spark_jobs.event_generator import generate_events  # noqa: E402
 
 
@@ -52,20 +55,25 @@ def first_commit_after(hook: SparkStreamHook, run_id: str, timeout: float = 300)
     raise TimeoutError(f"run {run_id} committed no batch in {timeout}s")
 
 
-def one_run(run: int) -> dict[str, float]:
+def one_run(run: int, events: int) -> dict[str, float]:
     root = tempfile.mkdtemp(prefix=f"mttr-{run}-")
     hook = SparkStreamHook(spec_for(root))
     try:
-        generate_events(f"{root}/in", count=20000, files=40, run=f"r{run}")
+        generate_events(f"{root}/in", count=events, files=40, run=f"r{run}")
         record = hook.submit()
         hook.wait_until_ready(record)
+        deadline = time.monotonic() + 300
         while not ((d := hook.status()) and d.queries and d.queries[0].status.get("isTriggerActive")):
+            if time.monotonic() > deadline or (d is not None and d.totals["input_rows"] >= events):
+                raise RuntimeError("no batch in flight was seen to kill: all input was processed (more --events)")
             time.sleep(0.02)
         killed_at = time.monotonic()
         os.killpg(record.submit_pid, signal.SIGKILL)
         result = None
         while result is None or result.action != "RESTARTED":
             result = supervise(hook, RestartPolicy(backoff_initial_s=0), lambda e: None)
+            if result.action in ("RESTART_FAILED", "GAVE_UP") or time.monotonic() - killed_at > 300:
+                raise RuntimeError(f"the supervisor did not restart the stream: {result}")
             if result.action != "RESTARTED":
                 time.sleep(0.2)
         mttr = first_commit_after(hook, result.new_run_id) - killed_at
@@ -79,6 +87,7 @@ def one_run(run: int) -> dict[str, float]:
         record = hook.driver_record()
         if record is not None:
             hook.kill(record, grace=5)
+        stop_processes_under(root)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -86,8 +95,14 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", default="bench/results/mttr.json")
+    parser.add_argument("--events", type=int, default=20000, help="input events (40 files, 1 file per batch)")
+    add_smoke_argument(parser)
     ns = parser.parse_args()
-    runs = [one_run(i) for i in range(ns.runs)]
+    if ns.smoke:
+        ns.runs, ns.events = 1, 2000
+        ns.json = os.path.join(smoke_results("mttr"), "mttr.json")
+    stop_cleanly_on_sigterm()
+    runs = [one_run(i, ns.events) for i in range(ns.runs)]
     med = {k: statistics.median(r[k] for r in runs) for k in ("mttr_s", "bare_restart_s")}
     result = {"machine": {"nproc": os.cpu_count(), "python": platform.python_version()}, "runs": runs,
               "median": med, "ratio": round(med["mttr_s"] / med["bare_restart_s"], 3)}

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """NameNode load of one watched stream on HDFS, and the Airflow side's CPU per health poll.
 
-Usage (from the project root; it starts Spark, so under the heavy-tests lock)::
+Usage (from the project root; it starts Spark, so under the Spark lock)::
 
-    flock /tmp/heavy-tests.lock .venv/bin/python bench/namenode_bench.py [--runs 3] [--window 120] \
+    flock /tmp/airflow-streaming-spark.lock .venv/bin/python bench/namenode_bench.py [--runs 3] [--window 120] \
         [--polls 200] [--json bench/results/namenode.json]
 
 No NameNode can run on these machines: the NameNode here is the WebHDFS-protocol STAND-IN of the tests
@@ -25,6 +25,8 @@ remote-storage pacing of ``airflow_streaming.control.contract``):
 Per window of ``--window`` seconds (``--runs`` windows after a warm-up): requests per second on A by
 client and endpoint, per control file, Spark's requests per batch on B, and the poll CPU. Then
 ``--polls`` polls of the stopped stream in a row (no driver traffic) for a steadier CPU figure.
+
+``--smoke`` (CI): one window of 15 s after 5 s of warm-up, 20 back-to-back polls; JSON to a temp dir.
 
 "Before" is a model, not a measurement: without this change the driver had no HDFS backend at all.
 It multiplies the MEASURED requests per operation (marker check, status write, lease renewal) by the
@@ -55,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / "tests"):
+for path in (ROOT, ROOT / "tests", ROOT / "bench"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -64,6 +66,7 @@ from airflow_streaming.control import contract  # noqa: E402
 from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from airflow_streaming.spec import StreamSpec  # noqa: E402
 from airflow_streaming.triggers.health import poll_once  # noqa: E402
+from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
 from spark_jobs.event_generator import generate_events  # noqa: E402
 from webhdfs_standin import WebHdfsStandIn  # noqa: E402
 
@@ -184,7 +187,12 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=30.0)
     parser.add_argument("--polls", type=int, default=200, help="back-to-back polls of the stopped stream")
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "namenode.json"))
+    add_smoke_argument(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.runs, args.window, args.warmup, args.polls = 1, 15.0, 5.0, 20
+        args.json = str(Path(smoke_results("namenode")) / "namenode.json")
+    stop_cleanly_on_sigterm()
 
     work = Path(tempfile.mkdtemp(prefix="namenode-bench-"))
     os.environ["AIRFLOW_STREAMING_LOG_DIR"] = str(work / "driver-logs")
@@ -303,6 +311,7 @@ def main() -> int:
             live = hook.driver_record()
             if live is not None and hook.alive(live):
                 print(hook.kill(live, grace=5))
+        stop_processes_under(str(work))
         control_nn.stop()
         ckpt_nn.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -16,6 +16,9 @@ other's checkpoint) runs under continuous input: a thread writes one small file 
 
 Downtime = mtime of ``commits/N+1`` - mtime of ``commits/N`` in the checkpoint, N = the last batch
 committed by the old driver, N + 1 = the first batch committed by the new one. Medians of --runs.
+
+``--smoke`` (CI): one run (a bare restart, a cold and a warm upgrade), 2 batches between them instead of
+5; the same figure lines; JSON to a temp dir.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, os.path.join(REPO, "bench"))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -47,6 +51,7 @@ from airflow_streaming.lifecycle.record import Action, Probation, Step  # noqa: 
 from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner  # noqa: E402
 from airflow_streaming.spec import StreamSpec  # noqa: E402
 from signals import Feeder  # noqa: E402
+from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
 
 VERSIONS = {"v1": "device_signals", "v2": "device_signals_v2"}
 OPTIONS = LifecycleOptions(probation=Probation(min_batches=2, window_s=180), poll_s=0.2)
@@ -171,6 +176,7 @@ def cleanup(root: str, run_ids: list[str]) -> None:
             except ProcessLookupError:
                 pass
     time.sleep(1)
+    stop_processes_under(root)  # a standby or gate driver an upgrade left behind
     left = {r: hook.processes_of_run(r) for r in run_ids if hook.processes_of_run(r)}
     if left:
         print(f"WARNING: processes left: {left}", file=sys.stderr)
@@ -181,7 +187,13 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", default="bench/results/upgrade.json")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, checkpoint)")
+    parser.add_argument("--settle", type=int, default=5, help="batches committed between two measured restarts")
+    add_smoke_argument(parser)
     ns = parser.parse_args()
+    if ns.smoke:
+        ns.runs, ns.settle = 1, 2
+        ns.json = os.path.join(smoke_results("upgrade"), "upgrade.json")
+    stop_cleanly_on_sigterm()
 
     root = tempfile.mkdtemp(prefix="upgrade-bench-")
     print(f"work dir {root}")
@@ -206,7 +218,7 @@ def main() -> int:
                   f"(last commit -> stop request {b['commit_to_stop_request_s']:.2f}, stop {b['stop_s']:.2f}, "
                   f"submit {b['submit_s']:.2f}, submit -> first commit {b['submit_to_first_commit_s']:.2f})",
                   flush=True)
-            wait_batches(hook, b["batch"] + 1, 5)
+            wait_batches(hook, b["batch"] + 1, ns.settle)
 
             target = spec_for(root, "v2" if current.version == "v1" else "v1")
             u = managed_upgrade(target, run_ids)
@@ -217,7 +229,7 @@ def main() -> int:
                   f"snapshot {u['snapshot_s']:.2f}, submit {u['submit_s']:.2f}, submit -> first commit "
                   f"{u['submit_to_first_commit_s']:.2f}); gate {u['gate_s']:.2f} s, probation {u['probation_s']:.2f} s, "
                   f"total {u['total_s']:.2f} s", flush=True)
-            wait_batches(hook, u["batch"] + 1, 5)
+            wait_batches(hook, u["batch"] + 1, ns.settle)
 
             # Warm start (stretch goal): the new driver is prepared beside the old one before the stop.
             target = spec_for(root, "v2" if current.version == "v1" else "v1")
@@ -229,7 +241,7 @@ def main() -> int:
                   f"{w['stop_s']:.2f}, snapshot {w['snapshot_s']:.2f}, promote {w['submit_s']:.2f}, promote -> first "
                   f"commit {w['submit_to_first_commit_s']:.2f}); prepared in {w['prepare_s']:.2f} s before the stop, "
                   f"total {w['total_s']:.2f} s", flush=True)
-            wait_batches(hook, w["batch"] + 1, 5)
+            wait_batches(hook, w["batch"] + 1, ns.settle)
     finally:
         feeder.stop()
         cleanup(root, run_ids)

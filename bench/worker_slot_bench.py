@@ -12,6 +12,8 @@ upgrades it twice, alternating the version:
   triggerer's job), the call resumes with the handed-over locks.
 
 Worker-slot seconds = the time spent inside the calls. Medians of --runs; ratio deferrable/blocking.
+
+``--smoke`` (CI): one run (one blocking and one deferrable upgrade); JSON to a temp dir.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, os.path.join(REPO, "bench"))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -44,6 +47,7 @@ from airflow_streaming.lifecycle.waits import WaitNeeded  # noqa: E402
 from airflow_streaming.spec import StreamSpec  # noqa: E402
 from airflow_streaming.triggers.lifecycle import SparkStreamLifecycleTrigger  # noqa: E402
 from signals import Feeder  # noqa: E402
+from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
 
 VERSIONS = {"v1": "device_signals", "v2": "device_signals_v2"}
 PROBATION = Probation(min_batches=2, window_s=180)
@@ -102,7 +106,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", default=os.path.join(REPO, "bench", "results", "worker_slot.json"))
+    add_smoke_argument(parser)
     ns = parser.parse_args()
+    if ns.smoke:
+        ns.runs = 1
+        ns.json = os.path.join(smoke_results("worker_slot"), "worker_slot.json")
+    stop_cleanly_on_sigterm()
     root = tempfile.mkdtemp(prefix="worker-slot-bench-")
     feeder = Feeder(f"{root}/in", per_file=4, interval=0.5)
     feeder.feed(40)
@@ -128,6 +137,7 @@ def main() -> int:
             record = hook.driver_record()
             if record is not None and hook.alive(record):
                 hook.kill(record)
+            stop_processes_under(root)  # a standby or gate driver an upgrade left behind
             shutil.rmtree(root, ignore_errors=True)
 
     def med(deferrable: bool, key: str) -> float:
