@@ -38,9 +38,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-for entry in (str(ROOT), str(ROOT / "tests")):
+for entry in (str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")):
     if entry not in sys.path:
         sys.path.insert(0, entry)
+
+from harness import add_smoke_argument  # noqa: E402
 os.environ.setdefault("AIRFLOW__AIRFLOW_STREAMING__CONTROL_SEAL_KEY", "scale-ui-bench-" + os.urandom(8).hex())
 
 TABLE = "table#streams tbody tr"
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-streams", type=int, default=30)
     parser.add_argument("--loads", type=int, default=5, help="warm page loads after the first")
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "scale_ui.json"))
-    parser.add_argument("--smoke", action="store_true", help="30 streams, one load, results in a temp dir")
+    add_smoke_argument(parser)  # 20 (watch) / 30 (page) streams, one short run, results in a temp dir
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="scale-ui-"))
     if args.smoke:

@@ -53,9 +53,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-for entry in (str(ROOT), str(ROOT / "tests")):
+for entry in (str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")):
     if entry not in sys.path:
         sys.path.insert(0, entry)
+
+from harness import add_smoke_argument  # noqa: E402
 
 FLIP_SPREAD_S = 5.0
 SUPERVISOR_INTERVAL_S = 60.0  # dags/stream_supervisor.py: every minute
@@ -318,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drivers", type=int, default=20, help="stand-in driver processes (shared by the streams)")
     parser.add_argument("--kinds", default="health,lifecycle,supervisor")
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "scale_watch.json"))
-    parser.add_argument("--smoke", action="store_true", help="20 streams, one short run, results in a temp dir")
+    add_smoke_argument(parser)  # 20 (watch) / 30 (page) streams, one short run, results in a temp dir
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:

@@ -110,6 +110,16 @@ SMOKES = {
         rf"^take \(8 threads, median of 1\) {NUMBER} s vs 1 thread \(baseline, same run\) {NUMBER} s: {NUMBER}x "
         rf"faster; restore {NUMBER} s; \d+ of \d+ files kept$",
     )),
+    # A thousand streams (no Spark: synthetic control directories, stand-in driver processes; the UI one
+    # starts a real api-server and chromium).
+    "scale_watch_bench.py": Smoke(False, 300, (
+        rf"^health triggers x\d+ @ {NUMBER}s poll: CPU {NUMBER}% of a core .* detection {NUMBER} polls median",
+        rf"^lifecycle triggers x\d+ @ {NUMBER}s poll: CPU {NUMBER}% of a core .* detection {NUMBER} polls median",
+        rf"^supervisor pass x\d+ healthy streams: {NUMBER}s median",
+    )),
+    "scale_ui_bench.py": Smoke(False, 420, (
+        rf"^streams page x\d+: load {NUMBER}s cold, {NUMBER}s warm median \(API {NUMBER} ms\); search {NUMBER}s",
+    )),
 }
 
 # Every file under bench/ is either a benchmark with a smoke case or named above as something else.
@@ -171,10 +181,24 @@ def run_smoke(name: str, tmp_path: Path, timeout: float) -> tuple[int | None, st
     return code, text, time.monotonic() - started
 
 
+@pytest.fixture
+def short_tmp():
+    """The bench's TMPDIR: short, because Unix sockets under it (PostgreSQL's, Chromium's singleton socket)
+    must fit in 107 bytes, which pytest's own tmp_path does not leave room for."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="bench-smoke-", dir="/tmp"))
+    path.chmod(0o755)  # the PostgreSQL a bench starts runs as the postgres user and must reach its data dir
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.parametrize("name", [
     pytest.param(name, id=name.removesuffix(".py"), marks=[pytest.mark.spark] if smoke.spark else [])
     for name, smoke in SMOKES.items()])
-def test_bench_smoke(name, tmp_path):
+def test_bench_smoke(name, short_tmp):
+    tmp_path = short_tmp
     smoke = SMOKES[name]
     results_before = _results_state()
     code, out, seconds = run_smoke(name, tmp_path, smoke.timeout)
