@@ -137,7 +137,11 @@ def test_the_corpus_leaves_through_no_exit_of_a_deploy_upgrade_and_stop(target, 
     hook = streams.hook(v1)
     events: list[dict] = []
     caplog.set_level(logging.DEBUG)
-    with ProcessScanner(SECRETS) as scanner, Feeder(source) as feeder:
+    # The standalone REST driver gets its secret conf in its environment (targets/standalone.py: the
+    # request's sparkProperties become -D options on the worker's command line): there, and only there,
+    # a secret is no leak while the environment is readable by its own user only.
+    private = frozenset({"AIRFLOW_STREAMING_SECRET_CONF"}) if kind == "standalone-cluster" else frozenset()
+    with ProcessScanner(SECRETS, private_env=private) as scanner, Feeder(source) as feeder:
         deployed = LifecycleRunner(v1, Action.DEPLOY, OPTIONS, notify=events.append).run()
         assert deployed.step == Step.SUCCEEDED, deployed.error
         got = json.loads(wait_for(lambda: Path(proof).exists() and Path(proof).read_text(), 120, "the job's proof"))
@@ -167,6 +171,7 @@ def test_the_corpus_leaves_through_no_exit_of_a_deploy_upgrade_and_stop(target, 
     assert scanner.scans > 10 and scanner.saw(lambda a: driver in a), f"no {driver} process was ever seen"
     assert scanner.saw(lambda a: gate in a), f"the gate ({gate}) was never seen"
     assert scanner.leaks == []
+    assert scanner.private_env_seen == set(private), "the secret conf did not travel where it was expected"
 
     # At rest: control files (records, history, snapshots, driver logs), checkpoints, the sink, the
     # worker's copies of the driver's stdout and stderr.

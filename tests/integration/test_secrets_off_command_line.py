@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import threading
 import urllib.request
@@ -79,12 +80,27 @@ query.awaitTermination()
 '''
 
 
+def _environ_is_private(pid: int) -> bool:
+    """Whether only the process's own user (and root) can read its environment (``/proc/<pid>/environ``)."""
+    try:
+        st = os.stat(f"/proc/{pid}/environ")
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
 class ProcessScanner:
     """Scans every process on the machine, every ``interval`` seconds, until stopped: remembers each
     argv seen, and every process whose argv - or environment, where readable - holds a secret."""
 
-    def __init__(self, secrets: tuple[str, ...], interval: float = 0.1, environ_every: int = 10) -> None:
+    def __init__(self, secrets: tuple[str, ...], interval: float = 0.1, environ_every: int = 10,
+                 private_env: frozenset[str] = frozenset()) -> None:
+        """``private_env``: variables that are a designed channel for secrets (the standalone REST driver's
+        ``AIRFLOW_STREAMING_SECRET_CONF``): a secret there is no leak as long as the process's environment
+        is readable by its own user only; where it was seen is kept in ``private_env_seen``."""
         self.secrets = secrets
+        self.private_env = private_env
+        self.private_env_seen: set[str] = set()
         self.interval = interval
         self.environ_every = environ_every
         self.seen: set[tuple[str, ...]] = set()
@@ -118,8 +134,11 @@ class ProcessScanner:
             for secret in self.secrets:
                 if secret in joined:
                     self.leaks.append(f"argv of pid {proc.pid}: {argv[:3]}...")
-                if any(secret in f"{k}={v}" for k, v in env.items()):
-                    self.leaks.append(f"environment of pid {proc.pid}: {argv[:3]}...")
+                holders = [k for k, v in env.items() if secret in f"{k}={v}"]
+                if holders and set(holders) <= self.private_env and _environ_is_private(proc.pid):
+                    self.private_env_seen.update(holders)
+                elif holders:
+                    self.leaks.append(f"environment of pid {proc.pid} ({', '.join(holders)}): {argv[:3]}...")
         self.scans += 1
 
     def saw(self, predicate: Callable[[tuple[str, ...]], bool]) -> bool:
