@@ -163,29 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"skipped: {missing}")
         return 0
-    import psutil
-    from playwright.sync_api import sync_playwright
+    from browser import chromium as launch_chromium  # tests/browser.py: the suite's headless chromium
 
     started = datetime.now(timezone.utc)
-    me = psutil.Process()
-    before = {p.pid for p in me.children(recursive=True)}
-    pw = sync_playwright().start()
     results: dict[str, Any] = {}
-    try:
-        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-            "--disable-extensions", "--no-first-run"])
-        try:
-            if args.baseline_streams:
-                results["baseline"] = run_size(root, args.baseline_streams, args.loads, browser)
-            results["fleet"] = run_size(root, args.streams, args.loads, browser)
-        finally:
-            browser.close()
-    finally:
-        pw.stop()
-        for proc in [p for p in me.children(recursive=True) if p.pid not in before]:
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                proc.kill()
+    with launch_chromium(chromium) as browser:
+        if args.baseline_streams:
+            results["baseline"] = run_size(root, args.baseline_streams, args.loads, browser)
+        results["fleet"] = run_size(root, args.streams, args.loads, browser)
     fleet, base = results["fleet"], results.get("baseline")
     summary = {"streams": args.streams, "cold_load_s": fleet["cold_load_s"], "warm_load_s_median": fleet["warm_load_s_median"],
                "api_took_ms_median": med(fleet["api_took_ms"]), "search_s": fleet["search_s"],

@@ -23,10 +23,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from airflow_stack import AirflowStack, StackOptions, airflow_stack  # noqa: F401 - the fixture
+from browser import CHROMIUM, chromium
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.desired_state import load_desired_state
 from spark_jobs.event_generator import generate_events
@@ -37,7 +37,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.browser]
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = Path(os.environ.get("AIRFLOW_STREAMING_SCREENSHOTS", REPO / "docs" / "screenshots"))
 FIXTURES = REPO / "tests" / "fixtures" / "status"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SECRET = "ui-test-secret-7f3a9"
 STREAM = "ui-signals"
 
@@ -155,28 +154,9 @@ def stream(ui_root: Path, airflow_stack: AirflowStack) -> Iterator[dict[str, Any
 
 @pytest.fixture(scope="module")
 def browser(ui_root: Path) -> Iterator[Any]:
-    """Debian's chromium through Playwright; the driver and browser processes are stopped by pid at the end."""
-    from playwright.sync_api import sync_playwright
-
-    me = psutil.Process()
-    before = {p.pid for p in me.children(recursive=True)}
-    pw = sync_playwright().start()
-    started = [p for p in me.children(recursive=True) if p.pid not in before]
-    try:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-            "--disable-extensions", "--no-first-run"])
-        started = [p for p in me.children(recursive=True) if p.pid not in before]
-        try:
-            yield browser
-        finally:
-            browser.close()
-    finally:
-        pw.stop()
-        for proc in started:
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                print(f"killing leftover browser process {proc.pid} {proc.name()}", file=sys.stderr)
-                proc.kill()
+    """Debian's chromium through Playwright; its processes are stopped by pid at the end."""
+    with chromium() as browser:
+        yield browser
 
 
 def _status(hook: SparkStreamHook) -> dict[str, Any]:

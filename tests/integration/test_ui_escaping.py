@@ -18,21 +18,18 @@ payloads, no ``on*`` attribute exists, no ``javascript:`` link exists, the paylo
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from airflow_stack import AirflowStack, StackOptions, airflow_stack  # noqa: F401 - the fixture
+from browser import CHROMIUM, chromium
 
 pytestmark = [pytest.mark.airflow, pytest.mark.browser]
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 STREAM = "evil-stream"
 RUN = "20261125T000000Z-0000evil"
 IMG = '<img src=x onerror="window.top.__pwned=1">'
@@ -114,25 +111,8 @@ def airflow_stack_options(ui_root: Path) -> StackOptions:
 @pytest.fixture(scope="module")
 def browser(ui_root: Path) -> Iterator[Any]:
     """Debian's chromium through Playwright; its processes are stopped by pid at the end."""
-    from playwright.sync_api import sync_playwright
-
-    me = psutil.Process()
-    before = {p.pid for p in me.children(recursive=True)}
-    pw = sync_playwright().start()
-    try:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-            "--disable-extensions", "--no-first-run"])
-        try:
-            yield browser
-        finally:
-            browser.close()
-    finally:
-        pw.stop()
-        for proc in [p for p in me.children(recursive=True) if p.pid not in before]:
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                print(f"killing leftover browser process {proc.pid} {proc.name()}", file=sys.stderr)
-                proc.kill()
+    with chromium() as browser:
+        yield browser
 
 
 def _clean(page: Any, where: str) -> dict[str, Any]:

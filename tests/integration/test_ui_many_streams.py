@@ -10,21 +10,18 @@ every 3rd with a supervisor ledger (a restart in the window), versions v1/v2/v3.
 from __future__ import annotations
 
 import os
-import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from airflow_stack import AirflowStack, StackOptions, airflow_stack  # noqa: F401 - the fixture
+from browser import CHROMIUM, chromium
 from synthetic_fleet import StandInDrivers, build_fleet
 
 pytestmark = [pytest.mark.airflow, pytest.mark.browser]
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 STREAMS = 60
 ROWS = "table#streams tbody tr"
 
@@ -55,25 +52,8 @@ def airflow_stack_options(fleet_root: Path) -> StackOptions:
 @pytest.fixture(scope="module")
 def browser(fleet_root: Path) -> Iterator[Any]:
     """Debian's chromium through Playwright; its processes are stopped by pid at the end."""
-    from playwright.sync_api import sync_playwright
-
-    me = psutil.Process()
-    before = {p.pid for p in me.children(recursive=True)}
-    pw = sync_playwright().start()
-    try:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-            "--disable-extensions", "--no-first-run"])
-        try:
-            yield browser
-        finally:
-            browser.close()
-    finally:
-        pw.stop()
-        for proc in [p for p in me.children(recursive=True) if p.pid not in before]:
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                print(f"killing leftover browser process {proc.pid} {proc.name()}", file=sys.stderr)
-                proc.kill()
+    with chromium() as browser:
+        yield browser
 
 
 def _names(page: Any) -> list[str]:
