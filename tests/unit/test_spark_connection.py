@@ -23,8 +23,8 @@ from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import Liveness
 from airflow_streaming.targets.standalone import StandaloneClusterTarget
 from airflow_streaming.targets.yarn import YarnClusterTarget
-from standins import StandInServer, fake_spark_submit
-from standins.yarn_rm import YarnRmStandIn
+from standins import StandInServer
+from standins.yarn_fixtures import rm, submit_record  # noqa: F401 - fixtures
 
 KEYTAB = b"\x05\x02\x00\x00\x00\x3bkeytab-bytes-of-etl@EXAMPLE.COM\x00\x01"
 KEYTAB_B64 = base64.b64encode(KEYTAB).decode()
@@ -135,21 +135,6 @@ def test_the_keytab_is_a_0600_file_in_a_0700_directory_reused_for_the_same_conte
 # ------------------------------------------------------------------ where each field lands
 
 
-@pytest.fixture
-def rm():
-    with YarnRmStandIn() as server:
-        yield server
-
-
-@pytest.fixture
-def submit_record(tmp_path, monkeypatch, rm):
-    bindir = fake_spark_submit.install(tmp_path / "fakebin").parent
-    record = tmp_path / "spark-submit-calls.jsonl"
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_SPARK_SUBMIT_RECORD", str(record))
-    monkeypatch.setenv("FAKE_YARN_RM", rm.url)
-    monkeypatch.delenv("FAKE_SPARK_SUBMIT_EXIT", raising=False)
-    return record
 
 
 def every_file_under(root: Path) -> str:

@@ -20,8 +20,7 @@ from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import Liveness
 from airflow_streaming.targets.yarn import YarnClusterTarget, liveness_of, rm_url_from_yarn_site, run_tag
-from standins import fake_spark_submit
-from standins.yarn_rm import YarnRmStandIn
+from standins.yarn_fixtures import rm, submit_record  # noqa: F401 - fixtures
 
 SECRET = "s3cr3t-yarn-value-9f2"
 
@@ -32,22 +31,6 @@ def closed_port_url() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
-@pytest.fixture
-def rm():
-    with YarnRmStandIn() as server:
-        yield server
-
-
-@pytest.fixture
-def submit_record(tmp_path, monkeypatch, rm):
-    """The stand-in spark-submit first on PATH; returns the file it records its calls in."""
-    bindir = fake_spark_submit.install(tmp_path / "fakebin").parent
-    record = tmp_path / "spark-submit-calls.jsonl"
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_SPARK_SUBMIT_RECORD", str(record))
-    monkeypatch.setenv("FAKE_YARN_RM", rm.url)
-    monkeypatch.delenv("FAKE_SPARK_SUBMIT_EXIT", raising=False)
-    return record
 
 
 def calls(record: Path) -> list[dict]:

@@ -1,0 +1,29 @@
+"""Pytest fixtures of the YARN stand-ins (the ResourceManager's REST API and a spark-submit that records
+its calls), shared by the YARN target's tests and the `spark` connection's."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from standins import fake_spark_submit
+from standins.yarn_rm import YarnRmStandIn
+
+
+@pytest.fixture
+def rm():
+    with YarnRmStandIn() as server:
+        yield server
+
+
+@pytest.fixture
+def submit_record(tmp_path, monkeypatch, rm):
+    """The stand-in spark-submit first on PATH; returns the file it records its calls in."""
+    bindir = fake_spark_submit.install(tmp_path / "fakebin").parent
+    record = tmp_path / "spark-submit-calls.jsonl"
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SPARK_SUBMIT_RECORD", str(record))
+    monkeypatch.setenv("FAKE_YARN_RM", rm.url)
+    monkeypatch.delenv("FAKE_SPARK_SUBMIT_EXIT", raising=False)
+    return record
