@@ -23,6 +23,10 @@ from airflow_streaming.targets.local import reap_children
 log = logging.getLogger("airflow_streaming.hooks.streaming_job")
 
 
+#: ``health(status=...)``'s default: read the status document.
+_READ_IT = object()
+
+
 def hostname() -> str:
     """This host's name, as leases and driver records carry it."""
     return socket.gethostname()
@@ -115,11 +119,13 @@ class LivenessMixin:
         submission happened even if its record was never written."""
         return self.target.find(run_id)
 
-    def health(self, thresholds: Any = None, now: float | None = None) -> Any:
+    def health(self, thresholds: Any = None, now: float | None = None, status: Any = _READ_IT) -> Any:
         """The stream's :class:`~airflow_streaming.health.verdict.HealthVerdict` right now.
 
         Anything that cannot be read (status, record, lease, the cluster) gives UNKNOWN with the reason,
-        never FAILED or STOPPED; garbage in the status document likewise."""
+        never FAILED or STOPPED; garbage in the status document likewise. ``status``: the status document
+        as the caller has just read and parsed it (a dict, or ``None`` when there is none), so that a
+        caller that needs it too does not read and parse ~30 KB twice per poll; by default it is read here."""
         from airflow_streaming.health.thresholds import HealthThresholds
         from airflow_streaming.health.verdict import HealthState, HealthVerdict, Reason, evaluate
 
@@ -128,9 +134,13 @@ class LivenessMixin:
         doc = None
         doc_dict = None
         try:
-            raw = self._read("status.json", lambda: self.storage.read_bytes(self.paths.status))
-            if raw is not None:
-                doc_dict = contract.parse_json_object(self.paths.status, raw)  # parsed once: ~30 KB per poll
+            if status is _READ_IT:
+                raw = self._read("status.json", lambda: self.storage.read_bytes(self.paths.status))
+                if raw is not None:
+                    doc_dict = contract.parse_json_object(self.paths.status, raw)  # parsed once: ~30 KB per poll
+            else:
+                doc_dict = status
+            if doc_dict is not None:
                 doc = contract.StatusDocument.from_dict(self.paths.status, doc_dict)  # validates
         except (ControlFileError, StorageError) as exc:
             unreadable = str(exc)

@@ -14,6 +14,7 @@ Airflow side only: the driver side (``control/``, ``spark_jobs/``) imports no te
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -37,13 +38,22 @@ def retrying(fn: Callable[[], T], what: str, attempts: int = 3, first_delay: flo
     ``first_delay`` seconds, then twice as long each time (at most ``max_delay``), logging each failure
     with ``what``; raise the last error. A transient error costs a retry, never a wrong answer."""
 
+    try:  # the common case, a read that works, costs no retry machinery (a triggerer reads thousands a second)
+        return fn()
+    except Exception as exc:
+        if attempts <= 1 or not transient(exc):
+            raise
+        log.warning("%s failed (attempt 1/%d, retrying in %.1fs): %s", what, attempts, first_delay, exc)
+    time.sleep(first_delay)
+
     def before_sleep(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         delay = state.next_action.sleep if state.next_action is not None else 0.0
-        log.warning("%s failed (attempt %d/%d, retrying in %.1fs): %s", what, state.attempt_number, attempts,
+        log.warning("%s failed (attempt %d/%d, retrying in %.1fs): %s", what, state.attempt_number + 1, attempts,
                     delay, exc)
 
-    retry = Retrying(retry=retry_if_exception(transient), stop=stop_after_attempt(attempts),
-                     wait=wait_exponential(multiplier=first_delay, max=max_delay), before_sleep=before_sleep,
+    # Attempts 2..n: the n-th waits first_delay * 2**(n-1) before the next, as one Retrying over all would.
+    retry = Retrying(retry=retry_if_exception(transient), stop=stop_after_attempt(attempts - 1),
+                     wait=wait_exponential(multiplier=2 * first_delay, max=max_delay), before_sleep=before_sleep,
                      reraise=True)
     return retry(fn)

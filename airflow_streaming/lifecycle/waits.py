@@ -95,15 +95,15 @@ def wait_over(wait: Wait, now: float | None = None, hook: Any = None) -> bool:
         from airflow_streaming.lifecycle.record import Probation, caught_up, probation_outcome
 
         raw = hook.storage.read_bytes(hook.paths.status)
-        doc = json.loads(raw) if raw else None
-        doc = doc if isinstance(doc, dict) and doc.get("run_id") == wait.run_id else None
+        parsed = json.loads(raw) if raw else None
+        doc = parsed if isinstance(parsed, dict) and parsed.get("run_id") == wait.run_id else None
         if doc is not None and doc.get("state") in ("FAILED", "STOPPED"):
             return True
         if _run_ended(hook, wait.run_id or ""):
             return True
         if wait.kind == CAUGHT_UP:
             return caught_up(doc, int(wait.params.get("min_batches", 1)))[0]
-        verdict = hook.health()
+        verdict = hook.health(status=parsed) if raw is None or isinstance(parsed, dict) else hook.health()
         if wait.kind == HEALTHY:
             return (doc or {}).get("state") == "RUNNING" and verdict.state.value in ("HEALTHY", "IDLE")
         batches = int(((doc or {}).get("totals") or {}).get("batches", 0))

@@ -10,6 +10,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_streaming.deprecated_names import module_getattr
+from airflow_streaming.triggers import poll_rounds
 
 #: Sensor modes.
 WAIT_HEALTHY, WATCH, REPORT = "wait_healthy", "watch", "report"
@@ -75,7 +76,7 @@ class SparkStreamHealthTrigger(BaseTrigger):
         last_state = None
         while True:
             try:
-                verdict = await asyncio.to_thread(poll_once, self.spec)
+                verdict = await poll_rounds.call(poll_once, self.spec)
             except Exception as exc:  # noqa: BLE001 - report, do not kill the triggerer
                 yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
                 return

@@ -18,6 +18,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_streaming.deprecated_names import module_getattr
+from airflow_streaming.triggers import poll_rounds
 
 RENEW_EVERY_S = 20.0
 
@@ -59,7 +60,7 @@ class SparkStreamLifecycleTrigger(BaseTrigger):
         while True:
             if time.monotonic() >= next_renewal:
                 try:
-                    lost = await asyncio.to_thread(self._renew)
+                    lost = await poll_rounds.call(self._renew)
                 except Exception as exc:  # noqa: BLE001 - a storage error: retry; the ttl leaves room
                     self.log.warning("could not renew the lifecycle lock (will retry): %s", exc)
                     lost = None
@@ -71,7 +72,7 @@ class SparkStreamLifecycleTrigger(BaseTrigger):
                                                    "waited in the triggerer"})
                     return
             try:
-                over = await asyncio.to_thread(_check, wait)
+                over = await poll_rounds.call(_check, wait)
             except Exception as exc:  # noqa: BLE001 - unreadable now: the runner decides at the deadline
                 self.log.warning("checking %s of %s failed (will retry): %s", wait.kind, wait.spec.get("name"), exc)
                 over = time.time() >= wait.deadline
