@@ -55,7 +55,6 @@ import json
 import os
 import platform
 import random
-import select
 import shutil
 import signal
 import socket
@@ -65,20 +64,14 @@ import sys
 import tempfile
 import time
 import traceback
-import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests" / "fixtures" / "status" / "etl_dag_phase1_running.json"
 DEFAULT_JSON = "bench/results/health.json"
 DEFAULT_TXT = "bench/results/health.txt"
 
-TRIGGER_SECONDS = 1.0
-HEARTBEAT_SECONDS = 1.0
 WATCH_SECONDS = 3600.0
-HISTORY = 20  # contract.RECENT_PROGRESS_LIMIT
 FLIP_SPREAD_SECONDS = 5.0
 WARMUP_SECONDS = 5.0  # after the first poll interval
 
@@ -87,6 +80,8 @@ if str(ROOT) not in sys.path:
 sys.path.insert(0, str(ROOT / "bench"))
 
 from harness import add_smoke_argument, smoke_results  # noqa: E402
+from health_report import fmt, med, render, summarize  # noqa: E402
+from health_writer import HEARTBEAT_SECONDS, TRIGGER_SECONDS, writer_main  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -99,164 +94,6 @@ def vmrss_kib() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise RuntimeError("no VmRSS in /proc/self/status")
-
-
-def iso_ms(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(t * 1000) % 1000:03d}Z"
-
-
-# =========================================================================== writer (simulated drivers)
-
-
-class SimulatedStream:
-    """One stream's driver as the writer plays it: the status document and its progress history."""
-
-    def __init__(self, spec: dict[str, Any], record: dict[str, Any], template: dict[str, Any], rng: random.Random):
-        from airflow_streaming.control.contract import ControlPaths, QueryStatus, StatusDocument
-        from airflow_streaming.control.locations import storage_for
-
-        self.spec, self.rng, self.template = spec, rng, template
-        self.storage, control_dir = storage_for(f"{spec['control_location']}/{spec['name']}")
-        self.paths = ControlPaths(control_dir)
-        now = time.time()
-        self.query_id, self.query_run_id = str(uuid.uuid4()), str(uuid.uuid4())
-        self.batch = -1
-        self.totals = {"batches": 0, "input_rows": 0, "quarantined_rows": 0}
-        self.progress: list[dict[str, Any]] = []
-        for k in range(HISTORY):  # history: one batch per trigger interval up to now
-            self._append(now - (HISTORY - k) * TRIGGER_SECONDS)
-        self.query = QueryStatus(
-            id=self.query_id, run_id=self.query_run_id, name="events_etl", active=True,
-            status={"isDataAvailable": False, "isTriggerActive": False, "message": "Waiting for next trigger"},
-            recent_progress=self.progress, last_batch_id=self.batch)
-        self.doc = StatusDocument(
-            stream=spec["name"], version=spec["version"], run_id=record["run_id"], state="RUNNING",
-            pid=record["handle"]["pid"], host=record["host"], started_at=now - HISTORY * TRIGGER_SECONDS - 12.0,
-            heartbeat_at=now, app_id=f"local-{int(now * 1000)}", spark_ui="http://localhost:4040",
-            master=spec["master"], checkpoint_location=spec["checkpoint_location"], ready=True,
-            queries=[self.query], totals=self.totals)
-
-    def _append(self, end: float) -> None:
-        """One more completed micro-batch ending at ``end`` (Spark's progress JSON shape, real template)."""
-        t = self.template
-        rng = self.rng
-        self.batch += 1
-        rows = rng.randint(250, 650)
-        quarantined = rng.randint(0, max(1, rows // 40))
-        duration_ms = rng.randint(550, 950)  # < trigger interval: the stream keeps up (HEALTHY)
-        scale = duration_ms / t["durationMs"]["triggerExecution"]
-        durations = {k: max(1, round(v * scale)) for k, v in t["durationMs"].items()}
-        durations["triggerExecution"] = duration_ms
-        input_rate = round(rows / TRIGGER_SECONDS * rng.uniform(0.9, 1.05), 1)
-        processed_rate = round(rows / (duration_ms / 1000), 1)
-        source = dict(t["sources"][0])
-        source.update({
-            "description": f"FileStreamSource[file:{self.spec['checkpoint_location']}-input]",
-            "startOffset": {"logOffset": self.batch - 1} if self.batch else None,
-            "endOffset": {"logOffset": self.batch}, "latestOffset": None, "numInputRows": rows,
-            "inputRowsPerSecond": input_rate, "processedRowsPerSecond": processed_rate})
-        entry = dict(t)
-        entry.update({
-            "id": self.query_id, "runId": self.query_run_id, "name": "events_etl", "batchId": self.batch,
-            "timestamp": iso_ms(end - duration_ms / 1000), "batchDuration": duration_ms, "durationMs": durations,
-            "numInputRows": rows, "inputRowsPerSecond": input_rate, "processedRowsPerSecond": processed_rate,
-            "observedMetrics": {"quality": {"lines": rows, "quarantined_rows": quarantined}},
-            "sources": [source], "stateOperators": [], "sink": dict(t["sink"])})
-        self.progress.append(entry)
-        del self.progress[:-HISTORY]
-        self.totals["batches"] += 1
-        self.totals["input_rows"] += rows
-        self.totals["quarantined_rows"] += quarantined
-
-    def beat(self) -> None:
-        """Heartbeat + one new progress entry, written atomically (what the live driver does)."""
-        from airflow_streaming.control.contract import write_status
-
-        now = time.time()
-        self._append(now)
-        self.query.last_batch_id = self.batch
-        self.doc.heartbeat_at = now
-        write_status(self.storage, self.paths, self.doc)
-
-    def fail(self) -> float:
-        """The query failed: state FAILED, exit code 3. Returns the wall clock right after the write."""
-        from airflow_streaming.control.contract import EXIT_QUERY_FAILED, FAILED, write_status
-
-        now = time.time()
-        self.query.active = False
-        self.query.status = {"isDataAvailable": False, "isTriggerActive": False, "message": "Terminated with exception"}
-        self.doc.state = FAILED
-        self.doc.heartbeat_at = now
-        self.doc.last_exception = {
-            "error_class": "STREAM_FAILED",
-            "message": f"[STREAM_FAILED] Query [id = {self.query_id}, runId = {self.query_run_id}] terminated with "
-                       "exception: bench: simulated failure"}
-        self.doc.exit = {"code": EXIT_QUERY_FAILED, "reason": "query failed", "last_committed_batch": self.batch}
-        write_status(self.storage, self.paths, self.doc)
-        return time.time()
-
-
-def writer_main(config_path: str) -> int:
-    """Rewrite every stream's status.json ~once per second; flip streams to FAILED on 'flip NAME' on stdin.
-
-    Prints 'ready' once all documents are written; on stdin EOF prints a JSON report and exits.
-    Exits too if its parent (the worker) is gone.
-    """
-    cfg = json.loads(Path(config_path).read_text())
-    specs = json.loads(Path(cfg["specs_path"]).read_text())
-    records = json.loads(Path(cfg["records_path"]).read_text())
-    template = json.loads(FIXTURE.read_text())["queries"][0]["recent_progress"][-1]
-    rng = random.Random(cfg["seed"] + 7)
-    streams = {s["name"]: SimulatedStream(s, records[s["name"]], template, rng) for s in specs}
-    names = list(streams)
-    for st in streams.values():
-        st.beat()
-    sys.stdout.write("ready\n")
-    sys.stdout.flush()
-
-    parent = os.getppid()
-    slot = HEARTBEAT_SECONDS / len(names)
-    flips: dict[str, float] = {}
-    writes, cycle_started, cycles = 0, time.monotonic(), []
-    buf = b""
-    fd = sys.stdin.fileno()
-    i = 0
-    next_t = time.monotonic()
-    while True:
-        timeout = max(0.0, next_t - time.monotonic())
-        ready, _, _ = select.select([fd], [], [], timeout)
-        if ready:
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                cmd, _, name = line.decode().strip().partition(" ")
-                if cmd == "flip" and name in streams and name not in flips:
-                    flips[name] = streams[name].fail()
-            continue
-        name = names[i % len(names)]
-        i += 1
-        if name not in flips:
-            streams[name].beat()
-            writes += 1
-        if i % len(names) == 0:
-            now = time.monotonic()
-            cycles.append(now - cycle_started)
-            cycle_started = now
-            if os.getppid() != parent:
-                return 1
-        next_t += slot
-        if next_t < time.monotonic() - 1.0:  # fell behind (slow fsync): do not burst to catch up
-            next_t = time.monotonic()
-    cycles = cycles[1:] or cycles
-    report = {"flips": flips, "writes": writes,
-              "cycle_s_median": statistics.median(cycles) if cycles else None,
-              "cycle_s_max": max(cycles) if cycles else None}
-    sys.stdout.write(json.dumps(report) + "\n")
-    sys.stdout.flush()
-    return 0
 
 
 # =========================================================================== worker (the triggerer)
@@ -518,114 +355,6 @@ def run_config(base: str, label: str, streams: int, poll: float, args: argparse.
         raise RuntimeError(f"{label}: worker failed:\n{result.get('error')}")
     result["label"], result["seed"], result["loadavg_1m_at_start"] = label, seed, load
     return result
-
-
-def med(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def summarize(results: dict[str, list[dict[str, Any]]], streams: int) -> dict[str, Any]:
-    base = results["baseline"]
-    base_cpu = med([r["cpu_s"] / r["wall_s"] for r in base])
-    base_drss = med([r["rss_median_kib"] - r["rss_before_kib"] for r in base])
-    summary: dict[str, Any] = {}
-    for label, runs in results.items():
-        cpu_rate = [r["cpu_s"] / r["wall_s"] for r in runs]
-        drss = [r["rss_median_kib"] - r["rss_before_kib"] for r in runs]
-        lat = [v for r in runs for v in r.get("latencies", {}).values() if v is not None]
-        missed = sum(1 for r in runs for v in r.get("latencies", {}).values() if v is None)
-        s: dict[str, Any] = {
-            "cpu_cores_median": med(cpu_rate), "cpu_cores_raw": cpu_rate,
-            "cpu_ratio_vs_baseline": med(cpu_rate) / base_cpu if base_cpu else None,
-            "rss_before_mib_median": med([r["rss_before_kib"] / 1024 for r in runs]),
-            "rss_during_mib_median": med([r["rss_median_kib"] / 1024 for r in runs]),
-            "rss_during_mib_raw": [r["rss_median_kib"] / 1024 for r in runs],
-            "rss_growth_mib_median": med(drss) / 1024, "rss_growth_mib_raw": [d / 1024 for d in drss],
-            "rss_ratio_vs_baseline": (med([r["rss_median_kib"] for r in runs])
-                                      / med([r["rss_median_kib"] for r in base])),
-            "polls_per_s_median": med([r["polls"] / r["wall_s"] for r in runs]),
-            "poll_wall_ms_median": med([r["poll_wall_ms_median"] for r in runs]),
-            "threads_median": med([r["threads"] for r in runs]),
-            "writer_cycle_s_median": med([r["writer"]["cycle_s_median"] for r in runs]),
-            "writer_cycle_s_max": max((r["writer"]["cycle_s_max"] or 0) for r in runs),
-            "unexpected_events": sum(r["events_before_flips"] for r in runs),
-        }
-        if label != "baseline":
-            n = runs[0]["streams"]
-            net_cpu = [c - base_cpu for c in cpu_rate]
-            s.update({
-                "net_cpu_s_per_stream_per_min_median": med(net_cpu) * 60 / n,
-                "net_cpu_s_per_stream_per_min_raw": [c * 60 / n for c in net_cpu],
-                "net_cpu_pct_per_stream_median": med(net_cpu) * 100 / n,
-                "net_rss_kib_per_stream_median": (med(drss) - base_drss) / n,
-                "net_rss_kib_per_stream_raw": [(d - base_drss) / n for d in drss],
-                "net_cpu_ms_per_poll_median": med([(r["cpu_s"] / r["wall_s"] - base_cpu) / (r["polls"] / r["wall_s"]) * 1000
-                                                   for r in runs if r["polls"]]),
-                "latency_s_median": med(lat), "latency_s_max": max(lat) if lat else None,
-                "latency_s_min": min(lat) if lat else None,
-                "latency_s_run_medians": [med(list(r["latencies"].values())) for r in runs],
-                "latency_s_all": sorted(lat), "flips_missed": missed,
-            })
-        summary[label] = s
-    return summary
-
-
-def fmt(v: Any, spec: str = ".3f") -> str:
-    return "-" if v is None else format(v, spec)
-
-
-def render(meta: dict[str, Any], summary: dict[str, Any]) -> str:
-    m = meta["machine"]
-    labels = list(summary)
-    out = [f"Health watch benchmark: one asyncio loop (triggerer-like), {meta['streams']} watched streams, "
-           f"{meta['runs']} runs per configuration, medians [raw per run]",
-           f"machine : nproc={m['nproc']}, CPU {m['cpu_model']}, RAM {m.get('mem_total_gib')} GiB, "
-           f"Python {m['python']}, Airflow {m['airflow']}, load at start {m['loadavg_start'][0]:.2f}",
-           f"setup   : status.json rewritten ~1/s per stream for all {meta['streams']} streams by a separate writer "
-           f"process (20 progress entries, ~{meta['status_bytes'] // 1024} KiB each); measured window "
-           f"{meta['measure']:.0f} s after a warm-up of P+{meta['warmup']:g} s; {meta['flips']} flips to FAILED per run", ""]
-
-    def row(name: str, key: str, spec: str = ".3f", raw: str | None = None) -> None:
-        cells = []
-        for label in labels:
-            v = summary[label].get(key)
-            cell = fmt(v, spec)
-            if raw and summary[label].get(raw) is not None:
-                cell += " [" + ", ".join(fmt(x, spec) for x in summary[label][raw]) + "]"
-            cells.append(cell)
-        out.append(f"| {name} | " + " | ".join(cells) + " |")
-
-    out.append("| metric | " + " | ".join(labels) + " |")
-    out.append("|---|" + "---|" * len(labels))
-    row("process CPU, cores (CPU s per s)", "cpu_cores_median", ".4f", "cpu_cores_raw")
-    row("CPU ratio vs baseline", "cpu_ratio_vs_baseline", ".2f")
-    row("net CPU per stream, CPU s per min", "net_cpu_s_per_stream_per_min_median", ".4f",
-        "net_cpu_s_per_stream_per_min_raw")
-    row("net CPU per stream, % of one core", "net_cpu_pct_per_stream_median", ".4f")
-    row("polls per s", "polls_per_s_median", ".1f")
-    row("net CPU per poll, ms", "net_cpu_ms_per_poll_median", ".2f")
-    row("poll wall time in thread, ms", "poll_wall_ms_median", ".2f")
-    row("threads", "threads_median", ".0f")
-    row("RSS before triggers, MiB", "rss_before_mib_median", ".1f")
-    row("RSS during, MiB", "rss_during_mib_median", ".1f", "rss_during_mib_raw")
-    row("RSS ratio vs baseline", "rss_ratio_vs_baseline", ".3f")
-    row("RSS growth (during - before), MiB", "rss_growth_mib_median", ".2f", "rss_growth_mib_raw")
-    row("net RSS per stream, KiB", "net_rss_kib_per_stream_median", ".1f", "net_rss_kib_per_stream_raw")
-    row("detection latency median, s", "latency_s_median", ".2f", "latency_s_run_medians")
-    row("detection latency min, s", "latency_s_min", ".2f")
-    row("detection latency max, s", "latency_s_max", ".2f")
-    row("flips not detected", "flips_missed", "d")
-    row("events before flips (must be 0)", "unexpected_events", "d")
-    row("writer: s per full rewrite cycle, median", "writer_cycle_s_median", ".2f")
-    row("writer: s per full rewrite cycle, max", "writer_cycle_s_max", ".2f")
-    out.append("")
-    out.append("net = (configuration - baseline median) / streams. Latency median/min/max over all flips of all runs "
-               "pooled; raw = per-run medians.")
-    for label in labels:
-        if "latency_s_all" in summary[label]:
-            out.append(f"latencies {label} (s, sorted): " + ", ".join(f"{x:.2f}" for x in summary[label]["latency_s_all"]))
-    return "\n".join(out) + "\n"
 
 
 def orchestrate(args: argparse.Namespace) -> int:

@@ -35,9 +35,7 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,6 +52,9 @@ DEFAULT_JSON = "bench/results/lifecycle.json"
 sys.path.insert(0, str(ROOT / "bench"))
 
 from harness import add_smoke_argument, smoke_results  # noqa: E402
+from lifecycle_processes import (  # noqa: E402
+    OUR_GROUPS, Cleanup, ForeignMonitor, group_alive, log, spark_processes, stop_group, wait_quiet)
+from lifecycle_report import check_consistency, render, summarize  # noqa: E402
 
 MASTER = "local[2]"
 TRIGGER_SECONDS = 1.0
@@ -61,10 +62,6 @@ HEARTBEAT_SECONDS = 1.0
 SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
 STATUS_POLL_SECONDS = 0.02
 EXIT_WATCH_SECONDS = 0.01
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- environment
@@ -88,85 +85,6 @@ def setup_environment() -> str:
     return airflow_home
 
 
-# --------------------------------------------------------------------------- process hygiene
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM the process group of ``proc`` (started with start_new_session), SIGKILL after ``grace``."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if proc.poll() is not None and not group_alive(proc.pid):
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            if proc.poll() is not None and not group_alive(proc.pid):
-                return
-            time.sleep(0.05)
-
-
-class Cleanup:
-    """Everything this process started or created, to be stopped/removed whatever happens."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen] = []
-        self.managed: list[tuple[Any, Any]] = []  # (hook, DriverRecord)
-        self.hooks: list[Any] = []
-        self.dirs: list[str] = []
-
-    def mkdtemp(self, prefix: str) -> str:
-        path = tempfile.mkdtemp(prefix=prefix)
-        self.dirs.append(path)
-        return path
-
-    def kill_all(self) -> list[str]:
-        """Stop every driver still alive; return what had to be stopped."""
-        leftovers: list[str] = []
-        for proc in self.procs:
-            if proc.poll() is None or group_alive(proc.pid):
-                leftovers.append(f"bare spark-submit pid {proc.pid}")
-                stop_group(proc)
-        records = list(self.managed)
-        for hook in self.hooks:
-            try:
-                record = hook.driver_record()
-            except Exception:  # noqa: BLE001 - unreadable driver.json: rely on the records we kept
-                record = None
-            if record is not None:
-                records.append((hook, record))
-        for hook, record in records:
-            if hook.alive(record):
-                leftovers.append(f"managed spark-submit pid {record.submit_pid} (run {record.run_id})")
-                hook.kill(record, grace=5)
-        # Belt and braces: every Popen the local deploy target started in this process.
-        try:
-            from airflow_streaming.targets import local
-
-            for pid, proc in list(local._CHILDREN.items()):
-                if proc.poll() is None:
-                    leftovers.append(f"hook child pid {pid}")
-                    stop_group(proc)
-        except Exception:  # noqa: BLE001
-            pass
-        return leftovers
-
-    def remove_dirs(self) -> None:
-        for path in self.dirs:
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float,
              check: Callable[[], None] | None = None) -> Any:
     deadline = time.monotonic() + timeout
@@ -188,14 +106,6 @@ def tail(path: str, lines: int = 30) -> str:
     except OSError:
         return ""
     return "\n".join(data.splitlines()[-lines:])
-
-
-def median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
 
 
 # --------------------------------------------------------------------------- input
@@ -554,239 +464,6 @@ def machine_info() -> dict[str, Any]:
     info["loadavg_start"] = list(os.getloadavg())
     info["foreign_spark_processes_at_start"] = spark_processes(foreign_only=True)
     return info
-
-
-SPARK_MARKERS = ("SparkSubmit", "launch.py", "bare_etl")
-OUR_GROUPS: set[int] = set()
-"""Process groups of the drivers this benchmark started (spark-submit runs in its own session)."""
-
-
-def our_groups() -> set[int]:
-    groups = set(OUR_GROUPS)
-    local_target = sys.modules.get("airflow_streaming.targets.local")
-    if local_target is not None:  # drivers the hook has just started (before submit() returned)
-        groups.update(getattr(local_target, "_CHILDREN", {}).keys())
-    return groups
-
-
-def spark_processes(foreign_only: bool = False) -> list[str]:
-    """``"pid cmdline"`` of SparkSubmit / launch.py / bare_etl processes on the machine (not ours if asked)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-            if foreign_only and os.getpgid(int(pid)) in our_groups():
-                continue
-        except OSError:
-            continue
-        if any(s in cmd for s in SPARK_MARKERS):
-            found.append(f"{pid} {cmd[:160]}")
-    return found
-
-
-class ForeignMonitor:
-    """Samples, once a second, Spark processes that are not ours: they would share the 2 cores."""
-
-    def __init__(self) -> None:
-        self.seen: dict[str, str] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="foreign-monitor", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(1.0):
-            for entry in spark_processes(foreign_only=True):
-                self.seen.setdefault(entry.split(" ", 1)[0], entry)
-
-    def take(self) -> list[str]:
-        seen, self.seen = self.seen, {}
-        return sorted(seen.values())
-
-
-def wait_quiet(timeout: float) -> tuple[float, list[str]]:
-    """Wait (up to ``timeout`` s) until no foreign Spark process runs; return (seconds waited, still running)."""
-    started = time.monotonic()
-    announced = False
-    while True:
-        foreign = spark_processes(foreign_only=True)
-        if not foreign or time.monotonic() - started > timeout:
-            return time.monotonic() - started, foreign
-        if not announced:
-            log(f"waiting (up to {timeout:.0f}s) for other Spark processes to finish: "
-                + "; ".join(f[:100] for f in foreign))
-            announced = True
-        time.sleep(2)
-
-
-# --------------------------------------------------------------------------- report
-
-METRICS = [
-    # key, label, unit, managed field, bare field
-    ("deploy_to_first_progress", "deploy -> first progress", "s", "deploy_to_first_progress_s", "deploy_to_first_progress_s"),
-    ("stop", "stop -> driver exit", "s", "stop_s", "stop_s"),
-    ("restart_to_first_progress", "restart -> first progress", "s", "restart_to_first_progress_s", "restart_to_first_progress_s"),
-]
-
-
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    summary: dict[str, Any] = {}
-    for key, label, unit, mf, bf in METRICS:
-        m = [r["managed"][mf] for r in runs if r.get("managed", {}).get(mf) is not None]
-        b = [r["bare"][bf] for r in runs if r.get("bare", {}).get(bf) is not None]
-        summary[key] = {"label": label, "unit": unit, "managed_median": median(m), "bare_median": median(b),
-                        "ratio_managed_over_bare": ratio(median(m), median(b)), "managed_raw": m, "bare_raw": b}
-    m_all = [ms for r in runs for ms in r.get("managed", {}).get("data_batch_ms", [])]
-    b_all = [ms for r in runs for ms in r.get("bare", {}).get("data_batch_ms", [])]
-    summary["batch_duration"] = {
-        "label": "batchDuration of data batches (status reporter cost)", "unit": "ms",
-        "managed_median": median(m_all), "bare_median": median(b_all),
-        "ratio_managed_over_bare": ratio(median(m_all), median(b_all)),
-        "managed_count": len(m_all), "bare_count": len(b_all),
-        "managed_raw": [r.get("managed", {}).get("data_batch_ms", []) for r in runs],
-        "bare_raw": [r.get("bare", {}).get("data_batch_ms", []) for r in runs],
-    }
-    # Steady state: without the first data batch of each driver (JIT, first Parquet write, cold caches).
-    steady = lambda side: [  # noqa: E731
-        [b[1] for key in ("batches_run1", "batches_run2")
-         for b in [x for x in r.get(side, {}).get(key, []) if (x[2] or 0) > 0][1:]]
-        for r in runs]
-    m_steady, b_steady = steady("managed"), steady("bare")
-    m_flat, b_flat = [v for l in m_steady for v in l], [v for l in b_steady for v in l]  # noqa: E741
-    summary["batch_duration_steady"] = {
-        "label": "batchDuration of data batches, without each driver's first", "unit": "ms",
-        "managed_median": median(m_flat), "bare_median": median(b_flat),
-        "ratio_managed_over_bare": ratio(median(m_flat), median(b_flat)),
-        "managed_count": len(m_flat), "bare_count": len(b_flat), "managed_raw": m_steady, "bare_raw": b_steady,
-    }
-    extras = {
-        "managed_submit_call_s": [r["managed"]["submit_call_s"] for r in runs if "submit_call_s" in r.get("managed", {})],
-        "managed_stop_exit_watch_s": [r["managed"].get("stop_exit_watch_s") for r in runs if "stop_s" in r.get("managed", {})],
-    }
-    summary["managed_submit_call"] = {"label": "managed: time inside hook.submit()", "unit": "s",
-                                      "managed_median": median(extras["managed_submit_call_s"]),
-                                      "managed_raw": extras["managed_submit_call_s"]}
-    watch = [v for v in extras["managed_stop_exit_watch_s"] if v is not None]
-    summary["managed_stop_exit_watch"] = {"label": "managed: stop -> exit by 10 ms pid watcher", "unit": "s",
-                                          "managed_median": median(watch), "managed_raw": watch}
-    return summary
-
-
-def fmt(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def render(result: dict[str, Any]) -> str:
-    m = result["machine"]
-    c = result["config"]
-    s = result["summary"]
-    out = []
-    out.append("=== airflow_streaming lifecycle benchmark: managed events_etl vs bare spark-submit ===")
-    out.append(f"machine : nproc={m['nproc']}, RAM {fmt(m['mem_total_gib'])} GiB, CPU {m['cpu_model']}")
-    out.append(f"          python {m['python']}")
-    out.append(f"          java   {' | '.join(m['java_version'][:2])}")
-    out.append(f"          pyspark {m['pyspark']}, {m['platform']}")
-    out.append(f"          loadavg start {' '.join(fmt(x) for x in m['loadavg_start'])}"
-               f", end {' '.join(fmt(x) for x in result.get('loadavg_end') or [])}")
-    out.append(f"config  : runs={c['runs']} (done {len(result['runs'])}), per phase {c['files']} files x "
-               f"{c['events_per_file']} events, maxFilesPerTrigger={c['max_files_per_trigger']}, trigger "
-               f"{c['trigger_seconds']:g}s, heartbeat {c['heartbeat_seconds']:g}s, master {c['master']}, "
-               f"{', '.join(f'{k}={v}' for k, v in c['spark_conf'].items())}, warm-up={c['warmup']}")
-    out.append("")
-    head = f"{'metric':<44} {'managed':>8} {'bare':>8} {'ratio':>6}  {'managed raw':<24} {'bare raw':<24}"
-    out.append(head)
-    out.append("-" * len(head))
-    for key, *_ in METRICS:
-        row = s[key]
-        label = f"{row['label']} [{row['unit']}]"
-        out.append(f"{label:<44} {fmt(row['managed_median']):>8} {fmt(row['bare_median']):>8} "
-                   f"{fmt(row['ratio_managed_over_bare']):>6}  "
-                   f"{', '.join(fmt(v) for v in row['managed_raw']):<24} {', '.join(fmt(v) for v in row['bare_raw']):<24}")
-    row = s["batch_duration"]
-    per_run = lambda lists: ", ".join(f"{fmt(median(l), 0)} (n={len(l)})" for l in lists)  # noqa: E731,E741
-    out.append(f"{'batchDuration, data batches [ms]':<44} {fmt(row['managed_median'], 0):>8} "
-               f"{fmt(row['bare_median'], 0):>8} {fmt(row['ratio_managed_over_bare']):>6}  "
-               f"{per_run(row['managed_raw']):<24} {per_run(row['bare_raw']):<24}")
-    row = s["batch_duration_steady"]
-    label = "  same, without each driver's 1st batch [ms]"
-    out.append(f"{label:<44} {fmt(row['managed_median'], 0):>8} "
-               f"{fmt(row['bare_median'], 0):>8} {fmt(row['ratio_managed_over_bare']):>6}  "
-               f"{per_run(row['managed_raw']):<24} {per_run(row['bare_raw']):<24}")
-    out.append("notes: stop = managed hook.stop() -> exit (StopReport.seconds; graceful, batch boundary) vs bare SIGTERM "
-               "-> exit (hard stop); both stopped with the query idle.")
-    out.append("       batch raw = per-run median (n = data batches of both phases); the medians are over all data "
-               "batches of all runs. ratio = managed / bare.")
-    out.append("")
-    out.append("managed details (per run):")
-    for r in result["runs"]:
-        mg = r.get("managed", {})
-        if not mg:
-            continue
-        out.append(
-            f"  run {r['run']}: submit() {fmt(mg.get('submit_call_s'))}s / restart submit() "
-            f"{fmt(mg.get('restart_submit_call_s'))}s; stop {fmt(mg.get('stop_s'))}s (pid watcher "
-            f"{fmt(mg.get('stop_exit_watch_s'))}s) graceful={mg.get('stop_graceful')} killed={mg.get('stop_killed')} "
-            f"exit={mg.get('stop_exit_code')} clean={mg.get('stop_position_clean')} "
-            f"last_committed={mg.get('stop_last_committed_batch')}; restart first batch "
-            f"{mg.get('restart_first_batch_id')} (expected {mg.get('restart_expected_batch_id')}); "
-            f"2nd stop {fmt(mg.get('stop_after_restart_s'))}s graceful={mg.get('stop_after_restart_graceful')} "
-            f"clean={mg.get('stop_after_restart_clean')}")
-    out.append("bare details (per run):")
-    for r in result["runs"]:
-        b = r.get("bare", {})
-        if not b:
-            continue
-        ck = b.get("checkpoint_after_stop") or {}
-        out.append(
-            f"  run {r['run']}: SIGTERM exit code {b.get('stop_exit_code')}; checkpoint after SIGTERM clean="
-            f"{ck.get('clean')} (planned {ck.get('last_planned_batch')}, committed {ck.get('last_committed_batch')}); "
-            f"restart first batch {b.get('restart_first_batch_id')} (expected {b.get('restart_expected_batch_id')}); "
-            f"2nd SIGTERM {fmt(b.get('stop_after_restart_s'))}s exit code {b.get('stop_after_restart_exit_code')}")
-    if result.get("warmup_first_progress_s") is not None:
-        out.append(f"warm-up (bare, unmeasured): first progress after {fmt(result['warmup_first_progress_s'])}s")
-    if m.get("foreign_spark_processes_at_start"):
-        out.append(f"note: other Spark processes were running at start; waited for quiet before each side: "
-                   f"{result.get('waited_for_quiet_s')} s")
-    for note in result.get("warnings", []):
-        out.append(f"WARNING: {note}")
-    if result.get("error"):
-        out.append(f"ERROR: the benchmark did not finish: {result['error'].splitlines()[-1]}")
-    return "\n".join(out)
-
-
-def check_consistency(result: dict[str, Any]) -> list[str]:
-    warnings = []
-    for r in result["runs"]:
-        mg, b = r.get("managed", {}), r.get("bare", {})
-        if mg and not (mg.get("stop_graceful") and mg.get("stop_position_clean")):
-            warnings.append(f"run {r['run']}: managed stop not graceful/clean: {mg.get('stop_report')}")
-        if mg and mg.get("restart_first_batch_id") != mg.get("restart_expected_batch_id"):
-            warnings.append(f"run {r['run']}: managed restart started at batch {mg.get('restart_first_batch_id')}, "
-                            f"expected {mg.get('restart_expected_batch_id')}")
-        if mg and not mg.get("recent_progress_complete", True):
-            warnings.append(f"run {r['run']}: status.json recent_progress does not cover every batch")
-        if b and b.get("restart_first_batch_id") != b.get("restart_expected_batch_id"):
-            warnings.append(f"run {r['run']}: bare restart started at batch {b.get('restart_first_batch_id')}, "
-                            f"expected {b.get('restart_expected_batch_id')}")
-        for side, data in (("managed", mg), ("bare", b)):
-            n = len(data.get("data_batch_ms", [])) if data else 0
-            expect = 2 * -(-r["files"] // r["max_files_per_trigger"])
-            if data and n != expect:
-                warnings.append(f"run {r['run']}: {side} had {n} data batches, expected {expect}")
-    return warnings
 
 
 # --------------------------------------------------------------------------- main

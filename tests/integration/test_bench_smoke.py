@@ -35,6 +35,10 @@ NUMBER = r"-?\d+(?:\.\d+)?"
 NOT_BENCHES = {
     "bare_etl.py": "the baseline job that lifecycle_bench and cluster_bench submit (a workload, run by their smokes)",
     "harness.py": "what the benches share (the --smoke option, stopping what they started)",
+    "health_writer.py": "health_bench's simulated drivers (run by its smoke)",
+    "health_report.py": "health_bench's summary and table (run by its smoke)",
+    "lifecycle_processes.py": "lifecycle_bench's process hygiene (run by its smoke)",
+    "lifecycle_report.py": "lifecycle_bench's summary and report (run by its smoke)",
 }
 
 
