@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
 SMOKE_HELP = "CI smoke run: tiny sizes, one run, the same code path and figure lines; results to a temp dir"
@@ -61,3 +63,29 @@ def stop_processes_under(root: str) -> list[str]:
     if killed:
         print(f"killed {len(killed)} leftover process(es) under {root}: {killed}", file=sys.stderr, flush=True)
     return killed
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM the process group of ``proc`` (started with start_new_session), SIGKILL after ``grace``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None and not group_alive(proc.pid):
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not group_alive(proc.pid):
+                return
+            time.sleep(0.05)

@@ -79,7 +79,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from harness import add_smoke_argument, smoke_results  # noqa: E402
+from harness import add_smoke_argument, smoke_results, stop_group  # noqa: E402
 from health_report import fmt, med, render, summarize  # noqa: E402
 from health_writer import HEARTBEAT_SECONDS, TRIGGER_SECONDS, writer_main  # noqa: E402
 
@@ -304,24 +304,6 @@ def build_streams(base: str, run_ids: list[str], driver_pid: int) -> tuple[str, 
     Path(specs_path).write_text(json.dumps(specs))
     Path(records_path).write_text(json.dumps(records))
     return specs_path, records_path
-
-
-def stop_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
-    """SIGTERM the process group of ``proc`` (started with start_new_session), SIGKILL after ``grace``."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if proc.poll() is not None:
-            try:
-                os.killpg(proc.pid, 0)
-            except (ProcessLookupError, PermissionError):
-                return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-    proc.wait(timeout=5)
 
 
 def run_config(base: str, label: str, streams: int, poll: float, args: argparse.Namespace, seed: int,

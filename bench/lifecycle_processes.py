@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -13,35 +12,11 @@ import threading
 import time
 from typing import Any
 
+from harness import group_alive, stop_group
+
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM the process group of ``proc`` (started with start_new_session), SIGKILL after ``grace``."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if proc.poll() is not None and not group_alive(proc.pid):
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            if proc.poll() is not None and not group_alive(proc.pid):
-                return
-            time.sleep(0.05)
 
 
 class Cleanup:

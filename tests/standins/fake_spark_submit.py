@@ -118,5 +118,18 @@ def install(directory: Path) -> Path:
     return script
 
 
+def put_first_on_path(tmp_path: Path, monkeypatch, **env: str) -> Path:  # type: ignore[no-untyped-def]
+    """Install the stand-in under ``tmp_path`` first on PATH (through pytest's ``monkeypatch``), with
+    ``env`` for it (e.g. ``FAKE_YARN_RM``); returns the file it records its calls in."""
+    bindir = install(tmp_path / "fakebin").parent
+    record = tmp_path / "spark-submit-calls.jsonl"
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SPARK_SUBMIT_RECORD", str(record))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("FAKE_SPARK_SUBMIT_EXIT", raising=False)
+    return record
+
+
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

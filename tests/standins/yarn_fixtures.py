@@ -3,7 +3,6 @@ its calls), shared by the YARN target's tests and the `spark` connection's."""
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -20,10 +19,4 @@ def rm():
 @pytest.fixture
 def submit_record(tmp_path, monkeypatch, rm):
     """The stand-in spark-submit first on PATH; returns the file it records its calls in."""
-    bindir = fake_spark_submit.install(tmp_path / "fakebin").parent
-    record = tmp_path / "spark-submit-calls.jsonl"
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_SPARK_SUBMIT_RECORD", str(record))
-    monkeypatch.setenv("FAKE_YARN_RM", rm.url)
-    monkeypatch.delenv("FAKE_SPARK_SUBMIT_EXIT", raising=False)
-    return record
+    return fake_spark_submit.put_first_on_path(tmp_path, monkeypatch, FAKE_YARN_RM=rm.url)

@@ -56,3 +56,21 @@ def test_a_document_that_fails_validation(fleet) -> None:  # type: ignore[no-unt
     LocalStorage().write_atomic(stream.paths.status, json.dumps(doc).encode())
     read, handed = _both(stream)
     assert read == handed and read["state"] == "UNKNOWN"
+
+
+def test_the_handed_document_is_the_one_judged(fleet) -> None:  # type: ignore[no-untyped-def]
+    """Not merely the same answer: ``health(status=...)`` judges what it is handed and does not read the
+    file again (a caller that read a FAILED document must not get the verdict of a later HEALTHY one)."""
+    stream = fleet[1]  # built FAILED (failed_every=2): made RUNNING again here
+    stream.doc.state, stream.doc.exit, stream.doc.last_exception = "RUNNING", None, None
+    stream.doc.queries[0].active = True
+    stream.beat(LocalStorage())
+    hook = SparkStreamHook(stream.spec)
+    now = time.time()
+    on_disk = json.loads(LocalStorage().read_bytes(stream.paths.status))
+    assert hook.health(now=now).state.value == "HEALTHY"
+    failed = {**on_disk, "state": "FAILED", "exit": {"code": 3, "reason": "query failed", "last_committed_batch": 1},
+              "last_exception": {"error_class": "STREAM_FAILED", "message": "handed"}}
+    failed["queries"] = [{**on_disk["queries"][0], "active": False}]
+    assert hook.health(now=now, status=failed).state.value == "FAILED"
+    assert hook.health(now=now, status=None).state.value == "UNKNOWN"  # "there is none", though the file exists

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import re
 import shutil
 import socket
@@ -60,14 +59,7 @@ def token_file(tmp_path):
 
 @pytest.fixture
 def submit_record(tmp_path, monkeypatch, api):
-    bindir = fake_spark_submit.install(tmp_path / "fakebin").parent
-    record = tmp_path / "spark-submit-calls.jsonl"
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_SPARK_SUBMIT_RECORD", str(record))
-    monkeypatch.setenv("FAKE_KUBE_API", api.url)
-    monkeypatch.setenv("FAKE_KUBE_TOKEN", TOKEN)
-    monkeypatch.delenv("FAKE_SPARK_SUBMIT_EXIT", raising=False)
-    return record
+    return fake_spark_submit.put_first_on_path(tmp_path, monkeypatch, FAKE_KUBE_API=api.url, FAKE_KUBE_TOKEN=TOKEN)
 
 
 def k8s_spec(tmp_path: Path, api_url: str, tls: tuple[str, str], token_file: str, name: str = "etl",
