@@ -14,7 +14,7 @@ from urllib.parse import unquote
 
 from airflow_streaming.exceptions import SpecError
 
-__all__ = ["DEFAULT_PORTS", "SUPPORTED_SCHEMES", "locations_overlap"]
+__all__ = ["DEFAULT_PORTS", "SUPPORTED_SCHEMES", "is_local_location", "locations_overlap"]
 
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 SUPPORTED_SCHEMES = ("file", "hdfs", "webhdfs")
@@ -102,3 +102,8 @@ def locations_overlap(a: str, b: str) -> bool:
     la, lb = _check_location(a, "a"), _check_location(b, "b")
     pa, pb = la[2], lb[2]
     return _same_file_system(la, lb) and (pa[: len(pb)] == pb or pb[: len(pa)] == pa)
+
+
+def is_local_location(value: str) -> bool:
+    """Whether a (valid) location is on this host's file system: an absolute path or a ``file://`` URI."""
+    return _check_location(value, "location")[0] == "file"

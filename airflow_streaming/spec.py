@@ -228,6 +228,51 @@ def _check_cluster(value: Any) -> dict[str, Any]:
     return result
 
 
+#: The oldest Spark line whose drivers this provider's runtime supports (docs/spark-runtimes.md).
+MIN_SPARK_LINE = (3, 5)
+_RELEASE_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
+
+
+def line_of(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a release string (``4.1.1`` -> ``(4, 1)``); ``(0, 0)`` when unreadable."""
+    match = re.match(r"^(\d+)\.(\d+)", version or "")
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+def check_runtime(value: Any) -> dict[str, str] | None:
+    """Validate a spec's ``spark_runtime`` and return its normal form: ``None``, ``{"version": ...}`` or
+    ``{"spark_home": ..., "python": ...}``. Raises :class:`SpecError` naming the field."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = {"version": value}
+    if not isinstance(value, Mapping):
+        raise SpecError("spark_runtime", "must be a PySpark release such as '3.5.7', or a mapping with 'version', or with "
+                                f"'spark_home' and 'python', got {type(value).__name__}")
+    keys = set(value)
+    if keys == {"version"}:
+        release = value["version"]
+        if not isinstance(release, str) or not _RELEASE_RE.match(release.strip()):
+            raise SpecError("spark_runtime.version", f"must be an exact Spark release such as '3.5.7' or '4.1.1', got "
+                                                 f"{release!r} (a range would let two hosts run different Sparks)")
+        release = release.strip()
+        if line_of(release) < MIN_SPARK_LINE:
+            raise SpecError("spark_runtime.version", f"Spark {release} is older than the oldest supported line "
+                                                 f"{MIN_SPARK_LINE[0]}.{MIN_SPARK_LINE[1]} (docs/spark-runtimes.md)")
+        return {"version": release}
+    if keys == {"spark_home", "python"}:
+        result = {}
+        for key in ("spark_home", "python"):
+            item = value[key]
+            if not isinstance(item, str) or not item.startswith("/") or item != item.strip():
+                raise SpecError(f"spark_runtime.{key}", f"must be an absolute path, got {item!r}")
+            result[key] = item
+        return result
+    unknown = sorted(keys - {"version", "spark_home", "python"})
+    raise SpecError("spark_runtime", (f"unknown key {unknown[0]!r}; " if unknown else "")
+                    + "give either 'version' (a PySpark release) or both 'spark_home' and 'python'")
+
+
 @dataclass(frozen=True)
 class StreamSpec:
     """Declarative, validated description of one managed Structured Streaming stream.
@@ -305,6 +350,11 @@ class StreamSpec:
     never on a command line nor in a stored spec; delivered to the driver like secret Spark conf and
     appended to the job's arguments there. Plain ``application_args`` that hold a secret are refused."""
 
+    spark_runtime: Mapping[str, str] | None = field(default=None, hash=False)
+    """The Spark this version runs on (``airflow_streaming.spark_runtime``, docs/spark-runtimes.md): ``None``
+    for the PySpark installed beside the provider, a release (``"3.5.7"``, stored as ``{"version": "3.5.7"}``)
+    or an existing installation ``{"spark_home": ..., "python": ...}``."""
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         _check_segment(self.name, "name")
@@ -365,6 +415,7 @@ class StreamSpec:
             raise SpecError("deploy_mode", "cluster mode needs a cluster master (spark://..., yarn or k8s://...), "
                             f"got master {self.master!r}")
         set_(self, "cluster", _check_cluster(self.cluster))
+        set_(self, "spark_runtime", check_runtime(self.spark_runtime))
         if self.storage_conn_id is not None:
             _check_str(self.storage_conn_id, "storage_conn_id")
         # The checkpoint and the stream's control dir must not overlap.
@@ -397,12 +448,16 @@ class StreamSpec:
         application: str | None = None,
         application_args: list[Any] | tuple[Any, ...] | None = None,
         spark_conf: Mapping[str, Any] | None = None,
+        spark_runtime: Mapping[str, str] | str | None = "keep",
     ) -> StreamSpec:
-        """Return a validated copy with a new ``version`` (and optionally new code/args/conf).
+        """Return a validated copy with a new ``version`` (and optionally new code/args/conf/runtime).
 
-        Arguments left as ``None`` keep their current value.
+        Arguments left as ``None`` keep their current value; ``spark_runtime`` is kept unless given
+        (``None`` then means the installed PySpark).
         """
         changes: dict[str, Any] = {"version": version}
+        if spark_runtime != "keep":
+            changes["spark_runtime"] = spark_runtime
         if application is not None:
             changes["application"] = application
         if application_args is not None:
@@ -440,6 +495,7 @@ class StreamSpec:
             "cluster": dict(self.cluster),
             "storage_conn_id": self.storage_conn_id,
             **({"secret_args": dict(self.secret_args)} if self.secret_args else {}),
+            **({"spark_runtime": dict(self.spark_runtime)} if self.spark_runtime else {}),
         }
 
     @classmethod

@@ -8,6 +8,7 @@ as one JSON object (``--conf-stdin``), nothing on disk and nothing in its enviro
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any
@@ -38,7 +39,9 @@ def check_command(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True) 
     spec.refuse_plain_secrets()
     plain, secret = split_conf({str(k): str(v) for k, v in spec.spark_conf.items()})
     secret.update(secret_args_conf(spec.secret_args))  # the child appends them to the job's arguments
-    cmd = [sys.executable, "-m", "airflow_streaming.compat", "--json", "--checkpoint", spec.checkpoint_location,
+    runtime = _runtime_of(spec)
+    cmd = [runtime.python if runtime else sys.executable, "-m", "airflow_streaming.compat", "--json",
+           "--checkpoint", spec.checkpoint_location,
            "--application", spec.application, "--stream", spec.name,
            "--trigger-seconds", str(spec.trigger_interval)]
     cmd += [arg for key, value in plain.items() for arg in ("--conf", f"{key}={value}")]
@@ -54,6 +57,38 @@ def check_command(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True) 
     return cmd, (json.dumps(secret) if secret else None)
 
 
+def _runtime_of(spec: StreamSpec) -> Any:
+    """The candidate's own Spark runtime (``None``: this provider's PySpark), which runs the check: the Spark
+    that will resume the checkpoint is the one that answers. Only local checkpoints there: the child has no
+    Airflow connection to read HDFS with (the lifecycle runs such a gate as a gate driver instead)."""
+    if spec.spark_runtime is None:
+        return None
+    from airflow_streaming.location import is_local_location
+    from airflow_streaming.spark_runtime import RuntimeUnavailableError, describe, resolve_runtime
+
+    runtime = resolve_runtime(spec.spark_runtime)
+    if runtime is not None and not is_local_location(spec.checkpoint_location):
+        raise RuntimeUnavailableError(f"the compatibility check in {describe(spec.spark_runtime)} reads the checkpoint "
+                                      f"{spec.checkpoint_location} from this host's files only; an upgrade checks it "
+                                      "with a gate driver on the stream's target (SparkStreamUpgradeOperator)")
+    return runtime
+
+
+def check_environment(spec: StreamSpec) -> dict[str, str] | None:
+    """The check child's environment: this process's (``None``), or for a candidate with its own Spark runtime
+    that runtime's ``SPARK_HOME`` and Python, with the runtime tree (``spark_jobs`` and the pure modules, no
+    other site-packages) as its ``PYTHONPATH``, and without Airflow's configuration and credentials."""
+    runtime = _runtime_of(spec)
+    if runtime is None:
+        return None
+    from airflow_streaming.targets.driver_env import driver_environment
+    from airflow_streaming.targets.runtime_bundle import runtime_tree
+
+    env = driver_environment(os.environ, runtime.environment())
+    env["PYTHONPATH"] = runtime_tree()
+    return env
+
+
 def run_check(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True, timeout: float = 600) -> dict[str, Any]:
     """Run ``python -m airflow_streaming.compat`` for ``spec`` (the candidate) against its checkpoint.
 
@@ -65,7 +100,7 @@ def run_check(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True, time
     secrets = secret_values(spec.spark_conf)
     register_secrets(secrets)
     proc = subprocess.run(cmd, input=secret_input, stdin=None if secret_input is not None else subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, env=check_environment(spec))
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     start = next((i for i, line in enumerate(lines) if line.startswith("{")), None)
     try:
@@ -84,8 +119,6 @@ def start_check_detached(spec: StreamSpec, allow_warnings: bool, dry_run: bool, 
     """Start the check in a detached child that writes ``{"id": token, "report" | "error"}`` to the
     storage location ``report_to`` when it ends (a deferred upgrade's trigger waits for that file, so
     no worker slot waits for the check). Returns the child's pid; its output goes to ``log_path``."""
-    import os
-
     cmd, secret_input = check_command(spec, allow_warnings, dry_run)
     cut = cmd.index("--")
     cmd[cut:cut] = ["--report-to", report_to, "--report-id", token, "--run-id", token]
@@ -93,7 +126,8 @@ def start_check_detached(spec: StreamSpec, allow_warnings: bool, dry_run: bool, 
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if secret_input is not None else subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                env=check_environment(spec))
     if secret_input is not None and proc.stdin is not None:
         proc.stdin.write(secret_input.encode())
         proc.stdin.close()

@@ -35,8 +35,10 @@ from airflow_streaming.redaction import (
     split_conf,
 )
 from airflow_streaming.sealing import deployer_of, sealed, sealed_deployer
+from airflow_streaming.spark_runtime import ResolvedRuntime, RuntimeUnavailableError, describe, resolve_runtime
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import LaunchPlan
+from airflow_streaming.targets.runtime_bundle import runtime_tree
 
 log = logging.getLogger("airflow_streaming.hooks.streaming_job")
 
@@ -113,11 +115,30 @@ class SubmissionMixin:
 
     def preflight(self) -> None:
         """Refuse, before anything is written or started, a missing application, a plain argument that holds
-        a secret, or (locally) a missing Java."""
+        a secret, (locally) a missing Java, or a Spark runtime that cannot be had here (built once if needed)."""
         self.application_argument()
         self.spec.refuse_plain_secrets()
         if self.target.kind == "local":
             check_java()
+        self.spark_runtime()
+
+    def spark_runtime(self) -> ResolvedRuntime | None:
+        """The Spark runtime this version names, resolved on this host (``None``: the installed PySpark).
+        Builds it once when it is a release not yet here; :class:`RuntimeUnavailableError` says what to install.
+        Where the cluster's own Spark runs the driver (a standalone master's worker, a Kubernetes image) a
+        runtime is refused: this host cannot choose it."""
+        if self.spec.spark_runtime is None:
+            return None
+        if getattr(self, "_spark_runtime", None) is None:
+            if self.target.kind in ("standalone-cluster", "kubernetes"):
+                where = "the standalone workers' own Spark installation" if self.target.kind == "standalone-cluster" \
+                    else "the driver image (cluster.image)"
+                raise RuntimeUnavailableError(
+                    f"spark_runtime ({describe(self.spec.spark_runtime)}): in {self.target.kind} cluster mode the driver "
+                    f"runs on {where}, which this host cannot choose; remove spark_runtime (and change the cluster's "
+                    "Spark), or run the stream in client mode or on YARN (docs/spark-runtimes.md)")
+            self._spark_runtime = resolve_runtime(self.spec.spark_runtime)
+        return self._spark_runtime
 
     def launch_plan(self, run_id: str, standby: bool = False, gate: bool | None = None) -> LaunchPlan:
         """What the target starts for ``run_id``: the runtime's arguments and the conf (secrets apart).
@@ -137,8 +158,17 @@ class SubmissionMixin:
         conf, secret = split_conf({**DEFAULT_SPARK_CONF, **spec.spark_conf})
         secret.update(secret_args_conf(spec.secret_args))  # appended to the job's arguments in the driver
         register_secrets(secret.values())
-        return self.target.plan(self.resolved_spec, run_id, LAUNCHER, runtime_args, conf, secret,
+        runtime = self.spark_runtime()
+        local = self.target.kind == "local"
+        launcher = str(Path(runtime_tree()) / "spark_jobs" / "launch.py") if runtime and local else LAUNCHER
+        plan = self.target.plan(self.resolved_spec, run_id, launcher, runtime_args, conf, secret,
                                 self.driver_log_path(run_id), standby)
+        if runtime is None:
+            return plan
+        # The runtime's spark-submit and SPARK_HOME; its Python for a driver on this host (on a cluster the
+        # driver's Python is cluster.python).
+        env = runtime.environment() if local else {"SPARK_HOME": runtime.spark_home}
+        return dataclasses.replace(plan, spark_binary=runtime.spark_submit, env={**plan.env, **env})
 
     def command_for(self, run_id: str) -> tuple[list[str], str]:
         """The spark-submit command a local/client submission of ``run_id`` runs, and its one-line record
@@ -146,7 +176,7 @@ class SubmissionMixin:
         from airflow_streaming.targets.submit_command import masked_command, spark_submit_argv
 
         plan = self.launch_plan(run_id)
-        argv = spark_submit_argv(plan, self.target.settings.get("spark_binary", "spark-submit"),
+        argv = spark_submit_argv(plan, self.target.binary(plan),
                                  "<0600 properties file>" if plan.secret_conf else None)
         return argv, masked_command(argv)
 

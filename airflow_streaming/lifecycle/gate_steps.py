@@ -131,7 +131,9 @@ class GateSteps:
                             f"{self.target.checkpoint_location}: " + "; ".join(problems))
             self._advance(record, Step.REFUSED, record.error)
             return False
-        self._advance(record, passed, f"compatibility {record.verdict}{where}")
+        spark = (report.get("candidate") or {}).get("spark_version") if isinstance(report.get("candidate"), dict) else None
+        answered = f", answered by Spark {spark}" if spark else ""
+        self._advance(record, passed, f"compatibility {record.verdict}{where}{answered}")
         return True
 
     def _gate_spec(self) -> StreamSpec:

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 
 from airflow_streaming.models import Model, parse
+from airflow_streaming.spark_runtime import describe
 
 
 class Action(str, Enum):
@@ -221,12 +222,22 @@ class LifecycleRecord(Model):
             raise ValueError(f"lacks {', '.join(missing)}")
         return parse(cls, d)
 
+    def _runtimes(self) -> dict[str, Any]:
+        """The Spark each side ran on, when either names one (``StreamSpec.spark_runtime``); nothing otherwise,
+        so that the history of streams on the installed Spark reads as before."""
+        old = None if self.from_spec is None else self.from_spec.get("spark_runtime")
+        new = self.to_spec.get("spark_runtime")
+        if not old and not new:
+            return {}
+        return {"from_runtime": None if self.from_spec is None else describe(old), "to_runtime": describe(new)}
+
     def history_entry(self) -> dict[str, Any]:
         """One line of the stream's deployment history (written once the action is terminal)."""
         ended = self.updated_at
         return {
             "id": self.id, "action": self.action.value, "stream": self.stream,
             "from_version": self.from_version, "to_version": self.to_version,
+            **self._runtimes(),
             "outcome": self.step.value, "started_at": self.created_at, "ended_at": ended,
             "owner": self.owner, "verdict": self.verdict,
             "last_batch_before": self.stop_batch, "first_batch_after": self.first_new_batch,

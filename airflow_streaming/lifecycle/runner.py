@@ -433,7 +433,10 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
                                                   "inside it before anything is stopped")
             return
         try:
-            if self.options.check is run_check and self.new_hook.target.kind in REMOTE_TARGETS:
+            if self.options.check is run_check and (self.new_hook.target.kind in REMOTE_TARGETS
+                                                    or self.new_hook.spark_runtime() is not None):
+                # A gate driver on the stream's target, in the candidate's own Spark runtime when it names one:
+                # the Spark that will resume the checkpoint is the one that answers.
                 report = self._target_gate(record)
             elif self.options.defer and self.options.check is run_check:
                 report = self._detached_gate(record)

@@ -89,9 +89,13 @@ class DriverTarget(abc.ABC):
             args += ["--principal", str(self.settings["principal"])]
         return args
 
+    def binary(self, plan: LaunchPlan) -> str:
+        """The spark-submit of ``plan``: its runtime's, else the ``spark_binary`` setting, else ``spark-submit``."""
+        return plan.spark_binary or self.settings.get("spark_binary", "spark-submit")
+
     def describe_command(self, plan: LaunchPlan) -> str:
         """The submission as one line for records and logs (never a secret)."""
-        return masked_command(spark_submit_argv(plan, self.settings.get("spark_binary", "spark-submit"),
+        return masked_command(spark_submit_argv(plan, self.binary(plan),
                                                 "<0600 properties file>" if plan.secret_conf else None))
 
     @abc.abstractmethod

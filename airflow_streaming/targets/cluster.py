@@ -114,9 +114,9 @@ class ClusterTarget(DriverTarget):
             log.warning("cannot write the note to %s: %s", log_path, exc)
 
 
-def spark_submit_binary(settings: dict[str, Any], env: dict[str, str]) -> str:
+def spark_submit_binary(target: ClusterTarget, plan: LaunchPlan, env: dict[str, str]) -> str:
     """The spark-submit to run; :class:`ApplicationNotFoundError` (nothing submitted) if it is missing."""
-    binary = settings.get("spark_binary", "spark-submit")
+    binary = target.binary(plan)
     if shutil.which(binary, path=env.get("PATH")) is None:
         raise ApplicationNotFoundError(f"{spark_submit_missing(binary)}, or set cluster.spark_binary; "
                                        "nothing was submitted")
@@ -138,7 +138,7 @@ def run_spark_submit(target: ClusterTarget, plan: LaunchPlan, what: str,
     # cluster.python (spark.pyspark.python), else the cluster's default.
     env.pop("PYSPARK_PYTHON", None)
     env.pop("PYSPARK_DRIVER_PYTHON", None)
-    binary = spark_submit_binary(target.settings, env)
+    binary = spark_submit_binary(target, plan, env)
     properties = write_properties_file(plan.secret_conf, plan.run_id) if plan.secret_conf and secret_conf_file \
         else None
     argv = spark_submit_argv(plan, binary, properties)

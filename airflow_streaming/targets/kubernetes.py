@@ -203,7 +203,7 @@ class KubernetesClusterTarget(ClusterTarget):
         """The spark-submit line for records and logs; secret conf only counted (it goes in a Secret)."""
         from airflow_streaming.targets.submit_command import masked_command, spark_submit_argv
 
-        line = masked_command(spark_submit_argv(plan, self.settings.get("spark_binary", "spark-submit")))
+        line = masked_command(spark_submit_argv(plan, self.binary(plan)))
         if plan.secret_conf:
             line += (f" +{len(plan.secret_conf)} secret conf entries in Kubernetes Secret "
                      f"{conf_secret_name(plan.conf['spark.kubernetes.driver.pod.name'])}")

@@ -30,3 +30,6 @@ class LaunchPlan:
     standby: bool = False
     submit_args: list[str] = field(default_factory=list)
     """Extra spark-submit options from the Spark connection (``--queue``, ``--principal``...)."""
+    spark_binary: str | None = None
+    """The ``spark-submit`` of the stream version's own Spark runtime (``airflow_streaming.spark_runtime``);
+    ``None``: the target's ``spark_binary`` setting (default ``spark-submit`` on PATH)."""

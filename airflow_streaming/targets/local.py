@@ -76,7 +76,7 @@ class LocalTarget(DriverTarget):
 
     def submit(self, plan: LaunchPlan) -> dict[str, Any]:
         env = driver_environment(os.environ, plan.env)
-        binary = self.settings.get("spark_binary", "spark-submit")
+        binary = self.binary(plan)
         if shutil.which(binary, path=env.get("PATH")) is None:
             raise ApplicationNotFoundError(f"{spark_submit_missing(binary)}; nothing was submitted")
         properties = write_properties_file(plan.secret_conf, plan.run_id) if plan.secret_conf else None

@@ -26,6 +26,9 @@ from airflow_streaming.private_dir import private_dir
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 """The checkout (or site-packages directory) holding ``airflow_streaming`` and ``spark_jobs``."""
 
+#: Besides ``spark_jobs``: the compatibility check's command line, which the gate's child runs in a stream
+#: version's own Spark runtime (``airflow_streaming.compat.run``), from the runtime tree.
+EXTRA_ROOTS = ("airflow_streaming/compat/__main__.py",)
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 _SKIP_DIRS = {"__pycache__"}
 
@@ -76,6 +79,7 @@ def runtime_files(root: Path = PROJECT_ROOT) -> list[Path]:
     for directory, dirs, names in os.walk(jobs):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
         files.update(Path(directory) / n for n in names if n.endswith(".py"))
+    files.update(root / extra for extra in EXTRA_ROOTS if (root / extra).is_file())
     pending = sorted(files)
     seen_modules: set[str] = set()
     while pending:
@@ -132,4 +136,33 @@ def bundle_path(root: Path = PROJECT_ROOT, directory: str | None = None) -> str:
             fh.write(data)
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
+    return str(target)
+
+
+def runtime_tree(root: Path = PROJECT_ROOT, directory: str | None = None) -> str:
+    """The runtime unpacked in a directory of its own (once per content), and its path:
+    ``<private dir>/tree-<sha256[:16]>``, holding ``spark_jobs/`` and the pure modules it needs - and nothing
+    else of this installation.
+
+    A driver (or the gate's child) that runs on another Spark runtime than this provider's
+    (``airflow_streaming.spark_runtime``) starts ``<tree>/spark_jobs/launch.py``: the launcher puts its
+    grandparent directory first on ``sys.path``, and that must not be this provider's site-packages, whose
+    own ``pyspark`` would shadow the runtime's."""
+    data = build_bundle(root)
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    folder = Path(directory) if directory else Path(private_dir("airflow-streaming-runtime"))
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"tree-{digest}"
+    if (target / "spark_jobs" / "launch.py").is_file():
+        return str(target)
+    staging = Path(tempfile.mkdtemp(dir=folder, prefix=f".tree-{digest}."))
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        archive.extractall(staging)
+    os.chmod(staging, 0o755)
+    try:
+        os.rename(staging, target)  # complete or absent; a concurrent unpacker's copy wins
+    except OSError:
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)
     return str(target)

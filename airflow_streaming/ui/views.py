@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from airflow_streaming.notifications.events import redact
 from airflow_streaming.redaction import MASK, is_sensitive_key, scrub, secret_values
+from airflow_streaming.spark_runtime import describe
 from airflow_streaming.ui.streams import StreamSnapshot
 
 #: Health states by how much attention they need (higher first when sorting).
@@ -91,6 +92,7 @@ def spec_view(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
     view["spark_conf"] = {k: MASK if is_sensitive_key(k) else v for k, v in (spec.get("spark_conf") or {}).items()}
     if spec.get("cluster"):
         view["cluster"] = spec.get("cluster")
+    view["spark_runtime"] = describe(spec.get("spark_runtime"))
     return mask(view, secrets)
 
 
@@ -233,6 +235,7 @@ def _action(entry: Mapping[str, Any], secrets: list[str], steps: list[Mapping[st
     return mask({
         "id": entry.get("id"), "action": entry.get("action"), "outcome": entry.get("outcome") or entry.get("step"),
         "from_version": entry.get("from_version"), "to_version": entry.get("to_version"),
+        "from_runtime": entry.get("from_runtime"), "to_runtime": entry.get("to_runtime"),
         "start": (_num(entry.get("started_at") or entry.get("created_at")) or 0) * 1000 or None,
         "end": None if running else (_num(entry.get("ended_at") or entry.get("updated_at")) or 0) * 1000 or None,
         "verdict": entry.get("verdict"), "error": str(error)[:2000] if error else None,
@@ -255,7 +258,8 @@ def lifecycle_actions(history: list[Mapping[str, Any]], record: Mapping[str, Any
         to_spec, from_spec = record.get("to_spec") or {}, record.get("from_spec") or {}
         running = record.get("step") not in {"SUCCEEDED", "REFUSED", "ROLLED_BACK", "FAILED", "ROLLBACK_FAILED"}
         flat = {**record, "outcome": record.get("step"), "to_version": to_spec.get("version"),
-                "from_version": from_spec.get("version")}
+                "from_version": from_spec.get("version"), "to_runtime": describe(to_spec.get("spark_runtime")),
+                "from_runtime": describe(from_spec.get("spark_runtime")) if from_spec else None}
         actions[record["id"]] = _action(flat, secrets, record.get("steps"), running)
     return sorted(actions.values(), key=lambda a: a["start"] or 0)
 

@@ -83,11 +83,15 @@ SMOKES = {
     )),
     "upgrade_bench.py": Smoke(True, 600, (
         rf"^bare restart downtime \(commits/N -> commits/N\+1\): {NUMBER} s  raw \[{NUMBER}\]$",
-        rf"^upgrade downtime      \(commits/N -> commits/N\+1\): {NUMBER} s  raw \[{NUMBER}\]$",
-        rf"^ratio upgrade / bare: {NUMBER} \(goal <= 1\.25: ",
+        r"^run 0: cold upgrade skipped in --smoke \(bench/runtime_bench\.py --smoke runs one\)$",
         rf"^ratio warm upgrade / bare: {NUMBER} \(stretch goal < 1: .*standby prepared in {NUMBER} s",
-        rf"^gate \(PLANNED -> CHECKED, before the stop\): {NUMBER} s",
         rf"^gate inside the prepared driver \(warm start\): {NUMBER} s",
+    )),
+    "runtime_bench.py": Smoke(True, 600, (
+        rf"^build the 3\.5\.7 runtime \(empty cache\)\s+{NUMBER} s$",
+        rf"^bare restart on 3\.5\.7 \(baseline\)\s+{NUMBER} s$",
+        rf"^runtime upgrade downtime\s+{NUMBER} s \({NUMBER} x the baseline\)$",
+        rf"^runtime upgrade gate \(in 4\.\d+\.\d+\)\s+{NUMBER} s$",
     )),
     "worker_slot_bench.py": Smoke(True, 600, (
         rf"^run 1: blocking   upgrade to v2: worker slot {NUMBER} s, triggerer 0\.0 s, 0 deferral\(s\)$",

@@ -201,6 +201,20 @@ def test_operator_removed_is_incompatible():
     assert (f.checkpoint, f.candidate) == ([(0, "dedupe")], [])
 
 
+def test_unnamed_operators_of_a_spark_35_checkpoint_compare_by_id_only():
+    """Spark before 4.0 writes no operator metadata: the checkpoint's names are unknown, and Spark 4 resumes it."""
+    f = only(run(rules.rule_stateful_operators, ckpt(operators=(op(0, "unknown"),)),
+                 cand(operators=(op(0, "stateStoreSave"),))))
+    assert (f.rule, f.severity) == ("STATEFUL_OPERATORS", Severity.INFO)
+    assert "written before Spark 4.0" in f.message
+
+
+def test_unnamed_operators_still_refuse_a_changed_operator_count():
+    f = only(run(rules.rule_stateful_operators, ckpt(operators=(op(0, "unknown"),)),
+                 cand(operators=(op(0, "stateStoreSave"), op(1, "dedupe")))))
+    assert (f.rule, f.severity) == ("STATEFUL_OPERATORS", Severity.INCOMPATIBLE)
+
+
 def test_operator_name_changed_is_incompatible():
     f = only(run(rules.rule_stateful_operators, ckpt(operators=(op(0, "dedupe"),)),
                  cand(operators=(op(0, "stateStoreSave"),))))

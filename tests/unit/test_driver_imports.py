@@ -29,7 +29,10 @@ DRIVER_SIDE = ("airflow_streaming", "airflow_streaming.checkpoint", "airflow_str
                "airflow_streaming.control", "airflow_streaming.health", "airflow_streaming.supervision",
                "airflow_streaming.exceptions", "airflow_streaming.faults", "airflow_streaming.properties_file",
                "airflow_streaming.private_dir", "airflow_streaming.redaction", "airflow_streaming.spec",
-               "airflow_streaming.location")
+               "airflow_streaming.location",
+               # which PySpark is installed (importlib.metadata only): the gate's command line, run from the
+               # runtime tree in a stream version's own Spark runtime (runtime_bundle.EXTRA_ROOTS), reports it
+               "airflow_streaming.pyspark_install")
 #: Never on the driver side: Airflow, HTTP client libraries, pydantic, ORMs, cloud SDKs.
 FORBIDDEN = ("airflow", "pydantic", "requests", "httpx", "urllib3", "aiohttp", "sqlalchemy", "hdfs",
              "kubernetes", "psutil", "tenacity", "flask", "fastapi", "starlette")

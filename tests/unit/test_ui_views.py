@@ -170,6 +170,25 @@ def test_lifecycle_actions_merge_history_with_the_running_record():
     assert [s["step"] for s in actions[1]["steps"]] == ["PLANNED", "PROBATION"]
 
 
+def test_each_versions_spark_runtime_shows_in_the_history_and_the_spec():
+    from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Step
+    from airflow_streaming.spark_runtime import installed_version
+
+    done = LifecycleRecord(stream="s", action=Action.UPGRADE, step=Step.SUCCEEDED, to_spec={"version": "v2"},
+                           from_spec={"version": "v1", "spark_runtime": {"version": "3.5.7"}})
+    entry = done.history_entry()
+    assert (entry["from_runtime"], entry["to_runtime"]) == ("Spark 3.5.7", f"Spark {installed_version()} (installed)")
+    plain = LifecycleRecord(stream="s", action=Action.UPGRADE, step=Step.SUCCEEDED, to_spec={"version": "v2"},
+                            from_spec={"version": "v1"}).history_entry()
+    assert "from_runtime" not in plain  # streams on the installed Spark keep the history format they had
+    running = {"id": "a2", "action": "upgrade", "step": "PROBATION", "created_at": 1.0, "updated_at": 2.0,
+               "from_spec": {"version": "v1"}, "to_spec": {"version": "v2", "spark_runtime": {"version": "4.1.1"}}}
+    actions = {a["id"]: a for a in views.lifecycle_actions([entry], running, [])}
+    assert actions["a2"]["to_runtime"] == "Spark 4.1.1" and actions[entry["id"]]["from_runtime"] == "Spark 3.5.7"
+    assert views.spec_view({"name": "s", "version": "v1", "spark_runtime": {"version": "3.5.7"}})["spark_runtime"] == "Spark 3.5.7"
+    assert views.spec_view({"name": "s", "spark_runtime": "<img src=x>"})["spark_runtime"] == "an unreadable Spark runtime"
+
+
 def test_supervisor_view_counts_restarts_in_the_window():
     now = 10_000.0
     view = views.supervisor_view({"failures": [now - 7200, now - 30, now - 10], "error_classes": [None, "X", "Y"],
