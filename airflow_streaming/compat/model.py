@@ -102,7 +102,8 @@ class DryRunResult:
     """Spark's own restart checks run against a scratch copy of the checkpoint's metadata."""
 
     status: str
-    """passed | rejected | unsupported | error"""
+    """passed | rejected | partial (planned without error, but this Spark checks no state while planning:
+    3.5) | unsupported | error"""
     error_class: str | None = None
     message: str | None = None
     seconds: float | None = None
