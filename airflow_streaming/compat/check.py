@@ -177,6 +177,13 @@ def scratch_copy(info: CheckpointInfo, storage: ControlStorage, dest: str) -> in
             elif sub.isdigit():
                 for name in storage.list_dir(f"{root}/state/{op}/{sub}/_metadata"):
                     copy(f"state/{op}/{sub}/_metadata/{name}")
+                # A store other than "default" keeps its schema in its own directory (a 3.5 stream-stream
+                # join: state/<op>/<part>/left-keyToNumValues/_metadata/schema); 4.x uses _stateSchema.
+                # Schemas are written for partition 0 only; data files have a dot in their names.
+                for store in storage.list_dir(f"{root}/state/{op}/{sub}") if sub == "0" else ():
+                    if store != "_metadata" and "." not in store:
+                        for name in storage.list_dir(f"{root}/state/{op}/{sub}/{store}/_metadata"):
+                            copy(f"state/{op}/{sub}/{store}/_metadata/{name}")
     return copied
 
 
@@ -199,6 +206,7 @@ def spark_dry_run(spark: Any, plan_df: Any, output_mode: str, info: CheckpointIn
                 spark.conf.set(key, value)
             except Exception:  # noqa: BLE001 - a conf this Spark does not know
                 saved_conf.pop(key, None)
+        spark_adapter.read_logs(spark, scratch)  # the logs this Spark would read first (format versions)
         watermark = info.latest_commit.next_batch_watermark_ms if info.latest_commit else offsets.batch_watermark_ms
         batch = info.next_batch_id
         current = spark_adapter.offset_metadata_json(watermark, int(time.time() * 1000), offsets.conf)

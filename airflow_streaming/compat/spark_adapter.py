@@ -21,6 +21,8 @@ _PACKAGES = {
     "IncrementalExecution": (f"{_STREAMING}.runtime", _STREAMING),
     "OffsetSeqMetadata": (f"{_STREAMING}.checkpointing", f"{_STREAMING}.runtime", _STREAMING),
     "WatermarkPropagator": (f"{_STREAMING}.runtime", _STREAMING),
+    "OffsetSeqLog": (f"{_STREAMING}.checkpointing", f"{_STREAMING}.runtime", _STREAMING),
+    "CommitLog": (f"{_STREAMING}.checkpointing", f"{_STREAMING}.runtime", _STREAMING),
 }
 SUPPORTED_VERSIONS = ("3.5", "4.0", "4.1", "4.2")
 #: Since 4.0 Spark checks state schemas and stateful operators against the checkpoint while it *plans* a
@@ -174,6 +176,36 @@ def plan_incrementally(
             raise
         error_class, message = describe_java_error(exc)
         raise SparkPlanningError(error_class, message) from exc
+
+
+def read_logs(spark: Any, checkpoint_dir: str) -> None:
+    """Read the latest entry of the offsets and commit logs under ``checkpoint_dir`` with Spark's own log
+    classes, as a restart does before anything else: a log written in a format this Spark cannot read
+    (e.g. a commit log v2 of ``stateStore.checkpointFormatVersion=2`` for Spark 3.5) fails here with
+    Spark's own error (:class:`SparkPlanningError`). Pass a scratch copy: 4.x may create the log dirs."""
+    jvm, jspark = spark._jvm, spark._jsparkSession
+    for simple_name, sub in (("OffsetSeqLog", "offsets"), ("CommitLog", "commits")):
+        name, cls = _class(jvm, simple_name)
+        arity = _constructor_arity(jvm, name)
+        args: list[Any] = [jspark, f"{checkpoint_dir.rstrip('/')}/{sub}"]
+        for i in range(len(args) + 1, arity + 1):  # later arguments: Scala's defaults (4.2: a flag)
+            args.append(getattr(cls, f"$lessinit$greater$default${i}")())
+        try:
+            cls(*args).getLatest()
+        except Exception as exc:  # noqa: BLE001 - py4j errors carry Spark's exception
+            error_class, message = describe_java_error(exc)
+            if error_class in ("SparkInternalError", "AssertionError"):
+                error_class = _java_class_of(exc) or error_class
+            raise SparkPlanningError(error_class, message) from exc
+
+
+def _java_class_of(exc: BaseException) -> str | None:
+    """The simple class name of the Java exception behind a py4j error (``IllegalStateException``)."""
+    java_exc = getattr(exc, "java_exception", None) or getattr(exc, "_java_exception", None)
+    try:
+        return str(java_exc.getClass().getSimpleName()) if java_exc is not None else None
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _constructor_arity(jvm: Any, class_name: str) -> int:
