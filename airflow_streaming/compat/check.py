@@ -114,6 +114,9 @@ def checkpoint_facts(info: CheckpointInfo) -> CheckpointFacts:
         location=info.location, query_id=info.query_id, sources=tuple(sources), conf=dict(info.conf),
         operators=tuple(operator_facts(op) for op in info.operators),
         last_committed=info.last_committed_batch, last_planned=info.last_planned_batch,
+        offsets_log_version=info.latest_offsets.version if info.latest_offsets else None,
+        commit_log_version=info.latest_commit.version if info.latest_commit else None,
+        operator_metadata_versions=tuple(sorted({op.metadata_version for op in info.operators if op.metadata_version})),
     )
 
 
@@ -273,6 +276,7 @@ def check_compatibility(
         operators=tuple(dataclasses.replace(operator_facts(op), key_expressions=tuple(plan.key_expressions.get(op.id, ())))
                         for op in plan.operators),
         trigger=plan.sink.trigger,
+        spark_version=plan.spark_version,
     )
     ckpt = checkpoint_facts(info)
     result = spark_dry_run(spark, captured.df, captured.output_mode, info, storage) if dry_run else None

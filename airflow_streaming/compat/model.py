@@ -67,6 +67,10 @@ class CheckpointFacts:
     operators: tuple[OperatorFacts, ...]
     last_committed: int | None
     last_planned: int | None
+    offsets_log_version: int | None = None
+    commit_log_version: int | None = None
+    operator_metadata_versions: tuple[int, ...] = ()
+    """Versions of ``state/<op>/_metadata`` files: written by Spark 4.0+ only (empty before, or stateless)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,8 @@ class CandidateFacts:
     conf: dict[str, str | None]
     operators: tuple[OperatorFacts, ...]
     trigger: dict[str, Any] = field(default_factory=dict)
+    spark_version: str | None = None
+    """The Spark version the candidate was planned with (its runtime)."""
 
 
 @dataclass(frozen=True)

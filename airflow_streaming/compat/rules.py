@@ -191,6 +191,45 @@ def rule_trigger(ckpt: CheckpointFacts, cand: CandidateFacts) -> Iterable[Findin
                       None, cand.trigger)
 
 
+def _line(version: str | None) -> tuple[int, int] | None:
+    """``"3.5.7"`` -> ``(3, 5)``; ``None`` when not a version."""
+    parts = (version or "").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def rule_spark_runtime(ckpt: CheckpointFacts, cand: CandidateFacts) -> Iterable[Finding]:
+    """What a checkpoint's own files say about the Spark that wrote it, against the candidate's Spark.
+
+    A checkpoint records no Spark version, but some files exist only from a line on: operator metadata
+    (``state/<op>/_metadata``) from 4.0; a commit log v2 (``stateStore.checkpointFormatVersion=2``) from 4.0
+    - and Spark 3.5 refuses it (measured: ``IllegalStateException: UnsupportedLogVersion: maximum supported
+    log version is v1, but encountered v2``); an offsets log v2 from 4.2 (older lines' log reader accepts v1
+    only)."""
+    line = _line(cand.spark_version)
+    if line is None or ckpt.last_committed is None:
+        return
+    unreadable = []
+    if ckpt.commit_log_version and ckpt.commit_log_version >= 2 and line < (4, 0):
+        unreadable.append(f"commit log v{ckpt.commit_log_version} (stateStore.checkpointFormatVersion=2, Spark 4.0+)")
+    if ckpt.offsets_log_version and ckpt.offsets_log_version >= 2 and line < (4, 2):
+        unreadable.append(f"offsets log v{ckpt.offsets_log_version} (Spark 4.2+)")
+    if unreadable:
+        yield Finding("SPARK_DOWNGRADE", Severity.INCOMPATIBLE,
+                      f"the checkpoint was written by a newer Spark in a format Spark {cand.spark_version} cannot read: "
+                      f"{'; '.join(unreadable)} (Spark fails with UnsupportedLogVersion ... 'produced by a newer "
+                      "version of Spark and cannot be read by this version')", "; ".join(unreadable), cand.spark_version)
+    elif ckpt.operator_metadata_versions and line < (4, 0):
+        yield Finding("SPARK_DOWNGRADE", Severity.WARNING,
+                      f"the checkpoint has operator metadata (v{', v'.join(map(str, ckpt.operator_metadata_versions))}), "
+                      f"which only Spark 4.0+ writes, and the candidate runs Spark {cand.spark_version}: a downgrade. "
+                      "Spark 3.5 ignores that metadata (aggregation, dropDuplicates and stream-stream join state were "
+                      "measured to resume), but it checks state schemas only when a batch runs",
+                      "Spark 4.0+", cand.spark_version)
+
+
 RULES: tuple[Rule, ...] = (
     rule_source_count,
     rule_source_kind_and_path,
@@ -199,6 +238,7 @@ RULES: tuple[Rule, ...] = (
     rule_unverifiable_keys,
     rule_overridden_conf,
     rule_file_sink_path,
+    rule_spark_runtime,
     rule_trigger,
 )
 
