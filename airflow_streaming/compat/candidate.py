@@ -98,6 +98,10 @@ class CandidatePlan:
     key_expressions: dict[int, list[str]] = field(default_factory=dict)
     """Stateful operator id -> its key expressions as Spark prints them (join keys, grouping keys)."""
     df: Any = field(default=None, repr=False, compare=False)
+    state_checked_in_planning: bool = True
+    """Whether this Spark's planner materialised the stateful operators' state schemas (4.0+ does, and runs
+    its state checks there); ``False`` (Spark 3.5) when the plan has stateful operators but planning wrote
+    no schema: their facts then come from the plan, and a dry run cannot see a state schema change."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -108,6 +112,7 @@ class CandidatePlan:
             "operators": [op.to_dict() if hasattr(op, "to_dict") else asdict(op) for op in self.operators],
             "spark_version": self.spark_version,
             "key_expressions": self.key_expressions,
+            "state_checked_in_planning": self.state_checked_in_planning,
         }
 
 
@@ -225,7 +230,7 @@ def capture_query(spark: Any, application: str, args: list[str], stream: str, ch
 
 def _java_map(jvm: Any, scala_map: Any) -> dict[str, str]:
     try:
-        java_map = jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_map)
+        java_map = spark_adapter.to_java(jvm, scala_map)
     except Exception:  # noqa: BLE001 - already a Java map (CaseInsensitiveStringMap)
         java_map = scala_map
     try:
@@ -252,7 +257,7 @@ def streaming_sources(spark: Any, df: Any) -> list[SourceInfo]:
                 ds = leaf.dataSource()
                 kind = str(ds.className())
                 options = _java_map(jvm, ds.options())
-                paths = [str(p) for p in jvm.scala.jdk.javaapi.CollectionConverters.asJava(ds.paths())]
+                paths = [str(p) for p in spark_adapter.to_java(jvm, ds.paths())]
                 if paths and "path" not in options:
                     options["path"] = paths[0]
             elif node == "StreamingRelationV2":
@@ -281,6 +286,9 @@ def plan_candidate(spark: Any, captured: CapturedQuery, application: str,
                                                     os.path.join(scratch, "state"), query_id, 0, metadata, None)
         operators = list(read_checkpoint(scratch).operators)
         key_expressions = stateful_key_expressions(executed)
+        state_checked = bool(operators) or not key_expressions
+        if not state_checked:  # Spark 3.5: planning wrote nothing; describe the operators from the plan
+            operators = planned_operators(spark, executed)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     sink = SinkInfo(
@@ -293,7 +301,54 @@ def plan_candidate(spark: Any, captured: CapturedQuery, application: str,
         trigger=captured.trigger,
     )
     return CandidatePlan(application, streaming_sources(spark, captured.df), sink, conf, operators,
-                         spark_adapter.spark_version(spark), key_expressions=key_expressions, df=captured.df)
+                         spark_adapter.spark_version(spark), key_expressions=key_expressions, df=captured.df,
+                         state_checked_in_planning=state_checked)
+
+
+def _struct_json(java_struct: Any) -> dict[str, Any]:
+    import json
+
+    return json.loads(str(java_struct.json()))
+
+
+def planned_operators(spark: Any, executed_plan: Any) -> list[Any]:
+    """The stateful operators of an executed plan as the checkpoint reader describes them, for a Spark
+    whose planner writes no state schema (3.5): id and short name from each state-writing node, the key
+    schema from its key expressions and, for an aggregation, the value schema from its state manager
+    (the two the state store checks). What the plan does not tell (a join's four stores, a dedup's value)
+    stays ``None``, and the rules say they could not compare it."""
+    from airflow_streaming.checkpoint.info import OperatorInfo
+
+    jvm = spark._jvm
+    found: dict[int, Any] = {}
+    stack = [executed_plan]
+    while stack:
+        node = stack.pop()
+        children = node.children().iterator()
+        while children.hasNext():
+            stack.append(children.next())
+        try:
+            info = node.stateInfo()
+            if not info.isDefined():
+                continue
+            name = str(node.shortName())  # only the state-writing node of an operator has one
+        except Exception:  # noqa: BLE001 - not a stateful node, or a restore node (no shortName)
+            continue
+        state = info.get()
+        key = value = None
+        try:
+            key = _struct_json(jvm.org.apache.spark.sql.catalyst.types.DataTypeUtils.fromAttributes(node.keyExpressions()))
+        except Exception:  # noqa: BLE001 - a join: keys per side, several stores
+            pass
+        try:
+            value = _struct_json(node.stateManager().getStateValueSchema())
+        except Exception:  # noqa: BLE001 - not an aggregation
+            pass
+        op_id = int(state.operatorId())
+        found[op_id] = OperatorInfo(id=op_id, name=name, metadata_file=None, metadata_version=None,
+                                    num_partitions=int(state.numPartitions()), store_names=[], stores=[],
+                                    key_schema=key, value_schema=value, schema_version=None)
+    return [found[i] for i in sorted(found)]
 
 
 _EXPR_ID = re.compile(r"#\d+L?")

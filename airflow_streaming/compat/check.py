@@ -114,6 +114,9 @@ def checkpoint_facts(info: CheckpointInfo) -> CheckpointFacts:
         location=info.location, query_id=info.query_id, sources=tuple(sources), conf=dict(info.conf),
         operators=tuple(operator_facts(op) for op in info.operators),
         last_committed=info.last_committed_batch, last_planned=info.last_planned_batch,
+        offsets_log_version=info.latest_offsets.version if info.latest_offsets else None,
+        commit_log_version=info.latest_commit.version if info.latest_commit else None,
+        operator_metadata_versions=tuple(sorted({op.metadata_version for op in info.operators if op.metadata_version})),
     )
 
 
@@ -177,6 +180,13 @@ def scratch_copy(info: CheckpointInfo, storage: ControlStorage, dest: str) -> in
             elif sub.isdigit():
                 for name in storage.list_dir(f"{root}/state/{op}/{sub}/_metadata"):
                     copy(f"state/{op}/{sub}/_metadata/{name}")
+                # A store other than "default" keeps its schema in its own directory (a 3.5 stream-stream
+                # join: state/<op>/<part>/left-keyToNumValues/_metadata/schema); 4.x uses _stateSchema.
+                # Schemas are written for partition 0 only; data files have a dot in their names.
+                for store in storage.list_dir(f"{root}/state/{op}/{sub}") if sub == "0" else ():
+                    if store != "_metadata" and "." not in store:
+                        for name in storage.list_dir(f"{root}/state/{op}/{sub}/{store}/_metadata"):
+                            copy(f"state/{op}/{sub}/{store}/_metadata/{name}")
     return copied
 
 
@@ -199,6 +209,7 @@ def spark_dry_run(spark: Any, plan_df: Any, output_mode: str, info: CheckpointIn
                 spark.conf.set(key, value)
             except Exception:  # noqa: BLE001 - a conf this Spark does not know
                 saved_conf.pop(key, None)
+        spark_adapter.read_logs(spark, scratch)  # the logs this Spark would read first (format versions)
         watermark = info.latest_commit.next_batch_watermark_ms if info.latest_commit else offsets.batch_watermark_ms
         batch = info.next_batch_id
         current = spark_adapter.offset_metadata_json(watermark, int(time.time() * 1000), offsets.conf)
@@ -265,9 +276,14 @@ def check_compatibility(
         operators=tuple(dataclasses.replace(operator_facts(op), key_expressions=tuple(plan.key_expressions.get(op.id, ())))
                         for op in plan.operators),
         trigger=plan.sink.trigger,
+        spark_version=plan.spark_version,
     )
     ckpt = checkpoint_facts(info)
     result = spark_dry_run(spark, captured.df, captured.output_mode, info, storage) if dry_run else None
+    if result is not None and result.status == "passed" and not plan.state_checked_in_planning:
+        result = dataclasses.replace(result, status="partial", message=(
+            f"Spark {result.spark_version} plans a batch without checking state: it checks a state schema only "
+            "when a batch runs, so a changed state schema was not looked for here (source checks ran)"))
     verdict, findings = rules.evaluate(ckpt, cand, result)
     notes = list(info.notes)
     return CompatibilityReport(

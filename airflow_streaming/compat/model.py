@@ -67,6 +67,10 @@ class CheckpointFacts:
     operators: tuple[OperatorFacts, ...]
     last_committed: int | None
     last_planned: int | None
+    offsets_log_version: int | None = None
+    commit_log_version: int | None = None
+    operator_metadata_versions: tuple[int, ...] = ()
+    """Versions of ``state/<op>/_metadata`` files: written by Spark 4.0+ only (empty before, or stateless)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,8 @@ class CandidateFacts:
     conf: dict[str, str | None]
     operators: tuple[OperatorFacts, ...]
     trigger: dict[str, Any] = field(default_factory=dict)
+    spark_version: str | None = None
+    """The Spark version the candidate was planned with (its runtime)."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +108,8 @@ class DryRunResult:
     """Spark's own restart checks run against a scratch copy of the checkpoint's metadata."""
 
     status: str
-    """passed | rejected | unsupported | error"""
+    """passed | rejected | partial (planned without error, but this Spark checks no state while planning:
+    3.5) | unsupported | error"""
     error_class: str | None = None
     message: str | None = None
     seconds: float | None = None

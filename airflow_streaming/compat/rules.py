@@ -77,14 +77,32 @@ def rule_source_kind_and_path(ckpt: CheckpointFacts, cand: CandidateFacts) -> It
                           None, new.path)
 
 
+#: The name of an operator whose checkpoint has no operator metadata (written before Spark 4.0).
+UNKNOWN_OPERATOR = "unknown"
+
+
 def _ops(ops: Iterable[OperatorFacts]) -> list[tuple[int, str]]:
     return sorted((op.operator_id, op.name) for op in ops)
+
+
+def _same_operator(old: OperatorFacts, new: OperatorFacts) -> bool:
+    """Same id and name; a checkpoint without operator metadata (Spark 3.5) names none, so its id decides."""
+    return old.operator_id == new.operator_id and (old.name == new.name or UNKNOWN_OPERATOR in (old.name, new.name))
 
 
 def rule_stateful_operators(ckpt: CheckpointFacts, cand: CandidateFacts) -> Iterable[Finding]:
     if ckpt.last_committed is None:
         return
     old, new = _ops(ckpt.operators), _ops(cand.operators)
+    unnamed = [op for op in ckpt.operators if op.name == UNKNOWN_OPERATOR]
+    if old != new and unnamed and len(ckpt.operators) == len(cand.operators) and all(
+            _same_operator(o, n) for o, n in zip(sorted(ckpt.operators, key=lambda op: op.operator_id),
+                                                 sorted(cand.operators, key=lambda op: op.operator_id))):
+        yield Finding("STATEFUL_OPERATORS", Severity.INFO,
+                      f"the checkpoint records no operator names (no operator metadata: written before Spark 4.0); "
+                      f"its operator ids {[op.operator_id for op in ckpt.operators]} match the candidate's "
+                      f"{new}, and their state schemas are compared below", old, new)
+        return
     if old != new:
         what = ("added to a stateless query" if not old else "removed" if not new else "changed")
         yield Finding("STATEFUL_OPERATORS", Severity.INCOMPATIBLE,
@@ -116,7 +134,7 @@ def rule_state_schemas(ckpt: CheckpointFacts, cand: CandidateFacts) -> Iterable[
     new_by_id = {op.operator_id: op for op in cand.operators}
     for old in ckpt.operators:
         new = new_by_id.get(old.operator_id)
-        if new is None or new.name != old.name:
+        if new is None or not _same_operator(old, new):
             continue  # reported by rule_stateful_operators
         yield from _schema_findings("STATE_KEY_SCHEMA", old.operator_id, old.key_fields, new.key_fields)
         yield from _schema_findings("STATE_VALUE_SCHEMA", old.operator_id, old.value_fields, new.value_fields)
@@ -131,7 +149,7 @@ def rule_unverifiable_keys(ckpt: CheckpointFacts, cand: CandidateFacts) -> Itera
     new_by_id = {op.operator_id: op for op in cand.operators}
     for old in ckpt.operators:
         new = new_by_id.get(old.operator_id)
-        if new is None or new.name != old.name or not old.key_fields:
+        if new is None or not _same_operator(old, new) or not old.key_fields:
             continue
         if any(_GENERIC_FIELD.match(f.name) for f in old.key_fields):
             yield Finding("STATE_KEYS_NOT_RECORDED", Severity.WARNING,
@@ -173,6 +191,45 @@ def rule_trigger(ckpt: CheckpointFacts, cand: CandidateFacts) -> Iterable[Findin
                       None, cand.trigger)
 
 
+def _line(version: str | None) -> tuple[int, int] | None:
+    """``"3.5.7"`` -> ``(3, 5)``; ``None`` when not a version."""
+    parts = (version or "").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def rule_spark_runtime(ckpt: CheckpointFacts, cand: CandidateFacts) -> Iterable[Finding]:
+    """What a checkpoint's own files say about the Spark that wrote it, against the candidate's Spark.
+
+    A checkpoint records no Spark version, but some files exist only from a line on: operator metadata
+    (``state/<op>/_metadata``) from 4.0; a commit log v2 (``stateStore.checkpointFormatVersion=2``) from 4.0
+    - and Spark 3.5 refuses it (measured: ``IllegalStateException: UnsupportedLogVersion: maximum supported
+    log version is v1, but encountered v2``); an offsets log v2 from 4.2 (older lines' log reader accepts v1
+    only)."""
+    line = _line(cand.spark_version)
+    if line is None or ckpt.last_committed is None:
+        return
+    unreadable = []
+    if ckpt.commit_log_version and ckpt.commit_log_version >= 2 and line < (4, 0):
+        unreadable.append(f"commit log v{ckpt.commit_log_version} (stateStore.checkpointFormatVersion=2, Spark 4.0+)")
+    if ckpt.offsets_log_version and ckpt.offsets_log_version >= 2 and line < (4, 2):
+        unreadable.append(f"offsets log v{ckpt.offsets_log_version} (Spark 4.2+)")
+    if unreadable:
+        yield Finding("SPARK_DOWNGRADE", Severity.INCOMPATIBLE,
+                      f"the checkpoint was written by a newer Spark in a format Spark {cand.spark_version} cannot read: "
+                      f"{'; '.join(unreadable)} (Spark fails with UnsupportedLogVersion ... 'produced by a newer "
+                      "version of Spark and cannot be read by this version')", "; ".join(unreadable), cand.spark_version)
+    elif ckpt.operator_metadata_versions and line < (4, 0):
+        yield Finding("SPARK_DOWNGRADE", Severity.WARNING,
+                      f"the checkpoint has operator metadata (v{', v'.join(map(str, ckpt.operator_metadata_versions))}), "
+                      f"which only Spark 4.0+ writes, and the candidate runs Spark {cand.spark_version}: a downgrade. "
+                      "Spark 3.5 ignores that metadata (aggregation, dropDuplicates and stream-stream join state were "
+                      "measured to resume), but it checks state schemas only when a batch runs",
+                      "Spark 4.0+", cand.spark_version)
+
+
 RULES: tuple[Rule, ...] = (
     rule_source_count,
     rule_source_kind_and_path,
@@ -181,6 +238,7 @@ RULES: tuple[Rule, ...] = (
     rule_unverifiable_keys,
     rule_overridden_conf,
     rule_file_sink_path,
+    rule_spark_runtime,
     rule_trigger,
 )
 
@@ -192,6 +250,9 @@ def dry_run_findings(result: DryRunResult | None) -> list[Finding]:
         return [Finding("SPARK_DRY_RUN", Severity.INFO,
                         f"Spark {result.spark_version} planned the candidate's next batch against the checkpoint's "
                         "metadata without error" + (f" ({result.seconds:.1f}s)" if result.seconds is not None else ""))]
+    if result.status == "partial":
+        return [Finding("SPARK_DRY_RUN", Severity.WARNING, f"Spark's restart checks ran only in part: {result.message}",
+                        None, result.spark_version)]
     if result.status == "rejected":
         return [Finding("SPARK_DRY_RUN", Severity.INCOMPATIBLE,
                         f"Spark rejected the candidate: [{result.error_class}] {result.message}",

@@ -16,13 +16,19 @@ import uuid
 from typing import Any
 
 _STREAMING = "org.apache.spark.sql.execution.streaming"
-#: Where each internal class lives, newest Spark first (4.2: checkpointing/, 4.1: runtime/, 4.0: streaming/).
+#: Where each internal class lives, newest Spark first (4.2: checkpointing/, 4.1: runtime/, 3.5 and 4.0: streaming/).
 _PACKAGES = {
     "IncrementalExecution": (f"{_STREAMING}.runtime", _STREAMING),
     "OffsetSeqMetadata": (f"{_STREAMING}.checkpointing", f"{_STREAMING}.runtime", _STREAMING),
     "WatermarkPropagator": (f"{_STREAMING}.runtime", _STREAMING),
+    "OffsetSeqLog": (f"{_STREAMING}.checkpointing", f"{_STREAMING}.runtime", _STREAMING),
+    "CommitLog": (f"{_STREAMING}.checkpointing", f"{_STREAMING}.runtime", _STREAMING),
 }
-SUPPORTED_VERSIONS = ("4.0", "4.1", "4.2")
+SUPPORTED_VERSIONS = ("3.5", "4.0", "4.1", "4.2")
+#: Since 4.0 Spark checks state schemas and stateful operators against the checkpoint while it *plans* a
+#: batch (on the driver). 3.5 plans without these checks: it checks a state schema (and writes its file)
+#: when a state store is first loaded on an executor. Callers tell the two apart by what planning wrote
+#: (see ``compat.candidate.plan_candidate``), not by the version.
 
 
 class DryRunUnsupported(RuntimeError):
@@ -40,6 +46,21 @@ class SparkPlanningError(RuntimeError):
 
 def spark_version(spark: Any) -> str:
     return str(spark.version)
+
+
+def to_java(jvm: Any, scala_collection: Any) -> Any:
+    """A Scala collection as a Java one, on Scala 2.13 (Spark 4) and 2.12 (Spark 3.5)."""
+    try:
+        return jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_collection)  # Scala 2.13
+    except Exception:  # noqa: BLE001 - py4j: no such class on Scala 2.12
+        pass
+    converters = jvm.scala.collection.JavaConverters
+    for name in ("seqAsJavaListConverter", "mapAsJavaMapConverter", "setAsJavaSetConverter"):
+        try:
+            return getattr(converters, name)(scala_collection).asJava()
+        except Exception:  # noqa: BLE001 - not this kind of collection
+            continue
+    raise TypeError(f"cannot convert {scala_collection} to a Java collection")
 
 
 def _check_version(spark: Any) -> None:
@@ -133,17 +154,18 @@ def plan_incrementally(
     conf = jspark.sessionState().conf()
     propagator = watermark_propagator.apply(conf)
     uuid_class = jvm.java.util.UUID
+    # 3.5: the first 10 arguments; 4.0+ adds isFirstBatch, then (4.1+) the schema maps, the mode and a flag.
     args = [
         jspark, df._jdf.queryExecution().analyzed(), mode, state_dir,
         uuid_class.fromString(query_id), uuid_class.fromString(str(uuid.uuid4())),
-        batch_id, prev, metadata, propagator, True,
+        batch_id, prev, metadata, propagator,
     ]
     arity = _constructor_arity(jvm, ie_name)
-    defaults = [jvm.scala.collection.mutable.HashMap(), jvm.scala.collection.mutable.HashMap(),
-                jvm.org.apache.spark.sql.execution.CommandExecutionMode.ALL(), False]
+    defaults = [lambda: True, jvm.scala.collection.mutable.HashMap, jvm.scala.collection.mutable.HashMap,
+                lambda: jvm.org.apache.spark.sql.execution.CommandExecutionMode.ALL(), lambda: False]
     if arity < len(args) or arity > len(args) + len(defaults):
         raise DryRunUnsupported(f"{ie_name} has a {arity}-argument constructor this adapter does not know")
-    args += defaults[: arity - len(args)]
+    args += [make() for make in defaults[: arity - len(args)]]
     try:
         execution = ie_class(*args)
         return execution.executedPlan()
@@ -154,6 +176,36 @@ def plan_incrementally(
             raise
         error_class, message = describe_java_error(exc)
         raise SparkPlanningError(error_class, message) from exc
+
+
+def read_logs(spark: Any, checkpoint_dir: str) -> None:
+    """Read the latest entry of the offsets and commit logs under ``checkpoint_dir`` with Spark's own log
+    classes, as a restart does before anything else: a log written in a format this Spark cannot read
+    (e.g. a commit log v2 of ``stateStore.checkpointFormatVersion=2`` for Spark 3.5) fails here with
+    Spark's own error (:class:`SparkPlanningError`). Pass a scratch copy: 4.x may create the log dirs."""
+    jvm, jspark = spark._jvm, spark._jsparkSession
+    for simple_name, sub in (("OffsetSeqLog", "offsets"), ("CommitLog", "commits")):
+        name, cls = _class(jvm, simple_name)
+        arity = _constructor_arity(jvm, name)
+        args: list[Any] = [jspark, f"{checkpoint_dir.rstrip('/')}/{sub}"]
+        for i in range(len(args) + 1, arity + 1):  # later arguments: Scala's defaults (4.2: a flag)
+            args.append(getattr(cls, f"$lessinit$greater$default${i}")())
+        try:
+            cls(*args).getLatest()
+        except Exception as exc:  # noqa: BLE001 - py4j errors carry Spark's exception
+            error_class, message = describe_java_error(exc)
+            if error_class in ("SparkInternalError", "AssertionError"):
+                error_class = _java_class_of(exc) or error_class
+            raise SparkPlanningError(error_class, message) from exc
+
+
+def _java_class_of(exc: BaseException) -> str | None:
+    """The simple class name of the Java exception behind a py4j error (``IllegalStateException``)."""
+    java_exc = getattr(exc, "java_exception", None) or getattr(exc, "_java_exception", None)
+    try:
+        return str(java_exc.getClass().getSimpleName()) if java_exc is not None else None
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _constructor_arity(jvm: Any, class_name: str) -> int:

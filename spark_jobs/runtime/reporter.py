@@ -68,6 +68,19 @@ def remember_session_secrets(spark: SparkSession) -> None:
         log.warning("could not read the session's conf to mask its secrets", exc_info=True)
 
 
+def progress_dict(progress: Any) -> dict[str, Any]:
+    """One progress entry as a plain dict, whichever form this pyspark hands it in.
+
+    A listener event's ``progress`` is a ``StreamingQueryProgress`` (its ``.json`` is Spark's own JSON) on
+    every line; ``query.recentProgress`` / ``lastProgress`` give ``StreamingQueryProgress`` objects in
+    pyspark 4.x but plain dicts (already parsed JSON) in pyspark 3.5. The 4.x class also subclasses
+    ``dict`` (without being one to read: its ``get`` raises), so the test is its ``json`` text."""
+    text = getattr(progress, "json", None)
+    if isinstance(text, str):
+        return json.loads(text)
+    return dict(progress)
+
+
 class _Listener(StreamingQueryListener):
     def __init__(self, reporter: StatusReporter):
         self._reporter = reporter
@@ -76,7 +89,7 @@ class _Listener(StreamingQueryListener):
         self._reporter.on_started(str(event.id))
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
-        self._reporter.on_progress(json.loads(event.progress.json))
+        self._reporter.on_progress(progress_dict(event.progress))
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
         self._reporter.on_idle(str(event.id))
@@ -218,7 +231,7 @@ class StatusReporter:
         it is complete once the query stopped; whatever the listener delivers later is skipped."""
         for query in self.queries():
             try:
-                progresses = [json.loads(p.json) for p in query.recentProgress]
+                progresses = [progress_dict(p) for p in query.recentProgress]
             except Exception:  # noqa: BLE001 - a stopped session may refuse calls: keep what the listener gave
                 log.warning("could not read the recent progress of query %s at exit", query.id, exc_info=True)
                 continue

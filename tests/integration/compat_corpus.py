@@ -100,3 +100,65 @@ PAIRS = [
                _start(JOIN.replace('F.col("a.device_id") == F.col("b.device_id")', 'F.col("a.event_type") == F.col("b.event_type")')),
                spark_fails=False, expected_rule="STATE_KEYS_NOT_RECORDED"),
 ]
+
+
+# ------------------------------------------------------------------------------------ Spark runtime changes
+# v1 runs on one Spark line, v2 on another (each in a child process of that line's python: one JVM per
+# process). The session is built here (the corpus' HEADER takes whatever getOrCreate gives), with the
+# conf a pair names; everything else as above.
+
+RUNTIME_HEADER = '''
+import json, os, sys
+from pyspark.sql import SparkSession, functions as F
+builder = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+           .config("spark.sql.shuffle.partitions", "2"))
+for key, value in json.loads(os.environ.get("CORPUS_CONF", "{}")).items():
+    builder = builder.config(key, value)
+spark = builder.getOrCreate()
+src, src2, out, ckpt = sys.argv[1:5]
+SCHEMA = "event_id STRING, device_id STRING, event_type STRING, ts STRING, signal DOUBLE"
+events = spark.readStream.schema(SCHEMA).json(src)
+other = spark.readStream.schema(SCHEMA).json(src2)
+'''
+COUNTS = '''result = events.groupBy("device_id").agg(F.count("*").alias("n"))
+def write(df, batch_id):
+    df.coalesce(1).write.mode("overwrite").json(f"{out}/batch={batch_id}")
+writer = result.writeStream.outputMode("complete").foreachBatch(write)
+'''
+CHECKPOINT_FORMAT_2 = {
+    "spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+}
+CURRENT = "current"
+"""The line of the test's own interpreter (pyspark 4.x)."""
+
+
+@dataclass(frozen=True)
+class RuntimePair:
+    name: str
+    v1_runtime: str
+    v2_runtime: str
+    body: str
+    """The query (the same script for v1 and v2: only the Spark line changes)."""
+    spark_fails: bool
+    """What Spark does when v2's line restarts the query on v1's checkpoint with new data (the oracle)."""
+    spark_error: str | None = None
+    """Text of Spark's own error that the oracle raises and the gate's dry run must report."""
+    v1_conf: dict[str, str] | None = None
+
+    def script(self) -> str:
+        return RUNTIME_HEADER + _start(self.body)
+
+
+RUNTIME_PAIRS = [
+    # An upgrade of aggregation state: resumes, every count kept (state is portable from 3.5 to 4.x).
+    RuntimePair("aggregation_3.5_to_4", "3.5.7", CURRENT, COUNTS, spark_fails=False),
+    # A stream-stream join's state from 3.5 does not resume on 4.x: 3.5 recorded the join key as not
+    # nullable in the value schema, 4.x plans it nullable.
+    RuntimePair("join_3.5_to_4", "3.5.7", CURRENT, JOIN, spark_fails=True,
+                spark_error="STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"),
+    # A downgrade of a checkpoint in 4.x's checkpoint format v2 (commit log v2): 3.5 cannot read it.
+    RuntimePair("checkpoint_format_2_4_to_3.5", CURRENT, "3.5.7", COUNTS, spark_fails=True,
+                spark_error="UnsupportedLogVersion", v1_conf=CHECKPOINT_FORMAT_2),
+]

@@ -19,7 +19,7 @@ import pytest
 from airflow_streaming.checkpoint.reader import read_checkpoint
 from airflow_streaming.compat.check import check_compatibility
 from airflow_streaming.compat.model import Severity, Verdict
-from compat_corpus import PAIRS, ChangePair
+from compat_corpus import CURRENT, PAIRS, RUNTIME_PAIRS, ChangePair, RuntimePair
 from spark_jobs.event_generator import generate_events
 
 pytestmark = pytest.mark.spark
@@ -120,3 +120,61 @@ def test_verdict_agrees_with_spark(spark, tmp_path, pair: ChangePair):
         assert oracle.conf[pair.silently_ignored_conf] == SESSION_CONF[pair.silently_ignored_conf], detail
     if not rules:
         assert report.verdict == Verdict.COMPATIBLE, detail
+
+
+# ------------------------------------------------------------------------------------ Spark runtime changes
+
+
+def _line(name: str):
+    from spark_runtimes import current_runtime, runtime
+
+    return current_runtime() if name == CURRENT else runtime(name)
+
+
+def _last_counts(out: Path) -> int:
+    import json
+
+    batches = sorted(out.glob("batch=*"), key=lambda p: int(p.name.split("=")[1]))
+    return sum(json.loads(line)["n"] for f in batches[-1].glob("*.json") for line in f.read_text().splitlines() if line)
+
+
+@pytest.mark.parametrize("pair", RUNTIME_PAIRS, ids=[p.name for p in RUNTIME_PAIRS])
+def test_verdict_agrees_with_spark_across_runtimes(tmp_path, pair: RuntimePair):
+    """v1 on one Spark line, then the gate (with its dry run) and the oracle in v2's line: the gate's
+    verdict agrees with what v2's Spark does, and when Spark refuses, the gate reports Spark's own error."""
+    import json
+
+    from spark_runtimes import run_gate
+
+    v1_rt, v2_rt = _line(pair.v1_runtime), _line(pair.v2_runtime)
+    script = tmp_path / "job.py"
+    script.write_text(pair.script())
+    src, src2, out = tmp_path / "src", tmp_path / "src2", tmp_path / "out"
+    args = lambda ckpt: [str(src), str(src2), str(out), str(ckpt)]  # noqa: E731
+
+    feed(tmp_path, "one")
+    proc = v1_rt.run([str(script), *args(tmp_path / "ckpt")], log=tmp_path / "v1.log",
+                     CORPUS_CONF=json.dumps(pair.v1_conf or {}))
+    assert proc.returncode == 0, (tmp_path / "v1.log").read_text()[-3000:]
+    shutil.copytree(tmp_path / "ckpt", tmp_path / "ckpt_check")
+    shutil.copytree(tmp_path / "ckpt", tmp_path / "ckpt_oracle")
+    before = tree_hash(tmp_path / "ckpt_check")
+
+    answer = run_gate(v2_rt, tmp_path / "ckpt_check", script, args(tmp_path / "ckpt_check"), tmp_path / "gate.log")
+    assert tree_hash(tmp_path / "ckpt_check") == before, "the check modified the checkpoint"
+
+    feed(tmp_path, "two")
+    oracle = v2_rt.run([str(script), *args(tmp_path / "ckpt_oracle")], log=tmp_path / "v2.log")
+    oracle_text = oracle.stdout + oracle.stderr
+    detail = (f"{pair.name} ({v1_rt.version} -> {v2_rt.version}): gate {json.dumps(answer, default=str)[:4000]}\n"
+              f"oracle exit {oracle.returncode}: {oracle_text[-2500:]}")
+    assert (oracle.returncode != 0) == pair.spark_fails, detail
+    assert "verdict" in answer, detail
+    if pair.spark_fails:
+        assert pair.spark_error in oracle_text, detail
+        assert answer["verdict"] == "INCOMPATIBLE" and answer["exit_code"] == 1, detail
+        assert answer["dry_run"]["status"] == "rejected" and pair.spark_error in (
+            answer["dry_run"]["error_class"] + answer["dry_run"]["message"]), detail
+    else:
+        assert answer["verdict"] != "INCOMPATIBLE", detail
+        assert _last_counts(out) == 80, detail  # 40 + 40 events: v1's counts were kept in the state

@@ -678,3 +678,45 @@ def test_findings_serialise_with_severity_value():
 def test_facts_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         op().name = "x"  # type: ignore[misc]
+
+
+# ------------------------------------------------------------------------------------ Spark runtime changes
+
+
+def test_a_checkpoint_without_operator_names_matches_the_candidates_operators_by_id():
+    """A 3.5 checkpoint has no operator metadata: its operators are 'unknown' and match by id, while their
+    state schemas are still compared (a changed aggregate stays INCOMPATIBLE)."""
+    old = ckpt(operators=(op(name="unknown"),))
+    verdict, findings = rules.evaluate(old, cand(operators=(op(),)), DryRunResult("passed"))
+    assert verdict == Verdict.COMPATIBLE, findings
+    assert [f.severity for f in findings if f.rule == "STATEFUL_OPERATORS"] == [Severity.INFO]
+    changed = cand(operators=(op(value=(("count", "long"), ("sum", "double"))),))
+    verdict, findings = rules.evaluate(old, changed, DryRunResult("passed"))
+    assert verdict == Verdict.INCOMPATIBLE and "STATE_VALUE_SCHEMA" in {f.rule for f in findings}
+    verdict, findings = rules.evaluate(old, cand(operators=(op(), op(1, "dedupe"))), DryRunResult("passed"))
+    assert verdict == Verdict.INCOMPATIBLE and "STATEFUL_OPERATORS" in {f.rule for f in findings}
+
+
+@pytest.mark.parametrize("commit_version, offsets_version, metadata, spark, expected", [
+    (2, 1, (1,), "3.5.7", Severity.INCOMPATIBLE),   # checkpointFormatVersion=2: 3.5 cannot read it (measured)
+    (1, 2, (), "4.1.1", Severity.INCOMPATIBLE),     # offsets log v2 needs 4.2
+    (1, 1, (1,), "3.5.7", Severity.WARNING),        # written by 4.0+, run on 3.5: a downgrade that resumes
+    (2, 1, (1,), "4.0.1", None),
+    (1, 2, (1,), "4.2.0", None),
+    (1, 1, (), "3.5.7", None),                      # nothing 4.x-only in the checkpoint
+    (1, 1, (1,), None, None),                       # the candidate's Spark unknown
+])
+def test_spark_runtime_rule_names_what_the_candidates_spark_cannot_read(commit_version, offsets_version, metadata,
+                                                                      spark, expected):
+    facts = ckpt(commit_log_version=commit_version, offsets_log_version=offsets_version,
+                 operator_metadata_versions=metadata)
+    found = [f for f in rules.rule_spark_runtime(facts, cand(spark_version=spark))]
+    assert [f.severity for f in found] == ([expected] if expected else []), found
+    if found:
+        assert found[0].rule == "SPARK_DOWNGRADE" and spark in found[0].message
+
+
+def test_a_partial_dry_run_warns():
+    result = DryRunResult("partial", message="Spark 3.5.7 plans a batch without checking state", spark_version="3.5.7")
+    [finding] = rules.dry_run_findings(result)
+    assert finding.severity == Severity.WARNING and "3.5.7" in finding.message
