@@ -44,7 +44,7 @@ from airflow_streaming.spec import check_runtime, line_of
 
 __all__ = [
     "MIN_LINE", "ResolvedRuntime", "RuntimeUnavailableError", "check_runtime", "describe", "installed_version",
-    "line_of", "resolve_runtime", "runtimes_dir",
+    "line_of", "resolve_runtime", "runtimes_dir", "without_class_archive",
 ]
 
 _MARKER = ".airflow-streaming-runtime.json"
@@ -77,6 +77,13 @@ class ResolvedRuntime:
     def environment(self) -> dict[str, str]:
         """What a driver's (or the gate child's) environment needs to run on this runtime."""
         return {"SPARK_HOME": self.spark_home, "PYSPARK_PYTHON": self.python, "PYSPARK_DRIVER_PYTHON": self.python}
+
+
+def without_class_archive(options: str) -> str:
+    """JVM options without a class-data-sharing archive (``-XX:SharedArchiveFile``, ``-Xshare``): an archive
+    holds the installed PySpark's classes (``airflow_streaming.class_archive``), which another Spark's JVM
+    cannot map - it would say so on stdout, which the gate's JSON answer shares."""
+    return " ".join(o for o in options.split() if not o.startswith(("-XX:SharedArchiveFile", "-Xshare")))
 
 
 def describe(runtime: Any) -> str:

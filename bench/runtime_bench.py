@@ -8,6 +8,7 @@ and measures, on that one stream:
 - **bare restart on 3.5** (the baseline): ``hook.stop()`` + ``hook.submit()`` of the same version;
 - **runtime upgrade**: ``LifecycleRunner(..., Action.UPGRADE)`` to the same code on the installed Spark 4.x -
   the gate runs in 4.x, then graceful stop, snapshot, start on 4.x, probation;
+- **bare restart on 4.x**: the same, on the new line (the second baseline: a cold start of the new Spark);
 - **upgrade on one runtime**: then a managed upgrade on 4.x (``device_signals`` -> ``device_signals_v2``),
   the lifecycle's usual cost on an unchanged Spark.
 
@@ -75,13 +76,16 @@ def one_run(settle: int, same_runtime: bool = True) -> dict:
         wait_batches(hook, hook.batch_position().last_committed or 0, 3)
         bare = bare_restart(old, run_ids)
         wait_batches(hook, bare["batch"] + 1, settle)
-        runtime = managed_upgrade(old.with_version("v1-spark4", spark_runtime=None), run_ids)
+        new = old.with_version("v1-spark4", spark_runtime=None)
+        runtime = managed_upgrade(new, run_ids)
         wait_batches(hook, runtime["batch"] + 1, settle)
-        same = None
-        if same_runtime:  # not in --smoke: the same code path as the runtime upgrade's, and it costs suite time
+        bare_new = same = None
+        if same_runtime:  # not in --smoke: the same code paths as above, and they cost suite time
+            bare_new = bare_restart(new, run_ids)
+            wait_batches(hook, bare_new["batch"] + 1, settle)
             same = managed_upgrade(spec_for(root, "v2"), run_ids)
             wait_batches(hook, same["batch"] + 1, settle)
-        return {"bare": bare, "runtime_upgrade": runtime, "same_runtime_upgrade": same}
+        return {"bare": bare, "runtime_upgrade": runtime, "bare_new": bare_new, "same_runtime_upgrade": same}
     finally:
         feeder.stop()
         cleanup(root, run_ids)
@@ -108,10 +112,11 @@ def main() -> int:
         resolves.append(resolve)
         row = one_run(ns.settle, same_runtime=not ns.smoke)
         runs.append(row)
-        b, r, s = row["bare"], row["runtime_upgrade"], row["same_runtime_upgrade"]
+        b, r, s, n = row["bare"], row["runtime_upgrade"], row["same_runtime_upgrade"], row["bare_new"]
         print(f"run {run}: build {build:.2f} s, resolve {resolve:.2f} ms; bare restart on {OLD} {b['downtime_s']:.2f} s; "
               f"runtime upgrade {OLD} -> {installed_version()} {r['downtime_s']:.2f} s (gate {r['gate_s']:.2f} s, "
               f"stop {r['stop_s']:.2f}, submit -> first commit {r['submit_to_first_commit_s']:.2f})"
+              + (f"; bare restart on {installed_version()} {n['downtime_s']:.2f} s" if n else "")
               + (f"; upgrade on {installed_version()} {s['downtime_s']:.2f} s (gate {s['gate_s']:.2f} s)" if s else ""),
               flush=True)
 
@@ -124,6 +129,7 @@ def main() -> int:
               "runtime_upgrade_downtime_s": med("runtime_upgrade", "downtime_s"),
               "runtime_upgrade_gate_s": med("runtime_upgrade", "gate_s"),
               "runtime_upgrade_total_s": med("runtime_upgrade", "total_s"),
+              "bare_restart_new_downtime_s": med("bare_new", "downtime_s"),
               "same_runtime_upgrade_downtime_s": med("same_runtime_upgrade", "downtime_s"),
               "same_runtime_upgrade_gate_s": med("same_runtime_upgrade", "gate_s")}
     print(f"\nmedians of {ns.runs} run(s), Spark {OLD} -> {installed_version()}:")
@@ -133,6 +139,10 @@ def main() -> int:
     print(f"runtime upgrade downtime               {median['runtime_upgrade_downtime_s']:.2f} s "
           f"({median['runtime_upgrade_downtime_s'] / median['bare_restart_downtime_s']:.2f} x the baseline)")
     print(f"runtime upgrade gate (in {installed_version()})          {median['runtime_upgrade_gate_s']:.2f} s")
+    if median["bare_restart_new_downtime_s"] is not None:
+        print(f"bare restart on {installed_version()} (second baseline)   {median['bare_restart_new_downtime_s']:.2f} s; "
+              f"runtime upgrade / it: "
+              f"{median['runtime_upgrade_downtime_s'] / median['bare_restart_new_downtime_s']:.2f}")
     if median["same_runtime_upgrade_downtime_s"] is not None:
         print(f"upgrade on one runtime downtime        {median['same_runtime_upgrade_downtime_s']:.2f} s "
               f"({median['same_runtime_upgrade_downtime_s'] / median['bare_restart_downtime_s']:.2f} x the baseline)")

@@ -1,9 +1,7 @@
-"""Other Spark lines for tests: a runtime is a venv with one pyspark, at
-``~/.cache/airflow-streaming/runtimes/pyspark-<version>/`` (``AIRFLOW_STREAMING_RUNTIMES_DIR`` overrides the
-parent directory). One JVM per process: code runs in another line only in a child process of its python.
-
-A test that needs a runtime skips, naming the missing directory and how to build it, unless
-``AIRFLOW_STREAMING_REQUIRE_RUNTIMES=1`` (CI installs the runtimes): then it fails instead.
+"""Other Spark lines for tests: a runtime is a venv with one pyspark, resolved (and built once per host) by
+``airflow_streaming.spark_runtime`` as for a stream version that names it (``$AIRFLOW_STREAMING_RUNTIMES``,
+default ``~/.cache/airflow-streaming/runtimes/pyspark-<version>/``). One JVM per process: code runs in
+another line only in a child process of its python.
 """
 
 from __future__ import annotations
@@ -21,11 +19,6 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SPARK_35 = "3.5.7"
 ARCHIVE_OPTIONS = ("-XX:SharedArchiveFile", "-Xshare")
-
-
-def runtimes_dir() -> Path:
-    return Path(os.environ.get("AIRFLOW_STREAMING_RUNTIMES_DIR")
-                or Path.home() / ".cache" / "airflow-streaming" / "runtimes")
 
 
 @dataclass(frozen=True)
@@ -74,16 +67,16 @@ def current_runtime() -> Runtime:
 
 
 def runtime(version: str) -> Runtime:
-    """The runtime of pyspark ``version``, or skip (fail with AIRFLOW_STREAMING_REQUIRE_RUNTIMES=1)."""
-    root = runtimes_dir() / f"pyspark-{version}"
-    python = root / "bin" / "python"
-    if not python.exists():
-        reason = (f"Spark runtime pyspark {version} is not installed at {root} (build it: python3 -m venv "
-                  f"{root}.tmp && {root}.tmp/bin/python -m pip install pyspark=={version} && mv {root}.tmp {root})")
-        if os.environ.get("AIRFLOW_STREAMING_REQUIRE_RUNTIMES") == "1":
-            pytest.fail(f"AIRFLOW_STREAMING_REQUIRE_RUNTIMES=1 but {reason}")
-        pytest.skip(reason)
-    return Runtime(version, str(python))
+    """The runtime of pyspark ``version``, resolved as the product resolves a stream version's runtime
+    (``airflow_streaming.spark_runtime``: built once on this host, then cached). A host that cannot build it
+    (no package index) skips the test with what to install."""
+    from airflow_streaming.spark_runtime import RuntimeUnavailableError, resolve_runtime
+
+    try:
+        found = resolve_runtime({"version": version})
+    except RuntimeUnavailableError as exc:
+        pytest.skip(str(exc))
+    return current_runtime() if found is None else Runtime(version, found.python)
 
 
 def run_gate(rt: Runtime, checkpoint: Path, application: Path, args: list[str], log: Path) -> dict:

@@ -84,8 +84,12 @@ def check_environment(spec: StreamSpec) -> dict[str, str] | None:
     from airflow_streaming.targets.driver_env import driver_environment
     from airflow_streaming.targets.runtime_bundle import runtime_tree
 
+    from airflow_streaming.spark_runtime import without_class_archive
+
     env = driver_environment(os.environ, runtime.environment())
     env["PYTHONPATH"] = runtime_tree()
+    if "SPARK_SUBMIT_OPTS" in env:
+        env["SPARK_SUBMIT_OPTS"] = without_class_archive(env["SPARK_SUBMIT_OPTS"])
     return env
 
 

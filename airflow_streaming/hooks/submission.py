@@ -35,7 +35,13 @@ from airflow_streaming.redaction import (
     split_conf,
 )
 from airflow_streaming.sealing import deployer_of, sealed, sealed_deployer
-from airflow_streaming.spark_runtime import ResolvedRuntime, RuntimeUnavailableError, describe, resolve_runtime
+from airflow_streaming.spark_runtime import (
+    ResolvedRuntime,
+    RuntimeUnavailableError,
+    describe,
+    resolve_runtime,
+    without_class_archive,
+)
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import LaunchPlan
 from airflow_streaming.targets.runtime_bundle import runtime_tree
@@ -168,6 +174,9 @@ class SubmissionMixin:
         # The runtime's spark-submit and SPARK_HOME; its Python for a driver on this host (on a cluster the
         # driver's Python is cluster.python).
         env = runtime.environment() if local else {"SPARK_HOME": runtime.spark_home}
+        if local:  # this JVM loads the runtime's jars: a class archive of the installed PySpark's does not fit
+            opts = redacting_log_options(self.resolved_spec, os.environ) or os.environ.get("SPARK_SUBMIT_OPTS", "")
+            env["SPARK_SUBMIT_OPTS"] = without_class_archive(opts)
         return dataclasses.replace(plan, spark_binary=runtime.spark_submit, env={**plan.env, **env})
 
     def command_for(self, run_id: str) -> tuple[list[str], str]:

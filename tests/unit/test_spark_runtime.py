@@ -187,11 +187,14 @@ def test_a_local_plan_runs_the_runtimes_spark_submit_python_and_an_isolated_laun
 
     home = fake_runtime(tmp_path / "rt" / "pyspark-3.5.7", "3.5.7")
     monkeypatch.setenv("AIRFLOW_STREAMING_RUNTIMES", str(tmp_path / "rt"))
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:SharedArchiveFile=/x/spark-abc.jsa -Xshare:auto -Dkeep=1")
     hook = SparkStreamHook(spec(tmp_path, spark_runtime="3.5.7"))
     plan = hook.launch_plan("20261125T000000Z-12345678")
     assert plan.spark_binary == str(home / "bin" / "spark-submit")
     assert plan.env["SPARK_HOME"] == str(home)
     assert plan.env["PYSPARK_PYTHON"] == plan.env["PYSPARK_DRIVER_PYTHON"] == str(tmp_path / "rt" / "pyspark-3.5.7" / "bin" / "python")
+    opts = plan.env["SPARK_SUBMIT_OPTS"]  # the installed PySpark's class archive does not fit the runtime's jars
+    assert "-Dkeep=1" in opts and "log4j2.configurationFile" in opts and "SharedArchive" not in opts and "Xshare" not in opts
     tree = Path(plan.launcher).parents[1]
     assert plan.launcher.endswith("spark_jobs/launch.py") and (tree / "airflow_streaming" / "spec.py").is_file()
     # The launcher puts its tree first on sys.path: it must hold no pyspark (and no Airflow side) to shadow the runtime's.
@@ -206,12 +209,13 @@ def test_the_gate_child_runs_in_the_candidates_runtime(tmp_path, monkeypatch):
     home = fake_runtime(tmp_path / "rt" / "pyspark-3.5.7", "3.5.7")
     monkeypatch.setenv("AIRFLOW_STREAMING_RUNTIMES", str(tmp_path / "rt"))
     monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", "not-for-the-child")
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:SharedArchiveFile=/x/spark-abc.jsa")
     candidate = spec(tmp_path, spark_runtime="3.5.7")
     cmd, _ = check_command(candidate, allow_warnings=False)
     env = check_environment(candidate)
     assert cmd[:3] == [str(tmp_path / "rt" / "pyspark-3.5.7" / "bin" / "python"), "-m", "airflow_streaming.compat"]
     assert env["SPARK_HOME"] == str(home) and Path(env["PYTHONPATH"], "airflow_streaming", "compat", "__main__.py").is_file()
-    assert "AIRFLOW__CORE__FERNET_KEY" not in env
+    assert "AIRFLOW__CORE__FERNET_KEY" not in env and env["SPARK_SUBMIT_OPTS"] == ""
     assert check_command(spec(tmp_path), allow_warnings=False)[0][0] == sys.executable
     assert check_environment(spec(tmp_path)) is None
     remote = StreamSpec(name="s", application="events_etl", checkpoint_location="hdfs://nn/ckpt",
