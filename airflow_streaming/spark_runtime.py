@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_streaming.exceptions import StreamingError
-from airflow_streaming.spec import MIN_SPARK_LINE as MIN_LINE
-from airflow_streaming.spec import check_runtime, line_of
+from airflow_streaming.spark_lines import MIN_SPARK_LINE as MIN_LINE
+from airflow_streaming.spark_lines import check_runtime, line_of
 
 __all__ = [
     "MIN_LINE", "ResolvedRuntime", "RuntimeUnavailableError", "check_runtime", "describe", "installed_version",

@@ -32,7 +32,9 @@ DRIVER_SIDE = ("airflow_streaming", "airflow_streaming.checkpoint", "airflow_str
                "airflow_streaming.location",
                # which PySpark is installed (importlib.metadata only): the gate's command line, run from the
                # runtime tree in a stream version's own Spark runtime (runtime_bundle.EXTRA_ROOTS), reports it
-               "airflow_streaming.pyspark_install")
+               "airflow_streaming.pyspark_install",
+               # the spec's check of spark_runtime (the lines and releases a version may name)
+               "airflow_streaming.spark_lines")
 #: Never on the driver side: Airflow, HTTP client libraries, pydantic, ORMs, cloud SDKs.
 FORBIDDEN = ("airflow", "pydantic", "requests", "httpx", "urllib3", "aiohttp", "sqlalchemy", "hdfs",
              "kubernetes", "psutil", "tenacity", "flask", "fastapi", "starlette")
