@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_streaming.exceptions import StreamingError
+from airflow_streaming.redaction import redact_text
 from airflow_streaming.spark_lines import MIN_SPARK_LINE as MIN_LINE
 from airflow_streaming.spark_lines import check_runtime, line_of
 
@@ -230,7 +231,8 @@ def _build(folder: Path, release: str, timeout: float) -> ResolvedRuntime:
                                               f"{exc}); {_install_hint(folder, release)}") from None
             if done.returncode != 0:
                 shutil.rmtree(staging, ignore_errors=True)
-                why = " ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+                # pip may name the index it asked; a URL's password (a private index) never reaches a log
+                why = redact_text(" ".join((done.stderr or done.stdout).strip().splitlines()[-3:]))
                 raise RuntimeUnavailableError(f"could not build the Spark {release} runtime: {' '.join(argv[:3])} "
                                               f"... failed: {why}; {_install_hint(folder, release)}")
         (staging / _MARKER).write_text(json.dumps({"version": release, "seconds": round(time.monotonic() - started, 1),

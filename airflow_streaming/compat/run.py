@@ -81,10 +81,9 @@ def check_environment(spec: StreamSpec) -> dict[str, str] | None:
     runtime = _runtime_of(spec)
     if runtime is None:
         return None
+    from airflow_streaming.spark_runtime import without_class_archive
     from airflow_streaming.targets.driver_env import driver_environment
     from airflow_streaming.targets.runtime_bundle import runtime_tree
-
-    from airflow_streaming.spark_runtime import without_class_archive
 
     env = driver_environment(os.environ, runtime.environment())
     env["PYTHONPATH"] = runtime_tree()

@@ -129,7 +129,29 @@ def test_a_release_that_cannot_be_installed_says_what_to_install_and_leaves_noth
         resolve_runtime({"version": "3.5.99"}, cache=tmp_path, timeout=300)
     message = str(raised.value)
     assert "could not build the Spark 3.5.99 runtime" in message and "pip install pyspark==3.5.99" in message
+    assert "No matching distribution found for pyspark==3.5.99" in message  # pip's own reason
     assert sorted(p.name for p in tmp_path.iterdir()) == [".pyspark-3.5.99.lock"]  # no half-built folder
+
+
+def test_pips_reason_never_carries_a_private_indexs_password(tmp_path, monkeypatch):
+    """pip names the index it could not use; a private index's URL holds a token: the error keeps the reason and
+    masks the password (the venv step runs for real, pip's answer is the one a private index gives)."""
+    import airflow_streaming.spark_runtime as spark_runtime
+
+    real_run = subprocess.run
+
+    def run(argv, **kwargs):
+        if argv[1:3] == ["-m", "pip"]:
+            return subprocess.CompletedProcess(argv, 1, "", "Looking in indexes: https://ci:s3cr3t-index-token@pypi.corp."
+                                               "example/simple\nERROR: 401 Client Error: Unauthorized for url: https://ci:"
+                                               "s3cr3t-index-token@pypi.corp.example/simple/pyspark/\n")
+        return real_run(argv, **kwargs)
+
+    monkeypatch.setattr(spark_runtime.subprocess, "run", run)
+    with pytest.raises(RuntimeUnavailableError) as raised:
+        resolve_runtime({"version": "3.5.7"}, cache=tmp_path)
+    assert "401 Client Error: Unauthorized" in str(raised.value) and "pypi.corp.example" in str(raised.value)
+    assert "s3cr3t-index-token" not in str(raised.value)
 
 
 RACE = textwrap.dedent("""
