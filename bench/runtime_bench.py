@@ -34,9 +34,16 @@ from pathlib import Path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-from upgrade_bench import bare_restart, cleanup, machine, managed_upgrade, spec_for, wait_batches  # noqa: E402
+from upgrade_bench import (  # noqa: E402
+    bare_restart,
+    cleanup,
+    machine,
+    managed_upgrade,
+    spec_for,
+    start_under_input,
+    wait_batches,
+)
 
-from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from airflow_streaming.spark_runtime import installed_version, resolve_runtime  # noqa: E402
 from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
 from signals import Feeder  # noqa: E402
@@ -67,13 +74,7 @@ def one_run(settle: int, same_runtime: bool = True) -> dict:
     run_ids: list[str] = []
     try:
         old = spec_for(root, "v1").with_version("v1-spark35", spark_runtime=OLD)
-        feeder.feed(40)
-        hook = SparkStreamHook(old)
-        record = hook.submit()
-        run_ids.append(record.run_id)
-        hook.wait_until_ready(record)
-        feeder.start()
-        wait_batches(hook, hook.batch_position().last_committed or 0, 3)
+        hook = start_under_input(old, feeder, run_ids)
         bare = bare_restart(old, run_ids)
         wait_batches(hook, bare["batch"] + 1, settle)
         new = old.with_version("v1-spark4", spark_runtime=None)

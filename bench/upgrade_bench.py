@@ -89,6 +89,18 @@ def wait_batches(hook: SparkStreamHook, after: int, count: int, timeout: float =
     raise TimeoutError(f"batch {after + count} not committed within {timeout}s")
 
 
+def start_under_input(spec: StreamSpec, feeder: Feeder, run_ids: list[str]) -> SparkStreamHook:
+    """Feed 40 events, start ``spec``'s driver, then feed continuously; return once 3 batches committed."""
+    feeder.feed(40)
+    hook = SparkStreamHook(spec)
+    record = hook.submit()
+    run_ids.append(record.run_id)
+    hook.wait_until_ready(record)
+    feeder.start()
+    wait_batches(hook, hook.batch_position().last_committed or 0, 3)
+    return hook
+
+
 def bare_restart(spec: StreamSpec, run_ids: list[str]) -> dict[str, float]:
     hook = SparkStreamHook(spec)
     t_stop = time.time()
@@ -240,13 +252,7 @@ def main() -> int:
     warm_upgrades: list[dict] = []
     try:
         current = spec_for(root, "v1")
-        feeder.feed(40)
-        hook = SparkStreamHook(current)
-        record = hook.submit()
-        run_ids.append(record.run_id)
-        hook.wait_until_ready(record)
-        feeder.start()
-        wait_batches(hook, hook.batch_position().last_committed or 0, 3)
+        hook = start_under_input(current, feeder, run_ids)
         for run in range(ns.runs):
             b = bare_restart(current, run_ids)
             bare.append(b)

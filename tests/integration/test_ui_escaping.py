@@ -75,6 +75,7 @@ def _control_files(root: Path) -> Path:
     (d / "history.json").write_text(json.dumps([
         {"id": "a1", "action": "upgrade", "outcome": "FAILED", "from_version": IMG, "to_version": BREAKOUT,
          "started_at": now - 900, "ended_at": now - 800, "verdict": SVG, "owner": f"dag.task run {SCRIPT} try 1",
+         "from_runtime": f"Spark 3.5.7{IMG}", "to_runtime": "Spark 4.2.0 (installed)",
          "error": f"CAST_INVALID_INPUT: The value '{PAYLOAD}' cannot be cast"}]))
     (d / "lifecycle.json").write_text(json.dumps({
         "id": "a2", "action": "restart", "step": "FAILED", "created_at": now - 600, "updated_at": now - 500,
@@ -165,6 +166,9 @@ def test_markup_in_control_files_creates_no_element_and_runs_no_script(airflow_s
         summary.click()  # open the spec, driver and steps panels
     text = page.locator("#app").inner_text()
     assert IMG in text and SCRIPT in text and SVG in text and "CAST_INVALID_INPUT" in text
+    # Each version's Spark: the history row of a runtime change shows both, as text.
+    runtimes = page.locator("#history tr[data-outcome='FAILED'] .runtime").first.inner_text()
+    assert runtimes == f"Spark 3.5.7{IMG} → Spark 4.2.0 (installed)", runtimes
     _clean(page, "stream page")
 
     # The reported attack: the lifecycle timeline's tooltips (step detail, action error, versions).
