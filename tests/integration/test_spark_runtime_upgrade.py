@@ -1,8 +1,9 @@
 """A stateful stream moved from Spark 3.5 to the installed 4.x, on real Spark drivers of both lines.
 
 One stream, one sequence (each Spark start costs seconds): v1 runs on Spark 3.5.7 (a runtime the
-provider builds once on this host and caches, ``airflow_streaming.spark_runtime``); a broken 4.x version
-is rolled back and v1 restarts **on its old runtime**; the upgrade-window DAG (real ``airflow dags test``)
+provider builds once on this host and caches, ``airflow_streaming.spark_runtime``); a 4.x version that
+passes the gate but fails at run time under 4.x's ANSI mode is rolled back and v1 restarts **on its old
+runtime**; the upgrade-window DAG (real ``airflow dags test``)
 moves the same code to the installed Spark 4.x with the gate answered by 4.x, the window's state kept;
 a downgrade back to 3.5 is refused by Spark 3.5's own gate. Throughout, the sink's committed output is
 compared with what was fed: nothing lost, nothing duplicated.
@@ -50,7 +51,7 @@ def versions(streams) -> dict:
     args = ["--input", inp, "--output", out, "--window", "1 minute", "--watermark", "30 seconds"]
     return {"v1": {"application": "device_signals", "application_args": args, "spark_runtime": OLD},
             "v2": {"application": "device_signals", "application_args": args},  # the same code, Spark alone
-            "v2-broken": {"application": str(JOBS / "device_signals_broken.py"),
+            "v2-ansi": {"application": str(JOBS / "device_signals_ansi.py"),
                           "application_args": [inp, out, streams.path("checkpoints", "signals")]}}
 
 
@@ -90,10 +91,11 @@ def test_stateful_stream_moves_from_spark_35_to_4x_keeps_state_rolls_back_to_its
     wait_for(lambda: read_window_counts(out), 150, "v1 (Spark 3.5) writes closed windows")
     wait_for(lambda: hook.health().state.value == "HEALTHY", 60, "the health rules judge the 3.5 driver HEALTHY")
 
-    # A version on 4.x that fails at run time: rolled back, and v1 restarts on Spark 3.5.7 again.
-    broken = LifecycleRunner(spec_of(streams, "v2-broken"), Action.UPGRADE, OPTIONS).run()
+    # A version that passes 4.x's gate but fails on 4.x at run time (ANSI mode, on by default in 4.x: a cast
+    # 3.5 turns into null raises): probation catches it, and v1 restarts on Spark 3.5.7 again.
+    broken = LifecycleRunner(spec_of(streams, "v2-ansi"), Action.UPGRADE, OPTIONS).run()
     assert broken.step == Step.ROLLED_BACK, broken.error
-    assert "calibration table missing" in broken.error
+    assert "CAST_INVALID_INPUT" in broken.error and "PROBATION" in [s["step"] for s in broken.steps]
     assert hook.deployed()["spec"]["version"] == "v1" and hook.deployed()["spec"]["spark_runtime"] == {"version": OLD}
     assert runtime_of_run(broken.rollback_run_id) == {OLD}
 
