@@ -85,7 +85,7 @@ def summary(feeds: list[dict[str, Any]], stop1: dict[str, Any], stop2: dict[str,
     lines = [f"stream {NAME}: lifecycle demo summary"]
     lines += [f"  {p['phase']}: batches {p['batches']} ({p['batch_count']}), rows in {p['rows_in']} "
               f"({p['valid_in']} valid, {p['quarantined_in']} malformed), rows out {p['rows_out']}" for p in phases]
-    lines += [f"  stops: " + ", ".join(f"graceful={s['graceful']} clean={s['clean']} at batch {s['last_committed_batch']} "
+    lines += ["  stops: " + ", ".join(f"graceful={s['graceful']} clean={s['clean']} at batch {s['last_committed_batch']} "
                                       f"in {s['seconds']}s" for s in result["stops"])]
     lines += [f"  restart continued at batch {result['restart_continued_at_batch']}; output rows {result['rows_out_total']}, "
               f"quarantined {result['quarantined_total']}, duplicates {result['duplicates']}, missing {result['missing']}"]
