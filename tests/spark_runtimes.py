@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from airflow_streaming.spark_runtime import without_class_archive
+
 REPO = Path(__file__).resolve().parent.parent
 SPARK_35 = "3.5.7"
-ARCHIVE_OPTIONS = ("-XX:SharedArchiveFile", "-Xshare")
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,7 @@ class Runtime:
         if os.path.abspath(self.python) != os.path.abspath(sys.executable):  # venvs: never resolve the symlink
             # The tests' class-data-sharing archive holds this interpreter's Spark classes: another line's JVM
             # cannot map it and says so on stdout (which the gate's --json answer shares).
-            opts = [o for o in env.get("SPARK_SUBMIT_OPTS", "").split() if not o.startswith(ARCHIVE_OPTIONS)]
-            env["SPARK_SUBMIT_OPTS"] = " ".join(opts)
+            env["SPARK_SUBMIT_OPTS"] = without_class_archive(env.get("SPARK_SUBMIT_OPTS", ""))
         env.update(PYSPARK_PYTHON=self.python, PYSPARK_DRIVER_PYTHON=self.python, PYTHONPATH=str(REPO),
                    SPARK_LOCAL_IP="127.0.0.1", **extra)
         return env

@@ -135,7 +135,7 @@ class SubmissionMixin:
         runtime is refused: this host cannot choose it."""
         if self.spec.spark_runtime is None:
             return None
-        if getattr(self, "_spark_runtime", None) is None:
+        if not hasattr(self, "_spark_runtime"):  # resolved once (``None``: the named release is the installed one)
             if self.target.kind in ("standalone-cluster", "kubernetes"):
                 where = "the standalone workers' own Spark installation" if self.target.kind == "standalone-cluster" \
                     else "the driver image (cluster.image)"

@@ -13,7 +13,11 @@ stops the action before it touches anything else.
 Takeover rule (``docs/upgrades.md``): a lock is stale, and may be taken over, when
 - its holder ran on this host and that process (pid + start time) is gone, or
 - its holder has not renewed it for ``ttl`` seconds, or
-- it is unreadable garbage (no holder can renew bytes it did not write).
+- it is unreadable garbage (no holder can renew bytes it did not write), or
+- it was handed to a trigger by an earlier try of the Airflow task instance that a later try now runs
+  (:func:`adoptable`): Airflow ended that try after its trigger fired, before the resumed try took the lock
+  back (Airflow 3.3 fails a resumed task whose deferring process reported its exit late, apache/airflow
+  #66374 and #72716), and a later try of the same task is the only one that can finish its action.
 A takeover is logged at WARNING, returned to the caller (who records it in the action's record) and
 is itself a compare-and-swap on the bytes judged stale, so two takers cannot both win.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -72,6 +77,28 @@ def parse_holder(raw: bytes) -> dict[str, Any] | None:
     if not isinstance(holder, dict) or not isinstance(holder.get("pid"), int) or not isinstance(holder.get("host"), str):
         return None
     return holder
+
+
+_ATTEMPT = re.compile(r"^(?P<task_instance>\S+ run .+) try (?P<try>\d+)$")
+
+
+def task_attempt(owner: Any) -> tuple[str, int] | None:
+    """``(task instance, try number)`` of an owner that names an Airflow task try (``<dag_id>.<task_id>[<map
+    index>] run <run_id> try <n>``, see :func:`airflow_streaming.operators.owner.task_owner`); ``None`` for
+    other owners (a supervisor's pid, a CLI)."""
+    m = _ATTEMPT.match(owner.strip()) if isinstance(owner, str) else None
+    return (m.group("task_instance"), int(m.group("try"))) if m else None
+
+
+def adoptable(holder: dict[str, Any] | None, owner: str | None) -> bool:
+    """Whether ``owner`` may take over ``holder`` although it is not stale: the lock was handed to a trigger
+    (``deferred``, no process holds it) by an *earlier* try of the same Airflow task instance. Airflow runs
+    one try of a task instance at a time, so that try is over: its trigger either fired or is cancelled,
+    and the trigger's event names the old holder id, which no longer resumes anything."""
+    if not holder or not holder.get("deferred"):
+        return False
+    mine, theirs = task_attempt(owner), task_attempt(holder.get("owner"))
+    return bool(mine and theirs and mine[0] == theirs[0] and theirs[1] < mine[1])
 
 
 def is_stale(holder: dict[str, Any] | None, now: float | None = None) -> bool:
@@ -127,10 +154,14 @@ class LifecycleLock:
             if raw is None:
                 continue
             current = parse_holder(raw)
-            if not is_stale(current):
+            if adoptable(current, owner):
+                log.warning("taking over the lifecycle lock %s that an earlier try of this task handed to its "
+                            "trigger: %s", path, current)
+            elif not is_stale(current):
                 raise LifecycleLockHeld(path, current)  # type: ignore[arg-type]
+            else:
+                log.warning("taking over the stale lifecycle lock %s held by %s", path, current or raw[:200])
             took_over = current if current is not None else {"unreadable": raw[:200].decode(errors="replace")}
-            log.warning("taking over the stale lifecycle lock %s held by %s", path, took_over)
             storage.compare_and_swap(path, raw, None)
         raise StorageError(None, f"could not acquire {path} within {ACQUIRE_WAIT_S:.0f}s: it kept changing")
 

@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow_streaming.compat.last_report import write_last_report
 from airflow_streaming.compat.run import IncompatibleCandidateError, blocking_problems, run_check
 from airflow_streaming.control.locations import storage_for
+from airflow_streaming.operators.owner import task_owner
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.ui.links import STREAM_LINKS
 
@@ -57,7 +58,7 @@ class SparkStreamCompatibilityCheckOperator(BaseOperator):
         storage, control_dir = storage_for(spec.control_dir, spec.storage_conn_id)
         write_last_report(storage, control_dir, report, candidate_version=spec.version,
                           candidate_application=spec.application,
-                          owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}")
+                          owner=task_owner(ti))
         problems = blocking_problems(report, self.allow_warnings)
         if problems is not None:
             raise IncompatibleCandidateError(f"{spec.application} {spec.version} is {verdict} with the checkpoint "

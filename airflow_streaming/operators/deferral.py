@@ -8,6 +8,15 @@ operator defers to :class:`~airflow_streaming.triggers.lifecycle.SparkStreamLife
 fires, runs the action again with the handed-over locks: it resumes from the record. A worker or
 triggerer restart in between loses nothing: the record and the lock (renewed by holder id) are on the
 control storage.
+
+Airflow 3.3 can fail a deferred task whose trigger fired soon after it deferred: when the executor's
+report that the deferring process exited arrives after the task was queued again, the scheduler takes it
+for a task "killed externally" (apache/airflow#66374, #67287, #72716; 3.3.2 guards only the SCHEDULED
+state). Such a failure is a retry of the task, and a retry resumes the action from its record, taking
+over the lock its earlier try handed to the trigger (:func:`~airflow_streaming.lifecycle.lock.adoptable`).
+So a deferrable lifecycle task whose DAG sets no ``retries`` (nor ``[core] default_task_retries``) gets
+:data:`DEFERRED_RETRIES` retries, :data:`DEFERRED_RETRY_DELAY` apart; the task's own ``retries`` and
+``retry_delay``, or its DAG's ``default_args``, always win.
 """
 
 from __future__ import annotations
@@ -17,6 +26,11 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_streaming.lifecycle.waits import WaitNeeded
+
+#: Retries of a deferrable lifecycle task that sets none (see the module docstring).
+DEFERRED_RETRIES = 2
+#: Their delay, unless the task or its DAG sets ``retry_delay``.
+DEFERRED_RETRY_DELAY = timedelta(seconds=15)
 
 #: Extra time the deferral may take beyond the wait's own deadline before Airflow times the task out.
 DEFERRAL_MARGIN_S = 900.0
@@ -51,11 +65,21 @@ class DeferrableLifecycleMixin:
     deferrable: bool
     poll_interval: float
 
-    def _set_deferrable(self, deferrable: bool | None, poll_interval: float | None) -> None:
+    def _set_deferrable(self, deferrable: bool | None, poll_interval: float | None,
+                        operator_kwargs: dict[str, Any] | None = None) -> None:
+        """Call after ``BaseOperator.__init__`` with the operator's ``**kwargs`` (they carry the task's own
+        ``retries``/``retry_delay`` and the DAG's ``default_args``)."""
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
         self.poll_interval = lifecycle_poll_interval() if poll_interval is None else float(poll_interval)
         if self.poll_interval <= 0:
             raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
+        if self.deferrable and operator_kwargs is not None:
+            given = {**(operator_kwargs.get("default_args") or {}), **operator_kwargs}
+            # ``self.retries`` is ``[core] default_task_retries`` here unless the task or its DAG set it.
+            if "retries" not in given and not self.retries:  # type: ignore[attr-defined]
+                self.retries = DEFERRED_RETRIES  # type: ignore[attr-defined]
+                if "retry_delay" not in given:
+                    self.retry_delay = DEFERRED_RETRY_DELAY  # type: ignore[attr-defined]
 
     def _action(self, context: Any, resume: dict[str, str] | None) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
+from airflow_streaming.operators.owner import task_owner
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.ui.links import STREAM_LINKS
 
@@ -29,7 +30,8 @@ class SparkStreamDeployOperator(DeferrableLifecycleMixin, BaseOperator):
     :param wait_for_progress: wait until the query reports progress (default) or return after submit.
     :param startup_timeout: seconds to wait for progress; default: the spec's ``startup_timeout``.
     :param deferrable: wait for the progress in the triggerer (no worker slot held meanwhile); default
-        ``[operators] default_deferrable``.
+        ``[operators] default_deferrable``. A deferrable task that sets no ``retries`` gets two, 15 s apart
+        (:mod:`airflow_streaming.operators.deferral`: Airflow 3.3 can fail a task whose trigger fired early).
     :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
         lifecycle_poll_interval``.
     """
@@ -52,7 +54,7 @@ class SparkStreamDeployOperator(DeferrableLifecycleMixin, BaseOperator):
         self.spec = spec
         self.wait_for_progress = wait_for_progress
         self.startup_timeout = startup_timeout
-        self._set_deferrable(deferrable, poll_interval)
+        self._set_deferrable(deferrable, poll_interval, kwargs)
 
     def execute(self, context: Context) -> dict[str, Any]:
         return self._run_deferrable(context)
@@ -69,7 +71,7 @@ class SparkStreamDeployOperator(DeferrableLifecycleMixin, BaseOperator):
 
         spec = as_spec(self.spec)
         ti = context["ti"]
-        options = LifecycleOptions(owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}",
+        options = LifecycleOptions(owner=task_owner(ti),
                                    startup_timeout=self.startup_timeout if self.wait_for_progress else 1e9,
                                    defer=self.deferrable)
         self._spec = spec

@@ -8,6 +8,7 @@ from typing import Any
 from airflow.sdk import BaseNotifier, BaseOperator, Context
 
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
+from airflow_streaming.operators.owner import task_owner
 from airflow_streaming.spec import StreamSpec, as_spec, parse_duration
 from airflow_streaming.ui.links import STREAM_LINKS
 
@@ -37,7 +38,8 @@ class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
         task context plus ``stream_event`` (UPGRADE_SUCCEEDED / UPGRADE_ROLLED_BACK).
     :param deferrable: run every wait (the gate's report, the old driver's exit, the new one's start,
         probation) in the triggerer, so the task holds a worker slot only for the short steps; default
-        ``[operators] default_deferrable``.
+        ``[operators] default_deferrable``. A deferrable task that sets no ``retries`` gets two, 15 s apart
+        (:mod:`airflow_streaming.operators.deferral`: Airflow 3.3 can fail a task whose trigger fired early).
     :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
         lifecycle_poll_interval``.
     """
@@ -56,7 +58,7 @@ class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
         self.allow_warnings, self.dry_run, self.warm_start = allow_warnings, dry_run, warm_start
         self.probation_min_batches, self.probation_window = probation_min_batches, probation_window
         self.notifiers = list(notifiers)
-        self._set_deferrable(deferrable, poll_interval)
+        self._set_deferrable(deferrable, poll_interval, kwargs)
 
     def execute(self, context: Context) -> dict[str, Any]:
         return self._run_deferrable(context)
@@ -79,7 +81,7 @@ class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
         options = LifecycleOptions(
             allow_warnings=self.allow_warnings, dry_run=self.dry_run,
             probation=Probation(self.probation_min_batches, parse_duration(self.probation_window, "probation_window")),
-            owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}", warm_start=self.warm_start,
+            owner=task_owner(ti), warm_start=self.warm_start,
             defer=self.deferrable)
         current = as_spec(self.current) if self.current is not None else None
         target = as_spec(self.spec) if self.spec is not None else None
@@ -138,7 +140,8 @@ class SparkStreamOperationOperator(DeferrableLifecycleMixin, BaseOperator):
     :param allow_warnings: let COMPATIBLE_WITH_WARNINGS pass the gate (default: the file's setting).
     :param desired_state: path of the desired-state YAML.
     :param fail_on_outcome: fail the task when the action ends REFUSED / ROLLED_BACK / FAILED (default).
-    :param deferrable: run every wait in the triggerer; default ``[operators] default_deferrable``.
+    :param deferrable: run every wait in the triggerer; default ``[operators] default_deferrable``. A deferrable task that sets no ``retries`` gets two, 15 s apart
+        (:mod:`airflow_streaming.operators.deferral`: Airflow 3.3 can fail a task whose trigger fired early).
     :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
         lifecycle_poll_interval``.
     """
@@ -156,7 +159,7 @@ class SparkStreamOperationOperator(DeferrableLifecycleMixin, BaseOperator):
         self.stream, self.action, self.version = stream, action, version
         self.allow_warnings, self.desired_state = allow_warnings, desired_state
         self.fail_on_outcome = fail_on_outcome
-        self._set_deferrable(deferrable, poll_interval)
+        self._set_deferrable(deferrable, poll_interval, kwargs)
 
     def execute(self, context: Context) -> dict[str, Any]:
         return self._run_deferrable(context)
@@ -185,7 +188,7 @@ class SparkStreamOperationOperator(DeferrableLifecycleMixin, BaseOperator):
         ti = context["ti"]
         result = operate(load_desired_state(self.desired_state), self.stream, self.action, self.version or None,
                          allow_warnings=_as_bool(self.allow_warnings),
-                         owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}",
+                         owner=task_owner(ti),
                          defer=self.deferrable, resume=resume)
         if self.action == "deploy":
             result.setdefault("outcome", "DEPLOYED")

@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_streaming.exceptions import StreamFailedError
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
+from airflow_streaming.operators.owner import task_owner
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.ui.links import STREAM_LINKS
 
@@ -27,7 +28,8 @@ class SparkStreamStopOperator(DeferrableLifecycleMixin, BaseOperator):
     :param kill_on_timeout: kill the driver when the timeout passes (default) or fail the task.
     :param fail_if_not_graceful: fail the task when the stream had to be killed (default False).
     :param deferrable: wait for the driver's exit in the triggerer (no worker slot held meanwhile);
-        default ``[operators] default_deferrable``.
+        default ``[operators] default_deferrable``. A deferrable task that sets no ``retries`` gets two, 15 s apart
+        (:mod:`airflow_streaming.operators.deferral`: Airflow 3.3 can fail a task whose trigger fired early).
     :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
         lifecycle_poll_interval``.
     """
@@ -52,7 +54,7 @@ class SparkStreamStopOperator(DeferrableLifecycleMixin, BaseOperator):
         self.stop_timeout = stop_timeout
         self.kill_on_timeout = kill_on_timeout
         self.fail_if_not_graceful = fail_if_not_graceful
-        self._set_deferrable(deferrable, poll_interval)
+        self._set_deferrable(deferrable, poll_interval, kwargs)
 
     def execute(self, context: Context) -> dict[str, Any]:
         return self._run_deferrable(context)
@@ -69,7 +71,7 @@ class SparkStreamStopOperator(DeferrableLifecycleMixin, BaseOperator):
 
         spec = as_spec(self.spec)
         ti = context["ti"]
-        options = LifecycleOptions(owner=f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}",
+        options = LifecycleOptions(owner=task_owner(ti),
                                    stop_timeout=self.stop_timeout, kill_on_timeout=self.kill_on_timeout,
                                    defer=self.deferrable)
         result = stop_stream(spec, options, resume)

@@ -10,6 +10,7 @@ from airflow.sdk import BaseNotifier, BaseOperator, Context
 
 from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
+from airflow_streaming.operators.owner import task_owner
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.ui.links import STREAM_LINKS
 
@@ -99,7 +100,7 @@ class SparkStreamSupervisorOperator(BaseOperator):
                     self.log.exception("notifier %s failed", type(notifier).__name__)
 
         ti = context["ti"]
-        owner = f"{ti.dag_id}.{ti.task_id} run {ti.run_id} try {ti.try_number}"
+        owner = task_owner(ti)
         result = supervise(hook, policy, deliver, max_wait_s=self.max_wait_s, owner=owner)
         self.log.info("stream %s: %s -> %s (%s)", result.stream, result.health, result.action, result.reason)
         return ({k: v for k, v in dataclasses.asdict(result).items() if k != "events"}

@@ -16,8 +16,10 @@ e. the desired-state file is edited to want v3 and the real ``stream_upgrade_win
    every minute) arrives in the DAG folder: its first *scheduled* run - nobody triggers it - upgrades
    the stream behind the gate, and its summary reports v2 -> v3 SUCCEEDED.
 
-Finally the operations DAG stops the stream gracefully and the sink's output is compared with what was
-fed: every event exactly once. The deploy and supervisor DAGs are small test DAGs using the provider's
+Finally the operations DAG's operator stops the stream gracefully while Airflow 3.3's defer race is
+injected (``RACE_DAG``: the try that deferred reports its exit only after the resumed try started, and the
+scheduler fails that try): its default retry resumes the stop, taking over the lock the failed try
+handed to its trigger. The sink's output is compared with what was fed: every event exactly once. The deploy and supervisor DAGs are small test DAGs using the provider's
 operators (the example ``device_signals_deploy`` waits for HEALTHY, which a running stream already is,
 so its sensor decides in the worker and would not show a deferral; ``stream_supervisor`` is scheduled
 every minute over a fixed spec file). Every process started is stopped by pid at the end.
@@ -93,6 +95,63 @@ e2e_supervisor()
 '''
 
 
+# The final stop runs the operations DAG's operator with a fault injected at a named step: Airflow 3.3's
+# defer race (apache/airflow#72716). The try that deferred reports its exit only once the resumed try is
+# RUNNING (Airflow's task runner calls the operator's extra links after it sent the deferral; this link
+# holds the exit there), so the scheduler drains a stale "success" for a task that runs again and fails
+# that try as "killed externally". The provider must ride it out: the task's default retries (it sets
+# none) resume the stop from its record, taking over the lock the failed try handed to its trigger.
+RACE_DAG = '''
+import os
+import time
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import BaseOperatorLink, dag
+from airflow_streaming.operators.lifecycle import SparkStreamOperationOperator
+from airflow_streaming.ui.links import STREAM_LINKS
+
+MARKS = Path(os.environ["E2E_RACE_MARKS"])
+
+
+class ExitReportedLate(BaseOperatorLink):
+    name = "exit reported late (fault injection)"
+
+    def get_link(self, operator, *, ti_key):
+        if getattr(operator, "deferred_here", False) and not (MARKS / "deferred").exists():
+            (MARKS / "deferred").touch()
+            deadline = time.monotonic() + 180
+            while not (MARKS / "resumed").exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(2)  # the resumed try is RUNNING: now this process exits and the executor reports it
+        return ""
+
+
+class RacedOperation(SparkStreamOperationOperator):
+    operator_extra_links = (*STREAM_LINKS, ExitReportedLate())
+
+    def defer(self, **kwargs):
+        self.deferred_here = True
+        super().defer(**kwargs)
+
+    def execute_complete(self, context, event):
+        if not (MARKS / "resumed").exists():
+            (MARKS / "resumed").touch()
+            time.sleep(120)  # running when the stale report arrives: Airflow fails this try and kills it here
+        return super().execute_complete(context, event)
+
+
+@dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
+def e2e_raced_stop():
+    # no retries set: a deferrable lifecycle task gets its default ones
+    RacedOperation(task_id="operate", stream="e2e-etl", action="stop",
+                   desired_state=os.environ["AIRFLOW_STREAMING_DESIRED_STATE"])
+
+
+e2e_raced_stop()
+'''
+
+
 def _desired_state(root: Path) -> str:
     args = f"[--input, {root}/input, --output, {root}/output, --quarantine, {root}/quarantine]"
     path = root / "desired_state.yaml"
@@ -139,9 +198,12 @@ def airflow_stack_options(e2e_root: Path) -> StackOptions:
     dags.mkdir()
     (dags / "e2e_deploy.py").write_text(DEPLOY_DAG)
     (dags / "e2e_supervisor.py").write_text(SUPERVISOR_DAG)
+    (dags / "e2e_raced_stop.py").write_text(RACE_DAG)
+    (e2e_root / "race").mkdir()
     shutil.copy(REPO / "dags" / "stream_operations.py", dags / "stream_operations.py")  # the real example DAG
     return StackOptions(dags_folder=str(dags), env={
         "AIRFLOW_STREAMING_DESIRED_STATE": _desired_state(e2e_root),
+        "E2E_RACE_MARKS": str(e2e_root / "race"),
         "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
         "AIRFLOW__AIRFLOW_STREAMING__LIFECYCLE_POLL_INTERVAL": "1",
         # The upgrade-window DAG (copied in at step (e)) fires every minute instead of Sundays 03:00.
@@ -271,7 +333,7 @@ def test_lifecycle_through_the_rest_api_on_real_airflow_services(airflow_stack: 
     started = time.monotonic()
     marks: dict[str, float] = {}
     feed.write(300, files=3)
-    for dag_id in ("e2e_deploy", "stream_operations", "e2e_supervisor"):
+    for dag_id in ("e2e_deploy", "stream_operations", "e2e_supervisor", "e2e_raced_stop"):
         airflow_stack.wait_for_dag(dag_id)
     marks["dags_parsed"] = time.monotonic() - started
 
@@ -394,10 +456,19 @@ def test_lifecycle_through_the_rest_api_on_real_airflow_services(airflow_stack: 
     feed.stop()
     fed = feed.event_ids
     wait_for(lambda: set(read_etl_output(str(e2e_root / "output")).event_ids) >= fed, 240, "every event in the sink")
-    stop_run = airflow_stack.trigger("stream_operations", conf={"stream": STREAM, "action": "stop"})
-    assert airflow_stack.wait_for_run("stream_operations", stop_run, timeout=240) == "success"
-    report = Watch(airflow_stack, "stream_operations", stop_run).xcom("operate")
+    # The graceful stop meets Airflow's defer race on purpose (RACE_DAG) and is retried to success.
+    stop_run = airflow_stack.trigger("e2e_raced_stop")
+    raced = Watch(airflow_stack, "e2e_raced_stop", stop_run)
+    state = airflow_stack.wait_for_run("e2e_raced_stop", stop_run, timeout=300)
+    ti = raced.poll()["operate"]
+    mismatches = airflow_stack.api("GET", "/api/v2/eventLogs?dag_id=e2e_raced_stop&event=state%20mismatch")
+    assert state == "success", (ti, mismatches, raced.task_log("operate", ti["try_number"])[-4000:])
+    assert mismatches["total_entries"] >= 1 and ti["try_number"] == 2, (ti, mismatches)  # the race did happen
+    assert {p.name for p in (e2e_root / "race").iterdir()} == {"deferred", "resumed"}
+    report = raced.xcom("operate")
     assert report["graceful"] and report["clean"], report
+    assert "taking over the lifecycle lock" in raced.task_log("operate", 2), raced.task_log("operate", 2)[-3000:]
+    print(f"raced stop: {raced.states}; {mismatches['event_logs'][0].get('extra', '')[:300]}", file=sys.stderr)
     assert hook.running_driver() is None and _lock(hook) is None
     output = read_etl_output(str(e2e_root / "output"))
     assert output.duplicates == {}, f"{len(output.duplicates)} duplicated events"

@@ -231,3 +231,37 @@ def test_deferrable_follows_operators_default_deferrable_and_poll_interval_the_p
     assert SparkStreamStopOperator(task_id="e", spec={}, deferrable=False).deferrable is False
     with pytest.raises(ValueError, match="poll_interval"):
         SparkStreamStopOperator(task_id="f", spec={}, poll_interval=0)
+
+
+def _retry_settings(op) -> tuple[int, timedelta]:
+    return op.retries, op.retry_delay
+
+
+def test_a_deferrable_task_that_sets_no_retries_gets_two_and_its_own_or_its_dags_always_win(monkeypatch):
+    """Airflow 3.3 fails a deferred task whose deferring process reported its exit after the task was queued
+    again (apache/airflow#72716): a deferrable lifecycle task must have a retry, which resumes its action."""
+    from airflow.sdk import DAG
+
+    from airflow_streaming.operators.deferral import DEFERRED_RETRIES, DEFERRED_RETRY_DELAY
+
+    classes = [lambda **kw: SparkStreamDeployOperator(spec={}, **kw), lambda **kw: SparkStreamStopOperator(spec={}, **kw),
+               lambda **kw: SparkStreamUpgradeOperator(spec={}, **kw),
+               lambda **kw: SparkStreamOperationOperator(stream="s", desired_state="/x", **kw)]
+    default = (0, timedelta(seconds=300))
+    for i, make in enumerate(classes):
+        assert _retry_settings(make(task_id=f"a{i}", deferrable=True)) == (DEFERRED_RETRIES, DEFERRED_RETRY_DELAY)
+        assert _retry_settings(make(task_id=f"b{i}", deferrable=False)) == default  # a blocking task: unchanged
+        assert _retry_settings(make(task_id=f"c{i}", deferrable=True, retries=0)) == default  # the task's own word
+        assert _retry_settings(make(task_id=f"d{i}", deferrable=True, retries=5)) == (5, timedelta(seconds=300))
+        assert _retry_settings(make(task_id=f"e{i}", deferrable=True, retry_delay=timedelta(seconds=40))) == \
+            (DEFERRED_RETRIES, timedelta(seconds=40))
+        with DAG(f"dag{i}", schedule=None, default_args={"retries": 0}):
+            assert _retry_settings(make(task_id="f", deferrable=True)) == default  # the DAG's default_args
+        with DAG(f"dag_delay{i}", schedule=None, default_args={"retry_delay": timedelta(seconds=60)}):
+            assert _retry_settings(make(task_id="g", deferrable=True)) == (DEFERRED_RETRIES, timedelta(seconds=60))
+    # The deployment's ``[core] default_task_retries`` (Airflow reads it when it loads its operator class) wins too.
+    from airflow.sdk.bases.operator import BaseOperator
+
+    init_defaults = BaseOperator.__init__.__wrapped__.__kwdefaults__
+    monkeypatch.setitem(init_defaults, "retries", 4)
+    assert SparkStreamStopOperator(task_id="h", spec={}, deferrable=True).retries == 4

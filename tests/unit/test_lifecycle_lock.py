@@ -282,3 +282,48 @@ def test_a_deferred_lock_that_expired_and_was_taken_over_cannot_be_resumed(stora
         assert other.took_over and other.took_over["id"] == holder_id
         with pytest.raises(LifecycleLockLost, match=f"no longer names the deferred action {holder_id}"):
             LifecycleLock.resume(storage, control, holder_id)
+
+
+def test_adoptable_over_every_combination_of_holder_and_taker():
+    """Exhaustive over the dimensions that matter: only a later try of the same task instance may take a lock
+    that an earlier try handed to its trigger; nothing else changes the takeover rules."""
+    import itertools
+
+    from airflow_streaming.lifecycle.lock import adoptable, task_attempt
+
+    instances = ["d.t run manual__1", "d.t run manual__2", "d.u run manual__1", "d.t[0] run manual__1",
+                 "d.t[1] run manual__1", "a.b.c run scheduled__2026 try x"]
+    owners = [None, "supervisor pid 42", "alice"] + [f"{ti} try {n}" for ti in instances for n in (1, 2, 3)]
+    for holder_owner, deferred, taker in itertools.product(owners, (True, False), owners):
+        holder = {"pid": 0, "host": "h", "owner": holder_owner, "deferred": deferred}
+        theirs, mine = task_attempt(holder_owner), task_attempt(taker)
+        expected = bool(deferred and theirs and mine and theirs[0] == mine[0] and theirs[1] < mine[1])
+        assert adoptable(holder, taker) is expected, (holder_owner, deferred, taker)
+    assert not adoptable(None, "d.t run r try 2")
+    assert task_attempt("d.t[3] run manual__1 try 12") == ("d.t[3] run manual__1", 12)
+    assert task_attempt("dag.with.dots.task run run with spaces try 2") == ("dag.with.dots.task run run with spaces", 2)
+    assert task_attempt("supervisor pid 42") is None and task_attempt(7) is None
+
+
+def test_a_later_try_of_the_same_task_takes_over_the_lock_its_earlier_try_handed_to_a_trigger(storage, control):
+    """Airflow failed try 1 after its trigger fired (the defer race of apache/airflow#72716): try 2 takes the
+    lock at once, the old trigger can no longer renew it, and the old holder id resumes nothing. Another
+    task, or an older try, still finds it held."""
+    from airflow_streaming.lifecycle.lock import renew_deferred
+
+    first = LifecycleLock.acquire(storage, control, "stop", owner="ops.operate run manual__1 try 1", ttl=600.0)
+    holder_id = first.defer()
+    for other in ("ops.operate run manual__2 try 2", "ops.other run manual__1 try 2", "ops.operate run manual__1 try 1",
+                  "supervisor pid 1"):
+        with pytest.raises(LifecycleLockHeld):
+            LifecycleLock.acquire(storage, control, "stop", owner=other, keep_alive=False)
+    assert on_disk(control)["id"] == holder_id
+    with LifecycleLock.acquire(storage, control, "stop", owner="ops.operate run manual__1 try 2") as second:
+        assert second.took_over and second.took_over["id"] == holder_id
+        assert on_disk(control)["pid"] == os.getpid() and not on_disk(control).get("deferred")
+        assert not renew_deferred(storage, control, holder_id)
+        with pytest.raises(LifecycleLockLost, match=f"no longer names the deferred action {holder_id}"):
+            LifecycleLock.resume(storage, control, holder_id)
+        # and a resumed (non-deferred) holder of try 2 is never adopted by a try 3: the usual rules apply
+        with pytest.raises(LifecycleLockHeld):
+            LifecycleLock.acquire(storage, control, "stop", owner="ops.operate run manual__1 try 3", keep_alive=False)
