@@ -89,9 +89,11 @@ class SparkStreamDeployOperator(DeferrableLifecycleMixin, BaseOperator):
 
     def on_kill(self) -> None:
         # Killed while waiting for the start: ask the half-started driver to stop (never raises). The deploy's
-        # record stays unfinished; a retry resumes it, a stop supersedes it.
+        # record stays unfinished; a retry resumes it, a stop supersedes it. Not when deferrable: its waits run
+        # in the triggerer, so a kill of its worker is a kill of a short step - e.g. Airflow's defer race
+        # (operators/deferral.py) failing a resumed try, whose retry must find the stream still starting.
         spec = getattr(self, "_spec", None)
-        if spec is not None:
+        if spec is not None and not self.deferrable:
             try:
                 SparkStreamHook(spec).request_stop()
             except Exception:  # noqa: BLE001

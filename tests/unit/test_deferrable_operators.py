@@ -265,3 +265,17 @@ def test_a_deferrable_task_that_sets_no_retries_gets_two_and_its_own_or_its_dags
     init_defaults = BaseOperator.__init__.__wrapped__.__kwdefaults__
     monkeypatch.setitem(init_defaults, "retries", 4)
     assert SparkStreamStopOperator(task_id="h", spec={}, deferrable=True).retries == 4
+
+
+def test_a_killed_deploy_asks_its_driver_to_stop_only_when_it_waits_in_the_worker(monkeypatch):
+    """Blocking: a kill while waiting for the start stops the half-started driver. Deferrable: a kill of the
+    worker is a kill of a short step (Airflow's defer race fails resumed tries): the stream is left starting."""
+    from airflow_streaming.operators import deploy
+
+    stopped: list[str] = []
+    monkeypatch.setattr(deploy, "SparkStreamHook", lambda spec: SimpleNamespace(request_stop=lambda: stopped.append(spec)))
+    for deferrable in (False, True):
+        op = SparkStreamDeployOperator(task_id=f"k{deferrable}", spec={}, deferrable=deferrable)
+        op._spec = f"spec-{deferrable}"
+        op.on_kill()
+    assert stopped == ["spec-False"]
