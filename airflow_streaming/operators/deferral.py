@@ -9,14 +9,8 @@ fires, runs the action again with the handed-over locks: it resumes from the rec
 triggerer restart in between loses nothing: the record and the lock (renewed by holder id) are on the
 control storage.
 
-Airflow 3.3 can fail a deferred task whose trigger fired soon after it deferred: when the executor's
-report that the deferring process exited arrives after the task was queued again, the scheduler takes it
-for a task "killed externally" (apache/airflow#66374, #67287, #72716; 3.3.2 guards only the SCHEDULED
-state). Such a failure is a retry of the task, and a retry resumes the action from its record, taking
-over the lock its earlier try handed to the trigger (:func:`~airflow_streaming.lifecycle.lock.adoptable`).
-So a deferrable lifecycle task whose DAG sets no ``retries`` (nor ``[core] default_task_retries``) gets
-:data:`DEFERRED_RETRIES` retries, :data:`DEFERRED_RETRY_DELAY` apart; the task's own ``retries`` and
-``retry_delay``, or its DAG's ``default_args``, always win.
+A deferrable lifecycle task that sets no retries gets some: Airflow 3.3 can fail a deferred task whose
+trigger fired early, and the retry resumes the action (:mod:`airflow_streaming.defer_race`).
 """
 
 from __future__ import annotations
@@ -25,12 +19,8 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from airflow_streaming.defer_race import retry_deferred_task
 from airflow_streaming.lifecycle.waits import WaitNeeded
-
-#: Retries of a deferrable lifecycle task that sets none (see the module docstring).
-DEFERRED_RETRIES = 2
-#: Their delay, unless the task or its DAG sets ``retry_delay``.
-DEFERRED_RETRY_DELAY = timedelta(seconds=15)
 
 #: Extra time the deferral may take beyond the wait's own deadline before Airflow times the task out.
 DEFERRAL_MARGIN_S = 900.0
@@ -74,12 +64,7 @@ class DeferrableLifecycleMixin:
         if self.poll_interval <= 0:
             raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
         if self.deferrable and operator_kwargs is not None:
-            given = {**(operator_kwargs.get("default_args") or {}), **operator_kwargs}
-            # ``self.retries`` is ``[core] default_task_retries`` here unless the task or its DAG set it.
-            if "retries" not in given and not self.retries:  # type: ignore[attr-defined]
-                self.retries = DEFERRED_RETRIES  # type: ignore[attr-defined]
-                if "retry_delay" not in given:
-                    self.retry_delay = DEFERRED_RETRY_DELAY  # type: ignore[attr-defined]
+            retry_deferred_task(self, operator_kwargs)
 
     def _action(self, context: Any, resume: dict[str, str] | None) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError

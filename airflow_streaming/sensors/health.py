@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 
+from airflow_streaming.defer_race import retry_deferred_task
 from airflow_streaming.deprecated_names import module_getattr
 from airflow_streaming.exceptions import StreamFailedError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
@@ -90,7 +91,9 @@ class SparkStreamHealthSensor(BaseSensorOperator):
         still works, with a DeprecationWarning.)
     :param watch_seconds: ``watch``: length of the window.
     :param fail_on: ``watch``: the states that fail the task.
-    :param deferrable: poll from the triggerer; default ``[operators] default_deferrable``.
+    :param deferrable: poll from the triggerer; default ``[operators] default_deferrable``. A deferrable
+        sensor that sets no ``retries`` gets two, 15 s apart (:mod:`airflow_streaming.defer_race`); a bad
+        verdict still fails it without retries.
     :param poke_interval: seconds between verdicts; default ``[airflow_streaming] health_poll_interval`` (10).
     """
 
@@ -114,6 +117,8 @@ class SparkStreamHealthSensor(BaseSensorOperator):
         self.watch_seconds = watch_seconds
         self.fail_on = tuple(fail_on)
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
+        if self.deferrable:  # Airflow 3.3's defer race: a retry watches again (airflow_streaming.defer_race)
+            retry_deferred_task(self, kwargs)
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:

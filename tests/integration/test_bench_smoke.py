@@ -55,6 +55,13 @@ SMOKES = {
         rf"^\s+20\s+\d+\s+{NUMBER} ms\s+{NUMBER} ms\s+10\s+\d+\s+\d+$",
         rf"^\s+200\s+\d+\s+{NUMBER} ms\s+{NUMBER} ms\s+10\s+\d+\s+\d+$",
     )),
+    "connect_bench.py": Smoke(True, 300, (
+        rf"^bare start \(spark-submit -> first new commit\)\s+{NUMBER} s$",
+        rf"^server cold start \+ query \(no standby\)\s+{NUMBER} s \({NUMBER} x bare\)$",
+        rf"^fresh client, running server \(a standby\)\s+{NUMBER} s \({NUMBER} x bare\)$",
+        rf"^restart in one session \(upgrade floor\)\s+{NUMBER} s \({NUMBER} x bare\)$",
+        rf"^server memory with the query running\s+{NUMBER} MiB$",
+    )),
     "health_bench.py": Smoke(False, 240, (
         rf"^\| net CPU per stream, CPU s per min \| - \| {NUMBER} \[{NUMBER}\] \| {NUMBER} \[{NUMBER}\] \|$",
         rf"^\| CPU ratio vs baseline \| 1\.00 \| {NUMBER} \| {NUMBER} \|$",

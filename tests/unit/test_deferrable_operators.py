@@ -239,16 +239,21 @@ def _retry_settings(op) -> tuple[int, timedelta]:
 
 def test_a_deferrable_task_that_sets_no_retries_gets_two_and_its_own_or_its_dags_always_win(monkeypatch):
     """Airflow 3.3 fails a deferred task whose deferring process reported its exit after the task was queued
-    again (apache/airflow#72716): a deferrable lifecycle task must have a retry, which resumes its action."""
+    again (apache/airflow#72716): a deferrable lifecycle task must have a retry, which resumes its action (a
+    deferrable health sensor's retry watches again)."""
+    from airflow_streaming.sensors.health import SparkStreamHealthSensor
+
     from airflow.sdk import DAG
 
-    from airflow_streaming.operators.deferral import DEFERRED_RETRIES, DEFERRED_RETRY_DELAY
+    from airflow_streaming.defer_race import DEFERRED_RETRIES, DEFERRED_RETRY_DELAY
 
     classes = [lambda **kw: SparkStreamDeployOperator(spec={}, **kw), lambda **kw: SparkStreamStopOperator(spec={}, **kw),
                lambda **kw: SparkStreamUpgradeOperator(spec={}, **kw),
-               lambda **kw: SparkStreamOperationOperator(stream="s", desired_state="/x", **kw)]
-    default = (0, timedelta(seconds=300))
+               lambda **kw: SparkStreamOperationOperator(stream="s", desired_state="/x", **kw),
+               lambda **kw: SparkStreamHealthSensor(spec={}, **kw)]
     for i, make in enumerate(classes):
+        default = _retry_settings(make(task_id=f"z{i}", deferrable=False))
+        assert default == (0, timedelta(seconds=300))
         assert _retry_settings(make(task_id=f"a{i}", deferrable=True)) == (DEFERRED_RETRIES, DEFERRED_RETRY_DELAY)
         assert _retry_settings(make(task_id=f"b{i}", deferrable=False)) == default  # a blocking task: unchanged
         assert _retry_settings(make(task_id=f"c{i}", deferrable=True, retries=0)) == default  # the task's own word
