@@ -96,7 +96,8 @@ def dag_runs_for(owners: list[str], user: BaseUser, session: Any, airflow_root: 
                             "state": str(row.state.value if hasattr(row.state, "value") else row.state),
                             "start": row.start_date.timestamp() * 1000 if row.start_date else None,
                             "end": row.end_date.timestamp() * 1000 if row.end_date else None,
-                            "url": base, "task_url": f"{base}/tasks/{quote(task_id, safe='')}"}
+                            "url": base, "task_url": f"{base}/tasks/{quote(task_id, safe='')}"
+                                                     + (f"/mapped/{p['map_index']}" if p["map_index"] is not None else "")}
             break
     return found
 

@@ -26,6 +26,7 @@ ALARMING_STEPS = frozenset({"ROLLBACK_FAILED", "FAILED"})
 #: Window in which supervisor restarts are counted (the default restart policy's validity interval).
 RESTART_WINDOW_S = 3600.0
 _OWNER = re.compile(r"^(?P<dag_task>\S+) run (?P<run_id>.+) try (?P<try>\d+)$")
+_MAP_INDEX = re.compile(r"\[(\d+)\]$")
 
 
 # ------------------------------------------------------------------ secrets
@@ -205,17 +206,20 @@ def current_lag(points: list[dict[str, Any]], live: bool = True) -> dict[str, An
 
 # ------------------------------------------------------------------ lifecycle and supervision
 def parse_owner(owner: Any) -> dict[str, Any] | None:
-    """``{"dag_task", "run_id", "try", "candidates": [(dag_id, task_id), ...]}`` from a lifecycle owner
-    (``<dag_id>.<task_id> run <run_id> try <n>``); ``None`` for other owners (a supervisor pid, say).
-    Dag and task ids may contain dots, so every split is a candidate: the API keeps the one whose DAG
-    run exists."""
+    """``{"dag_task", "run_id", "try", "map_index", "candidates": [(dag_id, task_id), ...]}`` from a lifecycle
+    owner (``<dag_id>.<task_id>[<map index>] run <run_id> try <n>``, the map index only for a mapped task);
+    ``None`` for other owners (a supervisor pid, say). Dag and task ids may contain dots, so every split is a
+    candidate: the API keeps the one whose DAG run exists."""
     if not isinstance(owner, str) or not (m := _OWNER.match(owner.strip())):
         return None
-    dag_task = m.group("dag_task")
+    dag_task, map_index = m.group("dag_task"), None
+    if (mapped := _MAP_INDEX.search(dag_task)) is not None:
+        dag_task, map_index = dag_task[:mapped.start()], int(mapped.group(1))
     candidates = [(dag_task[:i], dag_task[i + 1:]) for i, c in enumerate(dag_task) if c == "." and 0 < i < len(dag_task) - 1]
     if not candidates:
         return None
-    return {"dag_task": dag_task, "run_id": m.group("run_id"), "try": int(m.group("try")), "candidates": candidates}
+    return {"dag_task": dag_task, "run_id": m.group("run_id"), "try": int(m.group("try")), "map_index": map_index,
+            "candidates": candidates}
 
 
 def owners_of(snap: StreamSnapshot) -> list[str]:
