@@ -57,10 +57,9 @@ def stream_upgrade_window():
                  "version": c.to_version} for c in changes]
 
     # One stream at a time; an outcome other than success is reported by the summary, not raised here.
-    # Retries: an action resumes from its record, so a retry continues it (never a second submission). It
-    # also rides out Airflow 3.3's race that fails a deferred task whose trigger fired before the scheduler
-    # had seen the deferring attempt exit ("finished with state success, but the task instance's state
-    # attribute is queued": apache/airflow#66374, #72716) - seen once in this project's suite.
+    # Retries: an action resumes from its record, so a retry continues it (never a second submission) - also
+    # when the window runs blocking. Deferrable, the task would get these by default anyway, for Airflow 3.3's
+    # defer race (airflow_streaming/defer_race.py).
     apply = SparkStreamOperationOperator.partial(
         task_id="apply", desired_state=DESIRED_STATE, fail_on_outcome=False,
         retries=2, retry_delay=timedelta(seconds=15),

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import socket
 import threading
 import time
@@ -37,6 +36,7 @@ from typing import Any
 
 from airflow_streaming.control.process import ProcessIdentity, process_start_time
 from airflow_streaming.control.storage import ControlStorage, StorageError
+from airflow_streaming.task_owner import parse_task_owner
 
 log = logging.getLogger(__name__)
 
@@ -79,17 +79,6 @@ def parse_holder(raw: bytes) -> dict[str, Any] | None:
     return holder
 
 
-_ATTEMPT = re.compile(r"^(?P<task_instance>\S+ run .+) try (?P<try>\d+)$")
-
-
-def task_attempt(owner: Any) -> tuple[str, int] | None:
-    """``(task instance, try number)`` of an owner that names an Airflow task try (``<dag_id>.<task_id>[<map
-    index>] run <run_id> try <n>``, see :func:`airflow_streaming.operators.owner.task_owner`); ``None`` for
-    other owners (a supervisor's pid, a CLI)."""
-    m = _ATTEMPT.match(owner.strip()) if isinstance(owner, str) else None
-    return (m.group("task_instance"), int(m.group("try"))) if m else None
-
-
 def adoptable(holder: dict[str, Any] | None, owner: str | None) -> bool:
     """Whether ``owner`` may take over ``holder`` although it is not stale: the lock was handed to a trigger
     (``deferred``, no process holds it) by an *earlier* try of the same Airflow task instance. Airflow runs
@@ -97,8 +86,8 @@ def adoptable(holder: dict[str, Any] | None, owner: str | None) -> bool:
     and the trigger's event names the old holder id, which no longer resumes anything."""
     if not holder or not holder.get("deferred"):
         return False
-    mine, theirs = task_attempt(owner), task_attempt(holder.get("owner"))
-    return bool(mine and theirs and mine[0] == theirs[0] and theirs[1] < mine[1])
+    mine, theirs = parse_task_owner(owner), parse_task_owner(holder.get("owner"))
+    return bool(mine and theirs and mine.task_instance == theirs.task_instance and theirs.try_number < mine.try_number)
 
 
 def is_stale(holder: dict[str, Any] | None, now: float | None = None) -> bool:

@@ -10,7 +10,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow_streaming.compat.last_report import write_last_report
 from airflow_streaming.compat.run import IncompatibleCandidateError, blocking_problems, run_check
 from airflow_streaming.control.locations import storage_for
-from airflow_streaming.operators.owner import task_owner
+from airflow_streaming.task_owner import task_owner
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.ui.links import STREAM_LINKS
 

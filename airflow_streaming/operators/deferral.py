@@ -56,14 +56,14 @@ class DeferrableLifecycleMixin:
     poll_interval: float
 
     def _set_deferrable(self, deferrable: bool | None, poll_interval: float | None,
-                        operator_kwargs: dict[str, Any] | None = None) -> None:
+                        operator_kwargs: dict[str, Any]) -> None:
         """Call after ``BaseOperator.__init__`` with the operator's ``**kwargs`` (they carry the task's own
         ``retries``/``retry_delay`` and the DAG's ``default_args``)."""
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
         self.poll_interval = lifecycle_poll_interval() if poll_interval is None else float(poll_interval)
         if self.poll_interval <= 0:
             raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
-        if self.deferrable and operator_kwargs is not None:
+        if self.deferrable:
             retry_deferred_task(self, operator_kwargs)
 
     def _action(self, context: Any, resume: dict[str, str] | None) -> Any:  # pragma: no cover - abstract

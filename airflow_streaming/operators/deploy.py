@@ -9,7 +9,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
-from airflow_streaming.operators.owner import task_owner
+from airflow_streaming.task_owner import task_owner
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.ui.links import STREAM_LINKS
 
@@ -31,7 +31,7 @@ class SparkStreamDeployOperator(DeferrableLifecycleMixin, BaseOperator):
     :param startup_timeout: seconds to wait for progress; default: the spec's ``startup_timeout``.
     :param deferrable: wait for the progress in the triggerer (no worker slot held meanwhile); default
         ``[operators] default_deferrable``. A deferrable task that sets no ``retries`` gets two, 15 s apart
-        (:mod:`airflow_streaming.operators.deferral`: Airflow 3.3 can fail a task whose trigger fired early).
+        (:mod:`airflow_streaming.defer_race`: Airflow 3.3 can fail a task whose trigger fired early).
     :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
         lifecycle_poll_interval``.
     """
@@ -91,7 +91,7 @@ class SparkStreamDeployOperator(DeferrableLifecycleMixin, BaseOperator):
         # Killed while waiting for the start: ask the half-started driver to stop (never raises). The deploy's
         # record stays unfinished; a retry resumes it, a stop supersedes it. Not when deferrable: its waits run
         # in the triggerer, so a kill of its worker is a kill of a short step - e.g. Airflow's defer race
-        # (operators/deferral.py) failing a resumed try, whose retry must find the stream still starting.
+        # (airflow_streaming/defer_race.py) failing a resumed try, whose retry must find the stream still starting.
         spec = getattr(self, "_spec", None)
         if spec is not None and not self.deferrable:
             try:

@@ -8,7 +8,7 @@ from typing import Any
 from airflow.sdk import BaseNotifier, BaseOperator, Context
 
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
-from airflow_streaming.operators.owner import task_owner
+from airflow_streaming.task_owner import task_owner
 from airflow_streaming.spec import StreamSpec, as_spec, parse_duration
 from airflow_streaming.ui.links import STREAM_LINKS
 
@@ -39,7 +39,7 @@ class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
     :param deferrable: run every wait (the gate's report, the old driver's exit, the new one's start,
         probation) in the triggerer, so the task holds a worker slot only for the short steps; default
         ``[operators] default_deferrable``. A deferrable task that sets no ``retries`` gets two, 15 s apart
-        (:mod:`airflow_streaming.operators.deferral`: Airflow 3.3 can fail a task whose trigger fired early).
+        (:mod:`airflow_streaming.defer_race`: Airflow 3.3 can fail a task whose trigger fired early).
     :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
         lifecycle_poll_interval``.
     """
@@ -140,8 +140,9 @@ class SparkStreamOperationOperator(DeferrableLifecycleMixin, BaseOperator):
     :param allow_warnings: let COMPATIBLE_WITH_WARNINGS pass the gate (default: the file's setting).
     :param desired_state: path of the desired-state YAML.
     :param fail_on_outcome: fail the task when the action ends REFUSED / ROLLED_BACK / FAILED (default).
-    :param deferrable: run every wait in the triggerer; default ``[operators] default_deferrable``. A deferrable task that sets no ``retries`` gets two, 15 s apart
-        (:mod:`airflow_streaming.operators.deferral`: Airflow 3.3 can fail a task whose trigger fired early).
+    :param deferrable: run every wait in the triggerer; default ``[operators] default_deferrable``. A deferrable
+        task that sets no ``retries`` gets two, 15 s apart (:mod:`airflow_streaming.defer_race`: Airflow 3.3 can
+        fail a task whose trigger fired early).
     :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
         lifecycle_poll_interval``.
     """

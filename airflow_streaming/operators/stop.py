@@ -9,7 +9,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_streaming.exceptions import StreamFailedError
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
-from airflow_streaming.operators.owner import task_owner
+from airflow_streaming.task_owner import task_owner
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.ui.links import STREAM_LINKS
 
@@ -29,7 +29,7 @@ class SparkStreamStopOperator(DeferrableLifecycleMixin, BaseOperator):
     :param fail_if_not_graceful: fail the task when the stream had to be killed (default False).
     :param deferrable: wait for the driver's exit in the triggerer (no worker slot held meanwhile);
         default ``[operators] default_deferrable``. A deferrable task that sets no ``retries`` gets two, 15 s apart
-        (:mod:`airflow_streaming.operators.deferral`: Airflow 3.3 can fail a task whose trigger fired early).
+        (:mod:`airflow_streaming.defer_race`: Airflow 3.3 can fail a task whose trigger fired early).
     :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
         lifecycle_poll_interval``.
     """

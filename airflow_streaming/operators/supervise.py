@@ -10,7 +10,7 @@ from airflow.sdk import BaseNotifier, BaseOperator, Context
 
 from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
-from airflow_streaming.operators.owner import task_owner
+from airflow_streaming.task_owner import task_owner
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.ui.links import STREAM_LINKS
 

@@ -92,12 +92,14 @@ def dag_runs_for(owners: list[str], user: BaseUser, session: Any, airflow_root: 
             if row is None or dag_id not in readable:
                 continue
             base = f"{airflow_root}/dags/{quote(dag_id, safe='')}/runs/{quote(row.run_id, safe='')}"
+            task_url = f"{base}/tasks/{quote(task_id, safe='')}"
+            if p["map_index"] is not None:
+                task_url += f"/mapped/{p['map_index']}"
             found[owner] = {"dag_id": dag_id, "run_id": row.run_id, "task_id": task_id, "try": p["try"],
                             "state": str(row.state.value if hasattr(row.state, "value") else row.state),
                             "start": row.start_date.timestamp() * 1000 if row.start_date else None,
                             "end": row.end_date.timestamp() * 1000 if row.end_date else None,
-                            "url": base, "task_url": f"{base}/tasks/{quote(task_id, safe='')}"
-                                                     + (f"/mapped/{p['map_index']}" if p["map_index"] is not None else "")}
+                            "url": base, "task_url": task_url}
             break
     return found
 

@@ -8,7 +8,6 @@ as a summary (:func:`spec_view`), never as the raw deployed document.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -17,6 +16,7 @@ from urllib.parse import urlsplit
 from airflow_streaming.notifications.events import redact
 from airflow_streaming.redaction import MASK, is_sensitive_key, scrub, secret_values
 from airflow_streaming.spark_runtime import describe
+from airflow_streaming.task_owner import parse_task_owner
 from airflow_streaming.ui.streams import StreamSnapshot
 
 #: Health states by how much attention they need (higher first when sorting).
@@ -25,8 +25,6 @@ SEVERITY = {"FAILED": 3, "STALLED": 2, "FALLING_BEHIND": 2, "UNKNOWN": 1, "HEALT
 ALARMING_STEPS = frozenset({"ROLLBACK_FAILED", "FAILED"})
 #: Window in which supervisor restarts are counted (the default restart policy's validity interval).
 RESTART_WINDOW_S = 3600.0
-_OWNER = re.compile(r"^(?P<dag_task>\S+) run (?P<run_id>.+) try (?P<try>\d+)$")
-_MAP_INDEX = re.compile(r"\[(\d+)\]$")
 
 
 # ------------------------------------------------------------------ secrets
@@ -210,15 +208,13 @@ def parse_owner(owner: Any) -> dict[str, Any] | None:
     owner (``<dag_id>.<task_id>[<map index>] run <run_id> try <n>``, the map index only for a mapped task);
     ``None`` for other owners (a supervisor pid, say). Dag and task ids may contain dots, so every split is a
     candidate: the API keeps the one whose DAG run exists."""
-    if not isinstance(owner, str) or not (m := _OWNER.match(owner.strip())):
+    if (parsed := parse_task_owner(owner)) is None:
         return None
-    dag_task, map_index = m.group("dag_task"), None
-    if (mapped := _MAP_INDEX.search(dag_task)) is not None:
-        dag_task, map_index = dag_task[:mapped.start()], int(mapped.group(1))
+    dag_task = parsed.dag_task
     candidates = [(dag_task[:i], dag_task[i + 1:]) for i, c in enumerate(dag_task) if c == "." and 0 < i < len(dag_task) - 1]
     if not candidates:
         return None
-    return {"dag_task": dag_task, "run_id": m.group("run_id"), "try": int(m.group("try")), "map_index": map_index,
+    return {"dag_task": dag_task, "run_id": parsed.run_id, "try": parsed.try_number, "map_index": parsed.map_index,
             "candidates": candidates}
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from airflow_streaming.control.contract import process_start_time
 from airflow_streaming.control.local import LocalStorage
-from airflow_streaming.lifecycle.lock import LOCK_NAME, LifecycleLock, LifecycleLockHeld, LifecycleLockLost
+from airflow_streaming.lifecycle.lock import LOCK_NAME, LifecycleLock, LifecycleLockHeld, LifecycleLockLost, adoptable
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -286,23 +286,32 @@ def test_a_deferred_lock_that_expired_and_was_taken_over_cannot_be_resumed(stora
 
 def test_adoptable_over_every_combination_of_holder_and_taker():
     """Exhaustive over the dimensions that matter: only a later try of the same task instance may take a lock
-    that an earlier try handed to its trigger; nothing else changes the takeover rules."""
+    that an earlier try handed to its trigger; nothing else changes the takeover rules. The expected answer
+    comes from how each owner was built, not from parsing it."""
     import itertools
 
-    from airflow_streaming.lifecycle.lock import adoptable, task_attempt
+    from types import SimpleNamespace
+
+    from airflow_streaming.task_owner import TaskOwner, parse_task_owner, task_owner
 
     instances = ["d.t run manual__1", "d.t run manual__2", "d.u run manual__1", "d.t[0] run manual__1",
                  "d.t[1] run manual__1", "a.b.c run scheduled__2026 try x"]
-    owners = [None, "supervisor pid 42", "alice"] + [f"{ti} try {n}" for ti in instances for n in (1, 2, 3)]
-    for holder_owner, deferred, taker in itertools.product(owners, (True, False), owners):
+    owners: list[tuple[str | None, tuple[str, int] | None]] = [(None, None), ("supervisor pid 42", None),
+                                                                ("alice", None)]
+    owners += [(f"{ti} try {n}", (ti, n)) for ti in instances for n in (1, 2, 3)]
+    for (holder_owner, theirs), deferred, (taker, mine) in itertools.product(owners, (True, False), owners):
         holder = {"pid": 0, "host": "h", "owner": holder_owner, "deferred": deferred}
-        theirs, mine = task_attempt(holder_owner), task_attempt(taker)
         expected = bool(deferred and theirs and mine and theirs[0] == mine[0] and theirs[1] < mine[1])
         assert adoptable(holder, taker) is expected, (holder_owner, deferred, taker)
     assert not adoptable(None, "d.t run r try 2")
-    assert task_attempt("d.t[3] run manual__1 try 12") == ("d.t[3] run manual__1", 12)
-    assert task_attempt("dag.with.dots.task run run with spaces try 2") == ("dag.with.dots.task run run with spaces", 2)
-    assert task_attempt("supervisor pid 42") is None and task_attempt(7) is None
+    assert parse_task_owner("d.t[3] run manual__1 try 12") == TaskOwner("d.t", 3, "manual__1", 12)
+    assert parse_task_owner("dag.with.dots.task run run with spaces try 2") == \
+        TaskOwner("dag.with.dots.task", None, "run with spaces", 2)
+    assert parse_task_owner("supervisor pid 42") is None and parse_task_owner(7) is None
+    ti = SimpleNamespace(dag_id="a.b", task_id="apply", run_id="r 1", try_number=3, map_index=4)
+    assert parse_task_owner(task_owner(ti)) == TaskOwner("a.b.apply", 4, "r 1", 3)  # written and read alike
+    unmapped = SimpleNamespace(dag_id="d", task_id="t", run_id="r", try_number=1, map_index=-1)
+    assert task_owner(unmapped) == "d.t run r try 1"
 
 
 def test_a_later_try_of_the_same_task_takes_over_the_lock_its_earlier_try_handed_to_a_trigger(storage, control):

@@ -127,7 +127,7 @@ def test_owner_parsing_keeps_every_dotted_split():
     parsed = views.parse_owner("stream_operations.operate run manual__2026-11-22T10:00:00+00:00 try 2")
     assert parsed == {"dag_task": "stream_operations.operate", "run_id": "manual__2026-11-22T10:00:00+00:00", "try": 2,
                       "map_index": None, "candidates": [("stream_operations", "operate")]}
-    # a mapped task (the upgrade window's apply): operators.owner.task_owner names its map index
+    # a mapped task (the upgrade window's apply): task_owner.task_owner names its map index
     mapped = views.parse_owner("stream_upgrade_window.apply[3] run scheduled__2026 try 1")
     assert (mapped["map_index"], mapped["candidates"]) == (3, [("stream_upgrade_window", "apply")])
     assert len(views.parse_owner("a.b.c run r try 1")["candidates"]) == 2
