@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from airflow_streaming import faults
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, DriverRecord, StatusDocument
 from airflow_streaming.control.storage import StorageError
@@ -245,6 +246,7 @@ class SubmissionMixin:
                 if not standby:
                     self._remove_marker_of(run_id)
                 raise
+            faults.hit("hook.submitted", run_id)  # e.g. the task killed before the record: see adopt()
             record = DriverRecord(
                 run_id=run_id, stream=self.spec.name, version=self.spec.version, application=self.spec.application,
                 host=hostname(), command=self.target.describe_command(plan), log_path=plan.log_path,
@@ -256,6 +258,50 @@ class SubmissionMixin:
                 self._record_deployment(record, held)
             log.info("submitted stream %s %s%s to %s: run %s, %s, log %s", self.spec.name, self.spec.version,
                      " (standby)" if standby else "", self.target.kind, run_id, handle, plan.log_path)
+            return record
+
+    def unrecorded_record(self, run_id: str, standby: bool = False) -> DriverRecord | None:
+        """A driver record for the one driver of ``run_id`` that runs although no record names it (its
+        submitter was killed between the submission and the record), as the target identifies it;
+        ``None`` when the target cannot tell which driver it is. Written by nobody: see :meth:`adopt`."""
+        handle = self.target.adopt(run_id)
+        if handle is None:
+            return None
+        plan = self.launch_plan(run_id, standby=standby)
+        return DriverRecord(
+            run_id=run_id, stream=self.spec.name, version=self.spec.version, application=self.spec.application,
+            host=hostname(), command=self.target.describe_command(plan), log_path=plan.log_path,
+            submitted_at=time.time(), checkpoint_location=self.spec.checkpoint_location, target=self.target.kind,
+            handle=handle)
+
+    def adopt(self, run_id: str, lock: LifecycleLock, standby: bool = False) -> DriverRecord:
+        """Record the driver of ``run_id`` that a killed submitter started but never recorded, so that
+        everything after (the wait for its progress, probation, a promotion, a stop, a rollback's kill)
+        acts on it. Refuses (:class:`DriverStartError`) when the target cannot tell which driver it is,
+        or (not for a ``standby``) when another driver of the stream still runs: the caller must
+        neither submit again nor go on as if it were recorded."""
+        with self.guarded("deploy", lock) as held:
+            previous = self.driver_record()
+            lease = contract.read_lease(self.storage, self.paths)
+            other = (previous is not None and previous.run_id != run_id
+                     and not self.target_of(previous).state(previous).gone)
+            if not standby and (other or (lease is not None and not lease.is_stale() and lease.run_id != run_id)):
+                raise StreamAlreadyRunningError(
+                    f"stream {self.spec.name!r} runs another driver (recorded run "
+                    f"{previous.run_id if previous else None}, lease of run {lease.run_id if lease else None}): not "
+                    f"adopting the unrecorded driver of run {run_id} beside it")
+            record = self.unrecorded_record(run_id, standby)
+            if record is None:
+                raise DriverStartError(f"run {run_id} of {self.spec.name} was submitted but never recorded, and "
+                                       f"the {self.target.kind} target cannot tell which driver it is: "
+                                       f"{self.processes_of_run(run_id)}; stop it by hand, then run the action again")
+            held.ensure()
+            if standby:
+                self.storage.write_atomic(self.paths.standby_driver, record.to_json())
+            else:
+                self._record_deployment(record, held)
+            log.warning("run %s of %s was submitted by a task killed before it recorded the driver: adopted %s",
+                        run_id, self.spec.name, record.handle)
             return record
 
     def submit_gate(self, run_id: str, lock: LifecycleLock, dry_run: bool = True) -> DriverRecord:

@@ -158,7 +158,11 @@ class GateSteps:
         failure = None
         try:
             standby = hook.standby_record()
-            if not (standby is not None and standby.run_id == run_id) and not hook.processes_of_run(run_id):
+            if standby is not None and standby.run_id == run_id:
+                pass
+            elif hook.processes_of_run(run_id):  # submitted by a try killed before it wrote the record
+                hook.adopt(run_id, self.lock, standby=True)
+            else:
                 if record.gate_in_standby:  # asked before it starts: it warms the check up while preparing
                     self._ask_standby_gate(record)
                 hook.submit(run_id=run_id, standby=True, lock=self.lock)

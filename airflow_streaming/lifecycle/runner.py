@@ -474,10 +474,14 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
         """Submit ``run_id`` unless a driver or record of that run already exists (a resumed step)."""
         assert run_id is not None
         record = hook.driver_record()
-        if (record is not None and record.run_id == run_id) or hook.processes_of_run(run_id):
+        lock = self.lock if hook is self.home else self._lock_of(hook)
+        if record is not None and record.run_id == run_id:
             log.info("run %s of %s was already submitted: not submitting again", run_id, hook.spec.name)
             return
-        hook.submit(run_id=run_id, lock=self.lock if hook is self.home else self._lock_of(hook))
+        if hook.processes_of_run(run_id):  # submitted by a try killed before it wrote the record
+            hook.adopt(run_id, lock)
+            return
+        hook.submit(run_id=run_id, lock=lock)
 
     def _lock_of(self, hook: SparkStreamHook) -> LifecycleLock:
         for lock in self._locks:

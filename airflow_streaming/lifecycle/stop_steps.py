@@ -113,8 +113,11 @@ class StopSteps:
         if record is not None and record.run_id == run_id:
             hook.stop(timeout=min(hook.spec.stop_timeout, 60.0), lock=lock)
         standby = hook.standby_record()
-        for candidate in (record, standby):  # e.g. a standby never promoted
-            if candidate is not None and candidate.run_id == run_id and hook.processes_of_run(run_id):
+        named = [c for c in (record, standby) if c is not None and c.run_id == run_id]  # e.g. a standby never promoted
+        if not named and hook.processes_of_run(run_id):  # submitted, never recorded (its submitter was killed)
+            named = [r for r in (hook.unrecorded_record(run_id),) if r is not None]
+        for candidate in named:
+            if hook.processes_of_run(run_id):
                 hook.target.kill(candidate, 15.0)
         if hook.processes_of_run(run_id):
             raise LifecycleError(f"drivers of run {run_id} of {hook.spec.name} survive a kill: "

@@ -119,6 +119,13 @@ class DriverTarget(abc.ABC):
         ``grace`` seconds per step; return what was done. Never raises; never signals a process or
         kills an application it cannot prove is the recorded one."""
 
+    def adopt(self, run_id: str) -> dict[str, Any] | None:
+        """The handle of the one driver of ``run_id`` that exists now although no record names it (its
+        submitter was killed between the submission and the record), so that its record can be written
+        after all. ``None`` when there is no such driver, more than one, or this target cannot prove
+        which it is: then nothing may act as if it were recorded."""
+        return None
+
     def urls(self, record: DriverRecord) -> dict[str, str]:
         """Links for people: the driver's log or cluster UI pages."""
         return {}

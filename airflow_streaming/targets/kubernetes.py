@@ -407,12 +407,28 @@ class KubernetesClusterTarget(ClusterTarget):
             doc = reply.json()
         except (ClusterUnreachableError, ValueError) as exc:
             raise StreamStateUnknownError(f"cannot tell whether run {run_id} has a driver pod: {exc}") from exc
+        return [f"driver pod {ns}/{name} of run {run_id} is {phase}"
+                for ns, name, phase in self._run_pods(doc, run_id, namespace)]
+
+    def adopt(self, run_id: str) -> dict[str, Any] | None:
+        """The one live driver pod labelled with ``run_id`` in the target's namespace."""
+        try:
+            reply = self.api.list_pods(self.namespace, f"{RUN_LABEL}={label_value(run_id)},spark-role=driver")
+            pods = self._run_pods(reply.json(), run_id, self.namespace) if reply.ok else []
+        except (ClusterUnreachableError, ValueError):
+            return None
+        if len(pods) != 1:
+            return None
+        return {"namespace": pods[0][0], "pod": pods[0][1], "api_server": self.api_server}
+
+    @staticmethod
+    def _run_pods(doc: Any, run_id: str, namespace: str) -> list[tuple[str, str, str]]:
+        """(namespace, name, phase) of the live driver pods of ``run_id`` in a pod list."""
         found = []
         for pod in (doc.get("items") or []) if isinstance(doc, dict) else []:
             meta, phase = pod.get("metadata") or {}, (pod.get("status") or {}).get("phase")
             if (meta.get("labels") or {}).get(RUN_LABEL) == label_value(run_id) and phase in ALIVE_PHASES:
-                found.append(f"driver pod {meta.get('namespace', namespace)}/{meta.get('name')} of run {run_id} is "
-                             f"{phase}")
+                found.append((str(meta.get("namespace", namespace)), str(meta.get("name")), str(phase)))
         return found
 
     # ------------------------------------------------------------------ for people

@@ -95,6 +95,23 @@ class LocalTarget(DriverTarget):
         reap_children()
         return [f"pid {p.pid} ({' '.join(_cmdline(p))[:80]})" for p in run_processes(run_id)]
 
+    def adopt(self, run_id: str) -> dict[str, Any] | None:
+        """The run's one root process (spark-submit, or whichever of its processes outlived it): the
+        process that carries the run id and whose parent does not."""
+        members = run_processes(run_id)
+        pids = {p.pid for p in members}
+        roots = []
+        for proc in members:
+            try:
+                if proc.ppid() not in pids:
+                    roots.append(proc)
+            except psutil.Error:
+                continue
+        if len(roots) != 1:
+            return None
+        start = process_start_time(roots[0].pid)
+        return {"pid": roots[0].pid, "start_time": start} if start is not None else None
+
     def state(self, record: DriverRecord) -> DriverState:
         reap_children()
         if record.host != socket.gethostname():

@@ -324,18 +324,36 @@ class StandaloneClusterTarget(ClusterTarget):
             known.add(str(rec.handle.get("submission_id")))
             if state.alive:
                 found.append(state.detail)
+        for sid, driver in self._unrecorded(run_id, known):
+            found.append(f"standalone submission {sid} of run {run_id} is {driver.get('state')} "
+                         f"(found on the master, not recorded)")
+        return found
+
+    def adopt(self, run_id: str) -> dict[str, Any] | None:
+        """The one active submission whose launch command on its worker carries ``run_id``."""
+        try:
+            found = self._unrecorded(run_id, set())
+        except StreamStateUnknownError:
+            return None
+        if len(found) != 1:
+            return None
+        return {"submission_id": found[0][0], "rest_url": self.rest_urls[0], "master_ui_url": self.master_ui_url,
+                "master": self.master}
+
+    def _unrecorded(self, run_id: str, known: set[str]) -> list[tuple[str, dict[str, Any]]]:
+        """(submission id, the master's entry) of active drivers of ``run_id`` not in ``known``."""
         try:
             master_doc = self._master_json()
         except ClusterUnreachableError as exc:
             raise StreamStateUnknownError(f"cannot tell whether run {run_id} was submitted: {exc}") from exc
+        found = []
         for driver in master_doc.get("activedrivers") or []:
             sid = driver.get("id")
             if not sid or sid in known:
                 continue
             launched = self.launch_run_id(sid, driver.get("worker"), master_doc)
             if launched == run_id:
-                found.append(f"standalone submission {sid} of run {run_id} is {driver.get('state')} "
-                             f"(found on the master, not recorded)")
+                found.append((str(sid), driver))
             elif launched is None:
                 log.info("active driver %s (%s) has no readable launch command yet: cannot tell its run",
                          sid, driver.get("state"))

@@ -261,13 +261,19 @@ class YarnClusterTarget(ClusterTarget):
             doc = reply.json()
         except (ClusterUnreachableError, ValueError) as exc:
             raise StreamStateUnknownError(f"cannot tell whether run {run_id} was submitted to YARN: {exc}") from exc
-        apps = ((doc.get("apps") or {}).get("app") or []) if isinstance(doc, dict) else []
-        found = []
-        for app in apps:
-            tags = {t.strip().lower() for t in str(app.get("applicationTags") or "").split(",")}
-            if run_tag(run_id) in tags and app.get("state") in ALIVE_STATES:
-                found.append(f"YARN application {app.get('id')} of run {run_id} is {app.get('state')}")
-        return found
+        return [f"YARN application {app.get('id')} of run {run_id} is {app.get('state')}"
+                for app in _run_apps(doc, run_id)]
+
+    def adopt(self, run_id: str) -> dict[str, Any] | None:
+        """The one live application tagged with ``run_id``."""
+        query = urlencode({"applicationTags": run_tag(run_id), "states": ",".join(ALIVE_STATES)})
+        try:
+            apps = _run_apps(self._rm_get(f"/ws/v1/cluster/apps?{query}").json(), run_id)
+        except (ClusterUnreachableError, ValueError):
+            return None
+        if len(apps) != 1 or not apps[0].get("id"):
+            return None
+        return {"app_id": str(apps[0]["id"]), "rm_url": self.rm_urls[0], "rm_urls": self.rm_urls}
 
     # ------------------------------------------------------------------ for people
     def urls(self, record: DriverRecord) -> dict[str, str]:
@@ -306,3 +312,14 @@ class YarnClusterTarget(ClusterTarget):
         hint = f"(driver logs: {logs or 'not available'}; after the application ends: yarn logs -applicationId " \
                f"{record.handle.get('app_id')})"
         return "\n".join([*tail.splitlines(), hint][-lines:])
+
+
+def _run_apps(doc: Any, run_id: str) -> list[dict[str, Any]]:
+    """The live applications tagged with ``run_id`` in a ResourceManager's application list."""
+    apps = ((doc.get("apps") or {}).get("app") or []) if isinstance(doc, dict) else []
+    found = []
+    for app in apps:
+        tags = {t.strip().lower() for t in str(app.get("applicationTags") or "").split(",")}
+        if run_tag(run_id) in tags and app.get("state") in ALIVE_STATES:
+            found.append(app)
+    return found

@@ -1,7 +1,8 @@
 """The upgrade-window and manual-operations DAGs under `airflow dags test`, with the task killed mid-action.
 
 Covers every action of the operations form: deploy (through the window), upgrade, rollback, restart,
-status and stop.
+status and stop. The upgrade's task is killed by a named fault point between the new driver's
+submission and its record; the rollback's by a SIGKILL when the record reaches PROBATION.
 
 Real Airflow (metadata DB, DAG parsing, Params), real Spark drivers, real SIGKILLs of the Airflow
 process group. Throughout, a monitor samples every local driver process of the stream: there is never
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airflow_streaming.lifecycle.record import Step
+from airflow_streaming import faults
 from spark_jobs.outputs import read_window_counts
 from signals import Feeder, expected_windows
 from soak import DriverMonitor
@@ -96,15 +97,29 @@ def test_killed_upgrade_and_rollback_tasks_resume_with_one_driver_at_all_times(s
         feeder.start()
         wait_for(lambda: read_window_counts(streams.path("output", "signals")), 120, "v1 writes windows")
 
-        # Upgrade to v2 from the manual-operations form; the task is killed right after the stop.
-        killed = kill_when(streams, operation({"stream": "signals", "action": "upgrade", "version": "v2"}), env,
-                           {"STOPPED", "SNAPSHOTTED", "STARTING"})
-        assert killed["action"] == "upgrade" and killed["step"] not in {s.value for s in (Step.SUCCEEDED,)}
+        # Upgrade to v2 from the manual-operations form; the task is killed at the narrowest point: the
+        # new driver submitted, its record not yet written (stop 30's CI met it by chance). The resumed
+        # task must adopt that driver: not submit a second one, and not lose sight of it (which left the
+        # stream down: probation judged the old run's record, and the rollback could not kill the new one).
+        fault_file = Path(streams.path("faults.json"))
+        fault_file.write_text(json.dumps([{"point": "hook.submitted", "action": "kill",
+                                           "once": str(fault_file) + ".fired"}]))
+        faulty = {**env, faults.ENV: str(fault_file)}
+        killed_run = subprocess.run(operation({"stream": "signals", "action": "upgrade", "version": "v2"}),
+                                    env=faulty, capture_output=True, text=True, timeout=600)
+        fault_file.write_text("[]")
+        killed = record_of(streams)
+        assert killed_run.returncode == -signal.SIGKILL, killed_run.stdout[-3000:] + killed_run.stderr[-3000:]
+        assert killed["action"] == "upgrade" and killed["step"] == "STARTING", killed
+        assert hook.driver_record().run_id != killed["new_run_id"]  # the kill came before the record
+        assert hook.processes_of_run(killed["new_run_id"])  # and after the submission
         resumed = subprocess.run(operation({"stream": "signals", "action": "upgrade", "version": "v2"}), env=env,
                                  capture_output=True, text=True, timeout=600)
         assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+        assert "adopted" in resumed.stdout + resumed.stderr
         upgrade = record_of(streams)
         assert upgrade["id"] == killed["id"] and upgrade["step"] == "SUCCEEDED"
+        assert upgrade["new_run_id"] == killed["new_run_id"] == hook.driver_record().run_id  # adopted, not resubmitted
         resumed_note = next(s["detail"] for s in upgrade["steps"] if s["step"] == "RESUMED")
         assert "took over the stale lock" in resumed_note
         assert hook.deployed()["spec"]["version"] == "v2"

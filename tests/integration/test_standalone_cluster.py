@@ -84,6 +84,10 @@ def test_cluster_mode_deploy_stop_restart_kill_find_is_exactly_once(standalone_c
                                     {"rest_url": cluster.rest, "master_ui_url": cluster.ui}, master=cluster.master)
     assert any(record.handle["submission_id"] in d for d in blind.find(record.run_id)), blind.find(record.run_id)
     assert blind.find("20990101T000000Z-00000000") == []
+    # adopt: the one submission of the run, as the master and its worker identify it (a record never written).
+    adopted = blind.adopt(record.run_id)
+    assert adopted is not None and adopted["submission_id"] == record.handle["submission_id"], adopted
+    assert blind.adopt("20990101T000000Z-00000000") is None
     links = hook.target_of(record).urls(record)
     assert links["driver_log"].endswith(f"driverId={record.handle['submission_id']}&logType=stdout")
 

@@ -154,6 +154,8 @@ def test_state_kill_find_and_logs_through_the_pod_api(tmp_path, api, tls, token_
     api.set_phase("streams", record.handle["pod"], "Running")
     assert hook.driver_liveness()[0] == Liveness.ALIVE
     assert len(hook.processes_of_run(record.run_id)) == 1 and hook.processes_of_run("20990101T000000Z-0") == []
+    # adopt: the run's one driver pod by its label, as if the record had never been written.
+    assert target.adopt(record.run_id) == record.handle and target.adopt("20990101T000000Z-0") is None
 
     # A record of this run pointing at the other run's pod: refused, nothing deleted.
     forged = replace(record, handle={**record.handle, "pod": other.handle["pod"]})

@@ -80,3 +80,23 @@ def test_a_pid_recorded_for_another_run_or_start_is_never_signalled(tmp_path, ru
     outcome = target.kill(forged, grace=1)
     assert outcome.startswith("nothing to kill") and "nothing was signalled" in outcome
     assert run_process.poll() is None and psutil.Process(run_process.pid).status() != psutil.STATUS_ZOMBIE
+
+
+def test_adopt_names_the_runs_root_process_and_refuses_when_it_cannot_tell_which(tmp_path, run_process):
+    target = LocalTarget(LocalStorage(), ControlPaths(str(tmp_path / "control")), {})
+    handle = target.adopt(RUN)
+    assert handle == {"pid": run_process.pid, "start_time": process_start_time(run_process.pid)}, handle
+    adopted = record_of(run_process, handle["start_time"])
+    assert adopted.local_identity().check()[0] and target.state(adopted).liveness == Liveness.ALIVE
+    assert target.adopt("20990101T000000Z-00000000") is None
+    # A second process of the same run that is not the first one's descendant: which is the driver? None.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--run-id", RUN],
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while other.pid not in {p.pid for p in run_processes(RUN)} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert target.adopt(RUN) is None
+    finally:
+        other.kill()
+        other.wait(10)

@@ -142,7 +142,11 @@ def test_find_uses_the_run_tag_and_an_unreachable_rm_raises(tmp_path, rm, submit
     record = hook.submit()
     assert len(hook.processes_of_run(record.run_id)) == 1
     assert hook.processes_of_run("20990101T000000Z-deadbeef") == []
+    # adopt: the run's one application by its tag, as if the record had never been written.
+    assert hook.target.adopt(record.run_id) == record.handle
+    assert hook.target.adopt("20990101T000000Z-deadbeef") is None
     rm.set_state(record.handle["app_id"], "KILLED", "KILLED")
+    assert hook.target.adopt(record.run_id) is None
     assert hook.processes_of_run(record.run_id) == []
     target = YarnClusterTarget(hook.storage, hook.paths, {"resourcemanager_url": closed_port_url()})
     with pytest.raises(StreamStateUnknownError, match="cannot tell whether run"):
