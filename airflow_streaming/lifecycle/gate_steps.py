@@ -77,8 +77,8 @@ class GateSteps:
                 raise StreamingError(f"the compatibility gate of {spec.version} could not be submitted to "
                                      f"{hook.target.kind}: {exc}") from exc
         elif answer is None and self._gate_driver_gone(hook, token):
-            answer = {"error": "the gate driver ended without an answer (see its log: "
-                               f"{hook.driver_log_path(token)})"}
+            answer = self._gate_answer(hook, token) or {  # it may have answered just before it ended
+                "error": f"the gate driver ended without an answer (see its log: {hook.driver_log_path(token)})"}
         if answer is None:
             deadline = (record.step_started_at or record.created_at) + hook.spec.startup_timeout + timeout
             self._await(record, Wait(FILE, hook.spec.to_dict(), None, deadline,
@@ -98,11 +98,12 @@ class GateSteps:
 
     @staticmethod
     def _gate_driver_gone(hook: SparkStreamHook, token: str) -> bool:
-        """Whether the gate driver ``token`` is confirmed gone (no record of it: cannot tell, not gone)."""
+        """Whether the gate driver ``token`` (known to be submitted) is confirmed gone; with no record of it
+        (its submitter was killed before writing it), when no driver of the run is found."""
         gate = hook.gate_driver_record()
-        if gate is None or gate.run_id != token:
-            return False
         try:
+            if gate is None or gate.run_id != token:
+                return not hook.processes_of_run(token)
             return hook.target_of(gate).state(gate).gone
         except Exception:  # noqa: BLE001 - cannot tell: keep waiting for the answer
             return False
@@ -110,10 +111,12 @@ class GateSteps:
     @staticmethod
     def _end_gate_driver(hook: SparkStreamHook, token: str) -> None:
         """The gate driver exits once it answered; make sure (kill it if it has not within a grace)."""
-        gate = hook.gate_driver_record()
-        if gate is None or gate.run_id != token:
-            return
         try:
+            gate = hook.gate_driver_record()
+            if gate is None or gate.run_id != token:  # submitted, never recorded: the target names it
+                gate = hook.unrecorded_record(token) if hook.processes_of_run(token) else None
+            if gate is None:
+                return
             if not hook.wait_gone(gate, 30.0):  # never hook.kill(): it would remove the stream's run marker
                 log.warning("the gate driver %s did not exit after answering: %s", token,
                             hook.target_of(gate).kill(gate, 10.0))

@@ -260,3 +260,29 @@ def test_a_gate_driver_is_a_cluster_submission_that_touches_none_of_the_streams_
     assert hook.gate_driver_record() == gate and gate.target == "yarn" and gate.handle["app_id"] in rm.apps
     for untouched in (hook.paths.marker, hook.paths.driver, hook.deployed_path, hook.paths.standby_driver):
         assert not hook.storage.exists(untouched), untouched
+
+
+def test_a_gate_driver_submitted_but_never_recorded_is_found_by_its_tag_and_ended(tmp_path, rm, submit_record,
+                                                                                 monkeypatch):
+    """The gate's submitter killed before it wrote ``gate-driver.json``: the resumed gate still tells when
+    that driver ended (else it would wait out its whole timeout) and still ends it after the answer."""
+    from airflow_streaming.lifecycle.gate_steps import GateSteps
+    from airflow_streaming.lifecycle.lock import LifecycleLock
+
+    hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
+    hook.storage.makedirs(hook.paths.root)
+    lock = LifecycleLock.acquire(hook.storage, hook.paths.root, "upgrade", "test")
+    try:
+        first, second = hook.submit_gate("gate-u1", lock), hook.submit_gate("gate-u2", lock)
+    finally:
+        lock.release()
+    hook.storage.delete(hook.paths.gate_driver)  # as if the record had never been written
+    for app in rm.apps:
+        rm.set_state(app, "RUNNING")
+    assert not GateSteps._gate_driver_gone(hook, "gate-u1")
+    rm.set_state(first.handle["app_id"], "FINISHED", "SUCCEEDED")
+    assert GateSteps._gate_driver_gone(hook, "gate-u1")
+
+    monkeypatch.setattr(SparkStreamHook, "wait_gone", lambda self, record, timeout: False)  # did not exit
+    GateSteps._end_gate_driver(hook, "gate-u2")
+    assert [app for app, _ in rm.kills] == [second.handle["app_id"]]
