@@ -267,12 +267,14 @@ class SubmissionMixin:
         handle = self.target.adopt(run_id)
         if handle is None:
             return None
-        plan = self.launch_plan(run_id, standby=standby)
+        # Nothing here may fail or take long (no launch plan: it could resolve a runtime): a rollback's
+        # kill depends on this record.
         return DriverRecord(
             run_id=run_id, stream=self.spec.name, version=self.spec.version, application=self.spec.application,
-            host=hostname(), command=self.target.describe_command(plan), log_path=plan.log_path,
-            submitted_at=time.time(), checkpoint_location=self.spec.checkpoint_location, target=self.target.kind,
-            handle=handle)
+            host=hostname(), command=f"(adopted {'standby ' if standby else ''}driver: submitted by a task killed "
+                                     f"before it wrote this record)",
+            log_path=self.driver_log_path(run_id), submitted_at=time.time(),
+            checkpoint_location=self.spec.checkpoint_location, target=self.target.kind, handle=handle)
 
     def adopt(self, run_id: str, lock: LifecycleLock, standby: bool = False) -> DriverRecord:
         """Record the driver of ``run_id`` that a killed submitter started but never recorded, so that
@@ -285,6 +287,11 @@ class SubmissionMixin:
             lease = contract.read_lease(self.storage, self.paths)
             other = (previous is not None and previous.run_id != run_id
                      and not self.target_of(previous).state(previous).gone)
+            standby_now = self.standby_record() if standby else None
+            if standby and standby_now is not None and standby_now.run_id != run_id and \
+                    self.processes_of_run(standby_now.run_id):
+                raise StreamAlreadyRunningError(f"stream {self.spec.name!r} already has a standby driver (run "
+                                                f"{standby_now.run_id}): not adopting run {run_id} beside it")
             if not standby and (other or (lease is not None and not lease.is_stale() and lease.run_id != run_id)):
                 raise StreamAlreadyRunningError(
                     f"stream {self.spec.name!r} runs another driver (recorded run "

@@ -119,6 +119,11 @@ class StopSteps:
         for candidate in named:
             if hook.processes_of_run(run_id):
                 hook.target.kill(candidate, 15.0)
-        if hook.processes_of_run(run_id):
-            raise LifecycleError(f"drivers of run {run_id} of {hook.spec.name} survive a kill: "
-                                 f"{hook.processes_of_run(run_id)}; run the action again")
+        left = hook.processes_of_run(run_id)
+        if left and not named:
+            raise LifecycleError(f"drivers of run {run_id} of {hook.spec.name} run, but no record names them and "
+                                 f"the {hook.target.kind} target cannot tell which is the run's driver: {left}; "
+                                 f"stop them by hand, then run the action again")
+        if left:
+            raise LifecycleError(f"drivers of run {run_id} of {hook.spec.name} survive a kill: {left}; run the "
+                                 f"action again")

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from airflow_streaming.control.contract import DriverRecord
-from airflow_streaming.control.process import has_token, process_start_time
+from airflow_streaming.control.process import ProcessIdentity, has_token, process_start_time
 from airflow_streaming.exceptions import ApplicationNotFoundError
 from airflow_streaming.properties_file import forget_properties_file
 from airflow_streaming.pyspark_install import spark_submit_missing
@@ -110,7 +110,9 @@ class LocalTarget(DriverTarget):
         if len(roots) != 1:
             return None
         start = process_start_time(roots[0].pid)
-        return {"pid": roots[0].pid, "start_time": start} if start is not None else None
+        if start is None or not ProcessIdentity(roots[0].pid, start, socket.gethostname(), token=run_id).check()[0]:
+            return None  # it ended meanwhile, or its pid already names another process
+        return {"pid": roots[0].pid, "start_time": start}
 
     def state(self, record: DriverRecord) -> DriverState:
         reap_children()

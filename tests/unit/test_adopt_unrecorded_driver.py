@@ -48,13 +48,14 @@ def hook(tmp_path, monkeypatch):
 
 
 def submitted_unrecorded(hook: SparkStreamHook, lock: LifecycleLock, standby: bool = False) -> None:
+    before = hook.standby_record() if standby else hook.driver_record()
     with pytest.raises(OSError):
         hook.submit(run_id=RUN, standby=standby, lock=lock)
     deadline = time.monotonic() + 10
     while not run_processes(RUN) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert hook.processes_of_run(RUN), "the stand-in driver did not start"
-    assert (hook.standby_record() if standby else hook.driver_record()) is None
+    assert (hook.standby_record() if standby else hook.driver_record()) == before  # nothing recorded of RUN
 
 
 def lock_of(hook: SparkStreamHook) -> LifecycleLock:
@@ -69,7 +70,7 @@ def test_a_submitted_unrecorded_driver_is_adopted_and_can_then_be_killed(hook):
     assert record.handle == {"pid": root.pid, "start_time": contract.process_start_time(root.pid)}
     assert hook.driver_record() == record and hook.deployed()["run_id"] == RUN
     assert hook.target_of(record).state(record).liveness == Liveness.ALIVE
-    assert "--run-id" in record.command and RUN in record.command
+    assert "adopted driver" in record.command and record.log_path == hook.driver_log_path(RUN)
     hook.target.kill(record, 5.0)
     assert hook.processes_of_run(RUN) == []
 
@@ -80,6 +81,16 @@ def test_a_standby_submitted_unrecorded_is_adopted_as_the_standby_and_promoted(h
     record = hook.adopt(RUN, lock, standby=True)
     assert hook.standby_record() == record and hook.driver_record() is None  # not the stream's driver yet
     assert hook.promote(RUN, lock).run_id == RUN and hook.driver_record().run_id == RUN
+
+
+def test_a_standby_is_never_adopted_beside_another_live_standby(hook):
+    lock = lock_of(hook)
+    other = RUN.replace("ad0b7ed0", "0ther0ne")
+    submitted_unrecorded(hook, lock, standby=True)
+    hook.submit(run_id=other, standby=True, lock=lock)  # no fault for this run id: recorded
+    with pytest.raises(StreamAlreadyRunningError, match="already has a standby driver"):
+        hook.adopt(RUN, lock, standby=True)
+    assert hook.standby_record().run_id == other
 
 
 def test_never_adopted_beside_a_driver_that_holds_the_lease(hook):

@@ -100,3 +100,22 @@ def test_adopt_names_the_runs_root_process_and_refuses_when_it_cannot_tell_which
     finally:
         other.kill()
         other.wait(10)
+
+
+def test_adopt_names_a_surviving_child_when_the_runs_first_process_has_exited(tmp_path):
+    """spark-submit gone, its JVM (carrying the run id too) left: that one is the run's root now."""
+    code = ("import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', "
+            f"'--run-id', '{RUN}'], start_new_session=True)")
+    parent = subprocess.Popen([sys.executable, "-c", code, "--run-id", RUN])
+    parent.wait(10)
+    try:
+        deadline = time.monotonic() + 10
+        while not run_processes(RUN) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (orphan,) = run_processes(RUN)
+        target = LocalTarget(LocalStorage(), ControlPaths(str(tmp_path / "control")), {})
+        assert target.adopt(RUN) == {"pid": orphan.pid, "start_time": process_start_time(orphan.pid)}
+    finally:
+        for proc in run_processes(RUN):
+            proc.kill()
+            proc.wait(10)

@@ -264,8 +264,8 @@ def test_a_gate_driver_is_a_cluster_submission_that_touches_none_of_the_streams_
 
 def test_a_gate_driver_submitted_but_never_recorded_is_found_by_its_tag_and_ended(tmp_path, rm, submit_record,
                                                                                  monkeypatch):
-    """The gate's submitter killed before it wrote ``gate-driver.json``: the resumed gate still tells when
-    that driver ended (else it would wait out its whole timeout) and still ends it after the answer."""
+    """The gate's submitter killed before it wrote ``gate-driver.json``: the gate's helpers still find that
+    driver by its tag - whether it ended, and to end it after the answer (else it would outlive the gate)."""
     from airflow_streaming.lifecycle.gate_steps import GateSteps
     from airflow_streaming.lifecycle.lock import LifecycleLock
 
