@@ -82,8 +82,10 @@ class GateSteps:
         if answer is None:
             deadline = (record.step_started_at or record.created_at) + hook.spec.startup_timeout + timeout
             self._await(record, Wait(FILE, hook.spec.to_dict(), None, deadline,
-                                     {"path": hook.paths.gate_report, "id": token}))
-            answer = self._gate_answer(hook, token) or {"error": f"no answer within {timeout:.0f}s of its start"}
+                                     {"path": hook.paths.gate_report, "id": token, "gate_driver": token}))
+            answer = self._gate_answer(hook, token) or {
+                "error": f"the gate driver ended without an answer (see its log: {hook.driver_log_path(token)})"
+                if self._gate_driver_gone(hook, token) else f"no answer within {timeout:.0f}s of its start"}
         self._end_gate_driver(hook, token)
         return read_detached_report(self.target, answer)
 

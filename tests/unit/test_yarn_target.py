@@ -6,6 +6,7 @@ and the identity checks - not YARN itself."""
 from __future__ import annotations
 
 import json
+import time
 import logging
 import os
 import socket
@@ -286,3 +287,29 @@ def test_a_gate_driver_submitted_but_never_recorded_is_found_by_its_tag_and_ende
     monkeypatch.setattr(SparkStreamHook, "wait_gone", lambda self, record, timeout: False)  # did not exit
     GateSteps._end_gate_driver(hook, "gate-u2")
     assert [app for app, _ in rm.kills] == [second.handle["app_id"]]
+
+
+def test_the_gates_wait_ends_when_its_recorded_driver_ends_without_an_answer(tmp_path, rm, submit_record):
+    """A gate driver that died (an OOM, a bad image) does not make the upgrade wait out its deadline; the
+    wait ends on the ResourceManager's word for the recorded application, or on the answer."""
+    from airflow_streaming.lifecycle.lock import LifecycleLock
+    from airflow_streaming.lifecycle.waits import FILE, Wait, wait_over
+
+    hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
+    hook.storage.makedirs(hook.paths.root)
+    lock = LifecycleLock.acquire(hook.storage, hook.paths.root, "upgrade", "test")
+    try:
+        gate = hook.submit_gate("gate-u1", lock)
+    finally:
+        lock.release()
+    wait = Wait(FILE, hook.spec.to_dict(), None, time.time() + 600,
+                {"path": hook.paths.gate_report, "id": "gate-u1", "gate_driver": "gate-u1"})
+    rm.set_state(gate.handle["app_id"], "RUNNING")
+    assert not wait_over(Wait.from_dict(wait.to_dict()))
+    other = Wait(FILE, hook.spec.to_dict(), None, time.time() + 600,
+                 {"path": hook.paths.gate_report, "id": "gate-u2", "gate_driver": "gate-u2"})
+    rm.set_state(gate.handle["app_id"], "FAILED", "FAILED")
+    assert wait_over(Wait.from_dict(wait.to_dict()))
+    assert not wait_over(other)  # another gate's wait: its driver is not the recorded one
+    hook.storage.write_atomic(hook.paths.gate_report, json.dumps({"id": "gate-u2", "error": "x"}).encode())
+    assert wait_over(other)  # its answer
