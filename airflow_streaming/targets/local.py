@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from airflow_streaming.control.contract import DriverRecord
-from airflow_streaming.control.process import ProcessIdentity, has_token, process_start_time
+from airflow_streaming.control.process import ProcessIdentity, has_token, process_start_time, settled_cmdline
 from airflow_streaming.exceptions import ApplicationNotFoundError
 from airflow_streaming.properties_file import forget_properties_file
 from airflow_streaming.pyspark_install import spark_submit_missing
@@ -50,9 +50,15 @@ def run_processes(run_id: str) -> list[psutil.Process]:
     descendants. psutil's ``Process`` objects remember each one's creation time: a later ``send_signal``
     refuses a pid that was reused meanwhile (``NoSuchProcess``) instead of signalling a stranger."""
     found: dict[int, psutil.Process] = {}
-    for proc in psutil.process_iter(["cmdline"]):
+    for proc in psutil.process_iter(["cmdline", "ppid"]):
         try:
-            if not has_token(proc.info["cmdline"] or [], run_id):
+            cmdline = proc.info["cmdline"] or []
+            if not cmdline and proc.info["ppid"] not in (0, 2, None) and _running(proc):
+                # Empty while inside execve (spark-submit -> spark-class -> java): read it again once
+                # settled, or a starting driver is missed (see process.EXEC_SETTLE_S). Kernel threads
+                # (children of pid 2) and zombies are empty for good and are not read again.
+                cmdline = settled_cmdline(proc.pid, settle=0.5) or []
+            if not has_token(cmdline, run_id):
                 continue
             found[proc.pid] = proc
             for child in proc.children(recursive=True):

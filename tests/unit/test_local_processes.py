@@ -119,3 +119,48 @@ def test_adopt_names_a_surviving_child_when_the_runs_first_process_has_exited(tm
         for proc in run_processes(RUN):
             proc.kill()
             proc.wait(10)
+
+
+EXEC_CHAIN = """#!/bin/bash
+# Execs itself $1 times, keeping --run-id on its command line, as spark-submit -> spark-class -> java do.
+n=$1; shift
+if [ "$n" -gt 0 ]; then exec /bin/bash "$0" $((n-1)) "$@"; fi
+exec sleep 60 "$@"
+"""
+
+
+@pytest.fixture
+def exec_chain(tmp_path):
+    """A process that execs itself in a loop, always carrying ``--run-id RUN``: a live process whose
+    ``/proc/<pid>/cmdline`` reads as empty while it is inside ``execve``."""
+    script = tmp_path / "exec_chain.sh"
+    script.write_text(EXEC_CHAIN)
+    script.chmod(0o755)
+    proc = subprocess.Popen([str(script), "1000000", "--run-id", RUN], start_new_session=True)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_a_process_inside_execve_is_still_alive_and_still_the_runs(tmp_path, exec_chain):
+    """Stop 31's CI: a driver checked while spark-submit exec'd spark-class (or java) looked gone, because
+    its command line read as empty for that moment; its start was judged failed and stopped. A live
+    process whose pid and start time match is never judged gone or missed for an empty command line."""
+    target = LocalTarget(LocalStorage(), ControlPaths(str(tmp_path / "control")), {})
+    record = record_of(exec_chain, process_start_time(exec_chain.pid))
+    unrecorded = record_of(exec_chain, None)  # no start time: liveness rests on the scan of command lines
+    identity = record.local_identity()
+    empty_reads = checks = 0
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        with open(f"/proc/{exec_chain.pid}/cmdline", "rb") as fh:
+            empty_reads += fh.read() == b""
+        ok, why = identity.check()
+        assert ok, why
+        assert [p.pid for p in run_processes(RUN)] == [exec_chain.pid]
+        assert target.state(unrecorded).liveness == Liveness.ALIVE
+        checks += 1
+    assert exec_chain.poll() is None, "the chain ended during the test: nothing was checked mid-exec"
+    print(f"{checks} checks; {empty_reads} raw reads of the command line were empty")
