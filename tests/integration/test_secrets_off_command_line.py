@@ -126,6 +126,10 @@ class ProcessScanner:
         for proc in psutil.process_iter():
             try:
                 argv = tuple(proc.cmdline())
+                # Judged before the environment is read: a short-lived process (a driver's child such as
+                # `readlink`) may be gone by the time it is judged, and a gone process's environment
+                # cannot be judged private (a leak reported for the test's own race).
+                private = _environ_is_private(proc.pid) if environ else False
                 env = proc.environ() if environ else {}
             except (psutil.Error, OSError):
                 continue
@@ -135,7 +139,7 @@ class ProcessScanner:
                 if secret in joined:
                     self.leaks.append(f"argv of pid {proc.pid}: {argv[:3]}...")
                 holders = [k for k, v in env.items() if secret in f"{k}={v}"]
-                if holders and set(holders) <= self.private_env and _environ_is_private(proc.pid):
+                if holders and set(holders) <= self.private_env and private:
                     self.private_env_seen.update(holders)
                 elif holders:
                     self.leaks.append(f"environment of pid {proc.pid} ({', '.join(holders)}): {argv[:3]}...")
