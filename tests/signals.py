@@ -62,7 +62,8 @@ class Feeder:
     def stop(self) -> int:
         """Stop feeding; return the last seq written."""
         self._stop.set()
-        self._thread.join(timeout=30)
+        if self._thread.ident is not None:  # never started (a failure before it): nothing to join, and
+            self._thread.join(timeout=30)   # the failure, not a join error, is what the caller reports
         return self.next_seq - 1
 
     def seq_at(self, when: float) -> int:
