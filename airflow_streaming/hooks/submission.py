@@ -285,7 +285,7 @@ class SubmissionMixin:
         with self.guarded("deploy", lock) as held:
             previous = self.driver_record()
             lease = contract.read_lease(self.storage, self.paths)
-            other = (previous is not None and previous.run_id != run_id
+            other = (not standby and previous is not None and previous.run_id != run_id
                      and not self.target_of(previous).state(previous).gone)
             standby_now = self.standby_record() if standby else None
             if standby and standby_now is not None and standby_now.run_id != run_id and \
@@ -301,7 +301,9 @@ class SubmissionMixin:
             if record is None:
                 raise DriverStartError(f"run {run_id} of {self.spec.name} was submitted but never recorded, and "
                                        f"the {self.target.kind} target cannot tell which driver it is: "
-                                       f"{self.processes_of_run(run_id)}; stop it by hand, then run the action again")
+                                       f"{self.processes_of_run(run_id)}. Stop these (each carries --run-id {run_id}: "
+                                       f"on its host, or through the cluster manager), then run the action again: "
+                                       f"it will submit the run afresh")
             held.ensure()
             if standby:
                 self.storage.write_atomic(self.paths.standby_driver, record.to_json())

@@ -21,7 +21,7 @@ from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.lock import LifecycleLockLost
 from airflow_streaming.lifecycle.record import LifecycleRecord, Step, error_summary
-from airflow_streaming.lifecycle.waits import FILE, STANDBY, Wait
+from airflow_streaming.lifecycle.waits import FILE, STANDBY, Wait, recorded_gate_gone
 from airflow_streaming.spec import StreamSpec
 
 log = logging.getLogger("airflow_streaming.lifecycle.runner")
@@ -103,10 +103,10 @@ class GateSteps:
         """Whether the gate driver ``token`` (known to be submitted) is confirmed gone; with no record of it
         (its submitter was killed before writing it), when no driver of the run is found."""
         gate = hook.gate_driver_record()
+        if gate is not None and gate.run_id == token:
+            return recorded_gate_gone(hook, token)
         try:
-            if gate is None or gate.run_id != token:
-                return not hook.processes_of_run(token)
-            return hook.target_of(gate).state(gate).gone
+            return not hook.processes_of_run(token)
         except Exception:  # noqa: BLE001 - cannot tell: keep waiting for the answer
             return False
 

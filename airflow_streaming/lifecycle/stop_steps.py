@@ -122,8 +122,9 @@ class StopSteps:
         left = hook.processes_of_run(run_id)
         if left and not named:
             raise LifecycleError(f"drivers of run {run_id} of {hook.spec.name} run, but no record names them and "
-                                 f"the {hook.target.kind} target cannot tell which is the run's driver: {left}; "
-                                 f"stop them by hand, then run the action again")
+                                 f"the {hook.target.kind} target cannot tell which is the run's driver: {left}. Stop "
+                                 f"these (each carries --run-id {run_id}: on its host, or through the cluster "
+                                 f"manager), then run the action again")
         if left:
             raise LifecycleError(f"drivers of run {run_id} of {hook.spec.name} survive a kill: {left}; run the "
                                  f"action again")

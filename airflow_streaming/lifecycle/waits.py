@@ -87,7 +87,7 @@ def wait_over(wait: Wait, now: float | None = None, hook: Any = None) -> bool:
                 return True
             return not wait.params.get("id") or answer.get("id") == wait.params["id"]
         if wait.params.get("gate_driver"):  # a gate driver that ended without answering will not answer
-            return _recorded_gate_gone(hook, str(wait.params["gate_driver"]))
+            return recorded_gate_gone(hook, str(wait.params["gate_driver"]))
         token = wait.params.get("process_token")
         return bool(token) and not hook.processes_of_run(token)
     if wait.kind == STANDBY:
@@ -133,7 +133,7 @@ def _run_ended(hook: Any, run_id: str) -> bool:
     return not hook.processes_of_run(run_id)
 
 
-def _recorded_gate_gone(hook: Any, token: str) -> bool:
+def recorded_gate_gone(hook: Any, token: str) -> bool:
     """Whether the recorded gate driver ``token`` is confirmed gone (its target's word, not a search: a
     standalone master lists a just-submitted driver before its launch command can be read). No record,
     or no answer from the target: not gone, the wait goes on to its deadline."""
