@@ -5,7 +5,7 @@ report that the deferring process exited arrives after the task was queued or st
 scheduler takes it for a task "killed externally" (apache/airflow#66374, #67287, #72716; 3.3.2 guards only
 the SCHEDULED state). Such a failure is a retry of the task. A lifecycle action's retry resumes it from its
 record, taking over the lock its earlier try handed to the trigger
-(:func:`~airflow_streaming.lifecycle.lock.adoptable`); a health sensor's retry watches again.
+(:func:`~airflow_streaming.control.lifecycle_lock.adoptable`); a health sensor's retry watches again.
 
 So a deferrable task of this provider whose DAG sets no ``retries`` (nor ``[core] default_task_retries``)
 gets :data:`DEFERRED_RETRIES` retries, :data:`DEFERRED_RETRY_DELAY` apart; the task's own ``retries`` and

@@ -14,7 +14,7 @@ from airflow_streaming.checkpoint.batches import BatchPosition
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, DriverRecord
 from airflow_streaming.control.storage import StorageError
-from airflow_streaming.lifecycle.lock import LifecycleLock
+from airflow_streaming.control.lifecycle_lock import LifecycleLock
 from airflow_streaming.targets.base import Liveness
 
 log = logging.getLogger("airflow_streaming.hooks.streaming_job")

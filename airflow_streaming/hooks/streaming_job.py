@@ -48,7 +48,7 @@ from airflow_streaming.hooks.submission import (
     check_java,
     lease_ttl,
 )
-from airflow_streaming.lifecycle.lock import LifecycleLock
+from airflow_streaming.control.lifecycle_lock import LifecycleLock
 from airflow_streaming.private_dir import private_dir
 from airflow_streaming.redaction import redact, secret_values
 from airflow_streaming.spec import StreamSpec

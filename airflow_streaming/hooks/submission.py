@@ -27,7 +27,7 @@ from airflow_streaming.exceptions import (
     StreamAlreadyRunningError,
 )
 from airflow_streaming.hooks.liveness import hostname
-from airflow_streaming.lifecycle.lock import LifecycleLock
+from airflow_streaming.control.lifecycle_lock import LifecycleLock
 from airflow_streaming.log_masking import register_secrets
 from airflow_streaming.redaction import (
     SPARK_REDACTION_REGEX,

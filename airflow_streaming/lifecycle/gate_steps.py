@@ -19,7 +19,7 @@ from airflow_streaming.compat.run import blocking_problems, read_detached_report
 from airflow_streaming.control import contract
 from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
-from airflow_streaming.lifecycle.lock import LifecycleLockLost
+from airflow_streaming.control.lifecycle_lock import LifecycleLockLost
 from airflow_streaming.lifecycle.record import LifecycleRecord, Step, error_summary
 from airflow_streaming.lifecycle.waits import FILE, STANDBY, Wait, recorded_gate_gone
 from airflow_streaming.spec import StreamSpec

@@ -10,7 +10,7 @@ from airflow_streaming.control import contract
 from airflow_streaming.exceptions import LifecycleError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle import snapshot as snapshots
-from airflow_streaming.lifecycle.lock import LifecycleLockLost
+from airflow_streaming.control.lifecycle_lock import LifecycleLockLost
 from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Step
 from airflow_streaming.lifecycle.trust import trusted_spec
 from airflow_streaming.lifecycle.waits import HEALTHY, Wait

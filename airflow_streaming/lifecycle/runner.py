@@ -50,7 +50,7 @@ from airflow_streaming.exceptions import LifecycleError, StreamAlreadyRunningErr
 from airflow_streaming.hooks.streaming_job import SparkStreamHook, storage_path
 from airflow_streaming.lifecycle import snapshot as snapshots
 from airflow_streaming.lifecycle.gate_steps import GateSteps
-from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockLost
+from airflow_streaming.control.lifecycle_lock import LifecycleLock, LifecycleLockLost
 from airflow_streaming.lifecycle.record import (
     IN_PLACE_CHANGES,
     TERMINAL,

@@ -16,7 +16,7 @@ from typing import Any
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, StatusDocument
 from airflow_streaming.control.storage import StorageError
-from airflow_streaming.lifecycle.lock import LOCK_NAME, is_stale, parse_holder
+from airflow_streaming.control.lifecycle_lock import LOCK_NAME, is_stale, parse_holder
 from airflow_streaming.lifecycle.record import TERMINAL, Action, Step
 from airflow_streaming.reconcile.decision import Decision, decide
 from airflow_streaming.reconcile.observation import (

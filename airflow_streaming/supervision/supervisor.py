@@ -6,7 +6,7 @@ short, stateless in the worker and resumable: all state (the restart ledger) liv
 control directory, so a retried or duplicated task continues where the last pass left off.
 
 Safety:
-- the stream's lifecycle lock (:mod:`airflow_streaming.lifecycle.lock`, shared with upgrades,
+- the stream's lifecycle lock (:mod:`airflow_streaming.control.lifecycle_lock`, shared with upgrades,
   restarts and rollbacks) makes concurrent passes - and a pass during an upgrade - take turns: a pass
   that finds it held skips the stream;
 - what to do is decided by :func:`airflow_streaming.reconcile.decision.decide` over one
@@ -27,7 +27,7 @@ from typing import Any
 
 from airflow_streaming.reconcile.observe import Observed, observe
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
-from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockHeld
+from airflow_streaming.control.lifecycle_lock import LifecycleLock, LifecycleLockHeld
 from airflow_streaming.reconcile.decision import Act, Decision
 from airflow_streaming.reconcile.observation import Health, Observation
 from airflow_streaming.redaction import restore_secrets

@@ -43,7 +43,7 @@ class SparkStreamLifecycleTrigger(BaseTrigger):
 
     def _renew(self) -> str | None:
         """Renew every handed-over lock; the control dir of one that is lost, else ``None``."""
-        from airflow_streaming.lifecycle.lock import renew_deferred
+        from airflow_streaming.control.lifecycle_lock import renew_deferred
         from airflow_streaming.spec_hooks import hook_for
 
         storage = hook_for(self.wait["spec"]).storage

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockHeld
+from airflow_streaming.control.lifecycle_lock import LifecycleLock, LifecycleLockHeld
 from airflow_streaming.lifecycle.operations import deploy_stream, stop_stream
 from airflow_streaming.lifecycle.record import Action, Probation, Step
 from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner

@@ -25,7 +25,7 @@ import pytest
 from airflow_streaming import faults
 from airflow_streaming.control import contract
 from airflow_streaming.exceptions import DriverStartError, StreamAlreadyRunningError
-from airflow_streaming.lifecycle.lock import LifecycleLockHeld
+from airflow_streaming.control.lifecycle_lock import LifecycleLockHeld
 from airflow_streaming.lifecycle.operations import LifecycleOutcomeError, deploy_stream, stop_stream
 from airflow_streaming.lifecycle.record import Action, Step
 from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner, read_history

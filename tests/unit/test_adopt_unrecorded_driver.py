@@ -21,7 +21,7 @@ from airflow_streaming import faults
 from airflow_streaming.control import contract
 from airflow_streaming.exceptions import DriverStartError, StreamAlreadyRunningError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
-from airflow_streaming.lifecycle.lock import LifecycleLock
+from airflow_streaming.control.lifecycle_lock import LifecycleLock
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import Liveness
 from airflow_streaming.targets.local import run_processes

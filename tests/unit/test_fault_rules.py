@@ -25,7 +25,7 @@ from airflow_streaming.control.local import LocalStorage
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
-from airflow_streaming.lifecycle.lock import LifecycleLock, LifecycleLockHeld
+from airflow_streaming.control.lifecycle_lock import LifecycleLock, LifecycleLockHeld
 from airflow_streaming.lifecycle.operations import stop_stream
 from airflow_streaming.lifecycle.record import Action, Step
 from airflow_streaming.lifecycle.runner import LifecycleError, LifecycleOptions, LifecycleRunner
@@ -181,7 +181,7 @@ HOLDER = r"""
 import sys, time
 sys.path.insert(0, sys.argv[1])
 from airflow_streaming.control.local import LocalStorage
-from airflow_streaming.lifecycle.lock import LifecycleLock
+from airflow_streaming.control.lifecycle_lock import LifecycleLock
 lock = LifecycleLock.acquire(LocalStorage(), sys.argv[2], "upgrade", owner="upgrade task (probation)")
 print("held", flush=True)
 time.sleep(120)

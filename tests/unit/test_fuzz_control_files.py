@@ -22,7 +22,7 @@ from airflow_streaming.control.contract import ControlFileError
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.lifecycle.desired_state import DesiredStateError, load_desired_state
-from airflow_streaming.lifecycle.lock import LifecycleLockHeld
+from airflow_streaming.control.lifecycle_lock import LifecycleLockHeld
 from airflow_streaming.lifecycle.operations import stop_stream
 from airflow_streaming.lifecycle.record import Action
 from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner, describe

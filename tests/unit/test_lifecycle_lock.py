@@ -15,7 +15,7 @@ import pytest
 
 from airflow_streaming.control.contract import process_start_time
 from airflow_streaming.control.local import LocalStorage
-from airflow_streaming.lifecycle.lock import LOCK_NAME, LifecycleLock, LifecycleLockHeld, LifecycleLockLost, adoptable
+from airflow_streaming.control.lifecycle_lock import LOCK_NAME, LifecycleLock, LifecycleLockHeld, LifecycleLockLost, adoptable
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -252,7 +252,7 @@ def test_ensure_never_mistakes_the_keepers_own_renewal_for_a_takeover(storage, c
 
 
 def test_a_lock_handed_to_a_trigger_is_kept_by_its_id_and_taken_back(storage, control):
-    from airflow_streaming.lifecycle.lock import renew_deferred
+    from airflow_streaming.control.lifecycle_lock import renew_deferred
 
     lock = LifecycleLock.acquire(storage, control, "upgrade", owner="task try 1", ttl=60.0)
     holder_id = lock.defer()
@@ -318,7 +318,7 @@ def test_a_later_try_of_the_same_task_takes_over_the_lock_its_earlier_try_handed
     """Airflow failed try 1 after its trigger fired (the defer race of apache/airflow#72716): try 2 takes the
     lock at once, the old trigger can no longer renew it, and the old holder id resumes nothing. Another
     task, or an older try, still finds it held."""
-    from airflow_streaming.lifecycle.lock import renew_deferred
+    from airflow_streaming.control.lifecycle_lock import renew_deferred
 
     first = LifecycleLock.acquire(storage, control, "stop", owner="ops.operate run manual__1 try 1", ttl=600.0)
     holder_id = first.defer()

@@ -75,7 +75,7 @@ def test_a_live_driver_that_has_not_reported_yet_is_starting(tmp_path, live_pid)
 
 
 def test_an_unfinished_recovery_is_abandoned_when_its_lock_is_free_and_under_way_when_held(tmp_path, dead_pid, live_pid):
-    from airflow_streaming.lifecycle.lock import LOCK_NAME
+    from airflow_streaming.control.lifecycle_lock import LOCK_NAME
 
     _, hook = deployed_stream(tmp_path)
     submitted(hook, NEW_RUN, *dead_pid)

@@ -13,7 +13,7 @@ import time
 from airflow_streaming.sealing import sealed
 from airflow_streaming.control import contract
 from airflow_streaming.control.process import process_start_time
-from airflow_streaming.lifecycle.lock import LifecycleLock
+from airflow_streaming.control.lifecycle_lock import LifecycleLock
 from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Step
 from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
 from airflow_streaming.lifecycle.waits import HEALTHY, Wait, WaitNeeded, wait_over

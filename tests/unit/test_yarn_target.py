@@ -240,7 +240,7 @@ def test_a_gate_driver_is_a_cluster_submission_that_touches_none_of_the_streams_
     """The cold gate of a cluster stream runs as a short driver on its target (``--gate-only``): submitted
     under the action's lock, recorded in ``gate-driver.json`` - never ``driver.json``, the run marker or
     the deployed spec, which name the running version."""
-    from airflow_streaming.lifecycle.lock import LifecycleLock
+    from airflow_streaming.control.lifecycle_lock import LifecycleLock
 
     hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
     hook.storage.makedirs(hook.paths.root)
@@ -268,7 +268,7 @@ def test_a_gate_driver_submitted_but_never_recorded_is_found_by_its_tag_and_ende
     """The gate's submitter killed before it wrote ``gate-driver.json``: the gate's helpers still find that
     driver by its tag - whether it ended, and to end it after the answer (else it would outlive the gate)."""
     from airflow_streaming.lifecycle.gate_steps import GateSteps
-    from airflow_streaming.lifecycle.lock import LifecycleLock
+    from airflow_streaming.control.lifecycle_lock import LifecycleLock
 
     hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
     hook.storage.makedirs(hook.paths.root)
@@ -292,7 +292,7 @@ def test_a_gate_driver_submitted_but_never_recorded_is_found_by_its_tag_and_ende
 def test_the_gates_wait_ends_when_its_recorded_driver_ends_without_an_answer(tmp_path, rm, submit_record):
     """A gate driver that died (an OOM, a bad image) does not make the upgrade wait out its deadline; the
     wait ends on the ResourceManager's word for the recorded application, or on the answer."""
-    from airflow_streaming.lifecycle.lock import LifecycleLock
+    from airflow_streaming.control.lifecycle_lock import LifecycleLock
     from airflow_streaming.lifecycle.waits import FILE, Wait, wait_over
 
     hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
