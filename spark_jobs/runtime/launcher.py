@@ -27,6 +27,7 @@ import time
 from typing import Any
 from urllib.parse import urlparse
 
+from airflow_streaming import faults
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import (
     EXIT_GRACEFUL,
@@ -37,7 +38,9 @@ from airflow_streaming.control.contract import (
     ControlPaths,
     StatusDocument,
 )
+from airflow_streaming.control.process import process_start_time
 from airflow_streaming.control.storage import StorageError
+from airflow_streaming.control.takeover import TOOK_OVER
 from spark_jobs.runtime.bundled_job import JobContext, bundled_writer, query_name
 from spark_jobs.runtime.hadoop_storage import driver_storage
 
@@ -67,6 +70,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="prepare (session, planned query, warm-up) and wait until the run marker names this run")
     parser.add_argument("--standby-timeout", type=float, default=3600.0,
                         help="a standby never promoted within this many seconds exits without touching anything")
+    parser.add_argument("--failover", action="store_true",
+                        help="with --standby: the stream's hot standby - it does not expire, takes over a run that "
+                             "crashed (airflow_streaming.control.takeover) and exits when the stream is stopped or "
+                             "moves to another version")
     parser.add_argument("--gate-only", action="store_true",
                         help="run the compatibility gate of this application against --checkpoint, write the answer "
                              "to gate-report.json in the control directory and exit (touches nothing else)")
@@ -107,6 +114,9 @@ class Driver:
             0.05 if local else contract.REMOTE_MARKER_POLL_SECONDS)
         self._next_marker_check = 0.0
         self._marker_errors = 0
+        self.taken_lease: contract.Lease | None = None
+        """The lease a hot standby took over from a crashed run (it starts without acquiring one)."""
+        self.took_over_from: str | None = None
 
     # ------------------------------------------------------------------ signals and marker
     def _on_sigterm(self, signum: int, frame: Any) -> None:
@@ -174,8 +184,59 @@ class Driver:
 
     # ------------------------------------------------------------------ run
     def _report_standby(self, state: str, error: dict[str, Any] | None = None) -> None:
-        self.storage.write_atomic(self.paths.standby, json.dumps(
-            {"run_id": self.ns.run_id, "pid": os.getpid(), "state": state, "error": error, "at": time.time()}).encode())
+        doc = {"run_id": self.ns.run_id, "pid": os.getpid(), "state": state, "error": error, "at": time.time(),
+               "version": self.ns.version}
+        if self.ns.failover:
+            doc.update(failover=True, took_over_from=self.took_over_from)
+        self.storage.write_atomic(self.paths.standby, json.dumps(doc).encode())
+
+    def _failover_check(self) -> str | None:
+        """A hot standby's look at the stream (:mod:`airflow_streaming.control.takeover`): ``"exit"``,
+        ``"took_over"`` (then :attr:`taken_lease` is held), or ``None`` (keep waiting)."""
+        from airflow_streaming.control import takeover
+        from airflow_streaming.control.lifecycle_lock import LifecycleLock, LifecycleLockHeld
+
+        ns = self.ns
+        try:
+            judged = takeover.judge(self.storage, self.paths, ns.run_id, ns.version)
+        except StorageError as exc:
+            log.warning("hot standby: cannot read the control files (looking again): %s", exc)
+            return None
+        if judged.act != "take_over":
+            return "exit" if judged.act == "exit" else None
+        try:  # no lifecycle action or supervisor pass may interleave with the takeover
+            lock = LifecycleLock.acquire(self.storage, self.paths.root, "failover",
+                                         owner=f"hot standby run {ns.run_id}", ttl=30.0, keep_alive=False)
+        except LifecycleLockHeld as exc:
+            log.info("hot standby: %s; the takeover waits for it", exc)
+            return None
+        except StorageError as exc:
+            log.warning("hot standby: cannot take the lifecycle lock (looking again): %s", exc)
+            return None
+        try:
+            judged = takeover.judge(self.storage, self.paths, ns.run_id, ns.version)  # again, under the lock
+            if judged.act != "take_over":
+                return "exit" if judged.act == "exit" else None
+            own = self.storage.read_bytes(self.paths.standby_driver)
+            if own is None or contract.DriverRecord.from_json(self.paths.standby_driver, own).run_id != ns.run_id:
+                log.error("hot standby: %s does not name this run: not taking over", self.paths.standby_driver)
+                return None
+            faults.hit("standby.takeover", ns.run_id)  # e.g. the standby killed holding the lock
+            pid = os.getpid()
+            lease = takeover.take_over(self.storage, self.paths, judged, ns.run_id, ns.version, own, ns.lease_ttl,
+                                       pid, process_start_time(pid), socket.gethostname())
+        except (StorageError, contract.ControlFileError) as exc:
+            log.warning("hot standby: the takeover did not happen (looking again): %s", exc)
+            return None
+        finally:
+            lock.release()
+        if lease is None:
+            log.info("hot standby: the control files moved during the takeover: not taking over")
+            return None
+        self.taken_lease, self.took_over_from = lease, judged.run_id
+        log.warning("hot standby run %s took over stream %s from run %s: %s", ns.run_id, ns.stream, judged.run_id,
+                    judged.reason)
+        return "took_over"
 
     def _stand_by(self) -> int | None:
         """Standby: do the slow part of a start (JVM, session, planned query, a warm-up job) while the
@@ -210,6 +271,18 @@ class Driver:
         log.info("standby run %s of %s %s ready; waiting for the run marker", ns.run_id, ns.stream, ns.version)
         deadline = time.monotonic() + ns.standby_timeout
         while True:
+            if ns.failover:
+                seen = self._failover_check()
+                if seen == "took_over":
+                    self._report_standby(TOOK_OVER)
+                    return None
+                if seen == "exit" or self.stop_requested.is_set():
+                    self._report_standby("EXPIRED")
+                    log.info("hot standby run %s is no longer wanted: exiting without touching the checkpoint",
+                             ns.run_id)
+                    return EXIT_GRACEFUL
+                time.sleep(1.0 if self.remote_storage else 0.05)
+                continue
             gate.poll(self.spark, ns)
             try:
                 marker = contract.read_marker(self.storage, self.paths)
@@ -268,7 +341,7 @@ class Driver:
                     self.spark.stop()
                 return code
         try:
-            lease = contract.acquire_lease(self.storage, self.paths, ns.run_id, ns.lease_ttl)
+            lease = self.taken_lease or contract.acquire_lease(self.storage, self.paths, ns.run_id, ns.lease_ttl)
         except contract.LeaseHeldError as exc:
             print(f"airflow-streaming: refusing to start stream {ns.stream!r}: {exc}", file=sys.stderr, flush=True)
             return EXIT_LEASE_HELD

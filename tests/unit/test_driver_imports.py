@@ -30,6 +30,9 @@ DRIVER_SIDE = ("airflow_streaming", "airflow_streaming.checkpoint", "airflow_str
                "airflow_streaming.exceptions", "airflow_streaming.faults", "airflow_streaming.properties_file",
                "airflow_streaming.private_dir", "airflow_streaming.redaction", "airflow_streaming.spec",
                "airflow_streaming.location",
+               # who holds a lifecycle lock (a task instance's owner string): a hot standby takes the lock for
+               # its takeover (control/lifecycle_lock.py, control/takeover.py)
+               "airflow_streaming.task_owner",
                # which PySpark is installed (importlib.metadata only): the gate's command line, run from the
                # runtime tree in a stream version's own Spark runtime (runtime_bundle.EXTRA_ROOTS), reports it
                "airflow_streaming.pyspark_install",

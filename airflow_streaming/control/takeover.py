@@ -1,0 +1,118 @@
+"""A hot standby's takeover of a crashed run (``StreamSpec.hot_standby``; plain Python, driver side).
+
+A hot standby is a prepared driver of the running version (JVM, session, planned query, warm-up: see
+``spark_jobs/runtime/launcher.py``) that waits beside the active run. It takes the stream over only
+from a run that *crashed*:
+
+- the run marker still names that run (nobody asked it to stop: a stop removes the marker, an action
+  that starts another run rewrites it), and names this standby's version;
+- the driver record (``driver.json``) names that run (no action replaced it);
+- the lease names that run and is stale (:meth:`~.contract.Lease.is_stale`: on its host, its holder
+  process is gone; elsewhere, it was not renewed for its ttl). A run that ended on its own (an
+  exception, a graceful stop) released its lease: the supervisor's restart policy judges those.
+
+Why the driver decides and not the supervisor's pass: a pass runs once a minute, a takeover is worth
+having only within seconds. The rule is this one pure function over the control files, and the
+takeover runs under the stream's lifecycle lock, so no lifecycle action or supervisor pass interleaves
+with it; the supervisor acknowledges it afterwards (``Act.RECORD_FAILOVER``: history, notification).
+
+The takeover is three compare-and-swaps on the exact bytes judged above (:func:`take_over`): the lease
+(at most one driver ever holds it), the driver record, the run marker. A standby killed between them
+leaves a state the reconcile core already handles (a recorded run that is gone, a stale lease).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from airflow_streaming.control import contract
+from airflow_streaming.control.contract import ControlFileError, ControlPaths, Lease
+from airflow_streaming.control.storage import ControlStorage
+
+#: States of a standby (``standby.json``) that the stream's hot standby reports besides the upgrade
+#: standby's PREPARING / READY / FAILED / PROMOTED / EXPIRED.
+TOOK_OVER = "TOOK_OVER"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the standby does now: ``"wait"``, ``"take_over"`` (from ``run_id``) or ``"exit"``."""
+
+    act: str
+    reason: str
+    run_id: str | None = None
+    lease_raw: bytes | None = None
+    record_raw: bytes | None = None
+    marker_raw: bytes | None = None
+
+
+def judge(storage: ControlStorage, paths: ControlPaths, me: str, version: str,
+          now: float | None = None) -> Judgement:
+    """Whether the hot standby ``me`` (of ``version``) takes over now (see the module docstring).
+
+    ``exit`` when the stream no longer wants this standby: the run marker is absent (a stop) or names
+    another version (an upgrade or a rollback moved the stream on). A storage error propagates (the
+    caller waits and looks again: an unreadable file is never a reason to act)."""
+    marker_raw = storage.read_bytes(paths.marker)
+    if marker_raw is None:
+        return Judgement("exit", "the run marker is gone: the stream was stopped")
+    try:
+        marker = json.loads(marker_raw)
+    except (ValueError, UnicodeDecodeError):
+        return Judgement("wait", "the run marker is not readable JSON")
+    if not isinstance(marker, dict) or not isinstance(marker.get("run_id"), str):
+        return Judgement("wait", "the run marker names no run")
+    if marker.get("version") != version:
+        return Judgement("exit", f"the run marker names version {marker.get('version')!r}, not {version!r}")
+    active = marker["run_id"]
+    if active == me:
+        return Judgement("wait", "promoted: the run marker names this run")
+    record_raw = storage.read_bytes(paths.driver)
+    try:
+        record = None if record_raw is None else contract.DriverRecord.from_json(paths.driver, record_raw)
+    except ControlFileError:
+        return Judgement("wait", "the driver record is not readable")
+    if record is None or record.run_id != active:
+        return Judgement("wait", f"the driver record does not name the marker's run {active}")
+    lease_raw = storage.read_bytes(paths.lease)
+    if lease_raw is None:
+        return Judgement("wait", f"run {active} holds no lease (starting, or ended on its own)")
+    try:
+        lease = Lease.from_json(paths.lease, lease_raw)
+    except ControlFileError:
+        return Judgement("wait", "the lease is not readable")
+    if lease.run_id != active:
+        return Judgement("wait", f"the lease names run {lease.run_id}, not the marker's run {active}")
+    if not lease.is_stale(now):
+        return Judgement("wait", f"run {active} holds its lease")
+    return Judgement("take_over", f"run {active} crashed: its lease is stale and its marker still names it",
+                     active, lease_raw, record_raw, marker_raw)
+
+
+def take_over(storage: ControlStorage, paths: ControlPaths, judgement: Judgement, me: str, version: str,
+              own_record: bytes, ttl: float, pid: int, pid_start_time: float | None, host: str) -> Lease | None:
+    """Carry out a ``take_over`` judgement (under the stream's lifecycle lock): the lease, then the driver
+    record (to ``own_record``, this standby's :class:`~.contract.DriverRecord`), then the run marker, each a
+    compare-and-swap on the bytes judged. Returns the lease now held, ``None`` if the lease moved meanwhile
+    (nothing changed). A record or marker that moved after the lease was taken gives the lease back."""
+    now = time.time()
+    lease = Lease(me, pid, pid_start_time, host, now, now, ttl)
+    if not storage.compare_and_swap(paths.lease, judgement.lease_raw, lease.to_json()):
+        return None
+    if not storage.compare_and_swap(paths.driver, judgement.record_raw, own_record):
+        contract.release_lease(storage, paths, lease)
+        return None
+    marker = json.dumps({"run_id": me, "version": version, "created_at": now,
+                         "took_over_from": judgement.run_id}).encode()
+    if not storage.compare_and_swap(paths.marker, judgement.marker_raw, marker):
+        # A stop (marker removed) or an action (marker rewritten) came between: theirs wins. The record is
+        # given back too, so that what runs is what the record names.
+        storage.compare_and_swap(paths.driver, own_record, judgement.record_raw)
+        contract.release_lease(storage, paths, lease)
+        return None
+    return lease
+
+
+__all__ = ["TOOK_OVER", "Judgement", "judge", "take_over"]
