@@ -315,6 +315,12 @@ class StreamSpec:
     for the PySpark installed beside the provider, a release (``"3.5.7"``, stored as ``{"version": "3.5.7"}``)
     or an existing installation ``{"spark_home": ..., "python": ...}``."""
 
+    hot_standby: bool = False
+    """Keep a *hot standby* beside the running driver (``docs/failover.md``): a prepared driver of the same
+    version (JVM, session, planned query) that takes the stream over when the active driver crashes, so
+    that recovery is a query start in a running JVM, not a cold start. Costs a second driver's memory
+    and cores while it waits; the supervisor prepares it and records each takeover."""
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         _check_segment(self.name, "name")
@@ -376,6 +382,9 @@ class StreamSpec:
                             f"got master {self.master!r}")
         set_(self, "cluster", _check_cluster(self.cluster))
         set_(self, "spark_runtime", check_runtime(self.spark_runtime))
+        if not isinstance(self.hot_standby, bool):
+            raise SpecError("hot_standby", f"must be true or false, got {_type_name(self.hot_standby)} "
+                                           f"{self.hot_standby!r}")
         if self.storage_conn_id is not None:
             _check_str(self.storage_conn_id, "storage_conn_id")
         # The checkpoint and the stream's control dir must not overlap.
@@ -456,6 +465,7 @@ class StreamSpec:
             "storage_conn_id": self.storage_conn_id,
             **({"secret_args": dict(self.secret_args)} if self.secret_args else {}),
             **({"spark_runtime": dict(self.spark_runtime)} if self.spark_runtime else {}),
+            **({"hot_standby": True} if self.hot_standby else {}),
         }
 
     @classmethod

@@ -70,6 +70,11 @@ class StreamRegistry:
             if record is not None and hook.alive(record):
                 hook.kill(record, grace=5)
             assert record is None or not hook.alive(record), f"driver {record.submit_pid} survived cleanup"
+            standby = hook.standby_record()  # a standby (an upgrade's, or the hot standby) left behind
+            if standby is not None and hook.processes_of_run(standby.run_id):
+                hook.target_of(standby).kill(standby, 5)
+            assert standby is None or not hook.processes_of_run(standby.run_id), \
+                f"standby {standby.run_id} survived cleanup"
 
 
 def totals(hook: SparkStreamHook, run_id: str) -> dict[str, int] | None:

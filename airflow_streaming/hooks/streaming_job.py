@@ -35,6 +35,7 @@ from airflow_streaming.control.storage import ControlStorage, StorageError
 from airflow_streaming.control.locations import storage_for
 from airflow_streaming.deprecated_names import module_getattr
 from airflow_streaming.exceptions import StreamingError, UnsafeDirectoryError
+from airflow_streaming.hooks.hot_standby import HotStandbyMixin
 from airflow_streaming.hooks.liveness import LivenessMixin
 from airflow_streaming.hooks.storage_retry import retrying
 from airflow_streaming.hooks.stopping import KILL_GRACE_SECONDS, StopReport, StoppingMixin
@@ -68,7 +69,7 @@ def storage_path(location: str) -> str:
     return parsed.path if parsed.scheme else location
 
 
-class SparkStreamHook(SubmissionMixin, LivenessMixin, StoppingMixin, BaseHook):
+class SparkStreamHook(SubmissionMixin, HotStandbyMixin, LivenessMixin, StoppingMixin, BaseHook):
     """Submit, watch, stop and kill the driver of one stream described by a :class:`StreamSpec`.
 
     Connections: the spec's ``conn_id`` (a ``spark`` connection of the Spark provider, read as its

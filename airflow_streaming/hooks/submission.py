@@ -147,7 +147,8 @@ class SubmissionMixin:
             self._spark_runtime = resolve_runtime(self.spec.spark_runtime)
         return self._spark_runtime
 
-    def launch_plan(self, run_id: str, standby: bool = False, gate: bool | None = None) -> LaunchPlan:
+    def launch_plan(self, run_id: str, standby: bool = False, gate: bool | None = None,
+                    failover: bool = False) -> LaunchPlan:
         """What the target starts for ``run_id``: the runtime's arguments and the conf (secrets apart).
         ``gate`` not ``None``: a gate driver (``True``: with the Spark dry run) - see :meth:`submit_gate`."""
         spec = self.spec
@@ -158,6 +159,7 @@ class SubmissionMixin:
             "--trigger-seconds", str(spec.trigger_interval), "--heartbeat-seconds", str(spec.heartbeat_interval),
             "--lease-ttl", str(lease_ttl(spec)),
             *(["--standby"] if standby else []),
+            *(["--failover"] if standby and failover else []),
             *(["--gate-only", *([] if gate else ["--gate-no-dry-run"])] if gate is not None else []),
             "--", *spec.application_args,
         ]
@@ -206,7 +208,7 @@ class SubmissionMixin:
         return env
 
     def submit(self, run_id: str | None = None, standby: bool = False, lock: LifecycleLock | None = None,
-               owner: str | None = None) -> DriverRecord:
+               owner: str | None = None, failover: bool = False) -> DriverRecord:
         """Start the stream's driver detached and return its record, under the lifecycle lock.
 
         Refuses (before anything is submitted) when a driver already runs the stream or that cannot be
@@ -217,7 +219,9 @@ class SubmissionMixin:
 
         ``standby=True`` starts a *prepared* driver beside the running one: it builds its session and
         query, then waits - without touching the checkpoint, the lease or the status document - until
-        :meth:`promote` names it in the run marker. Its record goes to ``standby-driver.json``.
+        :meth:`promote` names it in the run marker. Its record goes to ``standby-driver.json``. With
+        ``failover`` it is the stream's hot standby (:mod:`airflow_streaming.hooks.hot_standby`); a live hot
+        standby is retired to make room for an upgrade's standby.
         """
         self.preflight()
         with self.guarded("deploy", lock, owner) as held:
@@ -227,12 +231,15 @@ class SubmissionMixin:
                     raise StreamAlreadyRunningError(
                         f"stream {self.spec.name!r} is already running: {running}. Stop it before deploying again.")
             else:
+                if not failover:
+                    self.retire_hot_standby(f"an upgrade prepares its own standby, run {run_id}")
                 other = self.standby_record()
-                if other is not None and other.run_id != run_id and self.processes_of_run(other.run_id):
+                if other is not None and other.run_id != run_id and not self._is_recorded_driver(other) \
+                        and self.processes_of_run(other.run_id):
                     raise StreamAlreadyRunningError(f"stream {self.spec.name!r} already has a standby driver "
                                                     f"(run {other.run_id})")
             run_id = run_id or contract.new_run_id()
-            plan = self.launch_plan(run_id, standby=standby)
+            plan = self.launch_plan(run_id, standby=standby, failover=failover)
             plan = dataclasses.replace(plan, env={**self._environment(), **plan.env})
             self.storage.makedirs(self.paths.root)
             if not self.remote_storage:
@@ -240,6 +247,8 @@ class SubmissionMixin:
             held.ensure()
             if not standby:
                 contract.write_marker(self.storage, self.paths, run_id, self.spec.version)
+            else:
+                self.mark_standby_submitted(run_id, failover)
             try:
                 handle = self.target.submit(plan)
             except BaseException:
@@ -259,6 +268,12 @@ class SubmissionMixin:
             log.info("submitted stream %s %s%s to %s: run %s, %s, log %s", self.spec.name, self.spec.version,
                      " (standby)" if standby else "", self.target.kind, run_id, handle, plan.log_path)
             return record
+
+    def _is_recorded_driver(self, standby: DriverRecord) -> bool:
+        """Whether a standby record names the stream's recorded driver: it was promoted (a warm upgrade) or
+        took over (the hot standby), so it is no standby any more and never blocks a new one."""
+        current = self.driver_record()
+        return current is not None and current.run_id == standby.run_id
 
     def unrecorded_record(self, run_id: str, standby: bool = False) -> DriverRecord | None:
         """A driver record for the one driver of ``run_id`` that runs although no record names it (its
@@ -289,7 +304,7 @@ class SubmissionMixin:
                      and not self.target_of(previous).state(previous).gone)
             standby_now = self.standby_record() if standby else None
             if standby and standby_now is not None and standby_now.run_id != run_id and \
-                    self.processes_of_run(standby_now.run_id):
+                    not self._is_recorded_driver(standby_now) and self.processes_of_run(standby_now.run_id):
                 raise StreamAlreadyRunningError(f"stream {self.spec.name!r} already has a standby driver (run "
                                                 f"{standby_now.run_id}): not adopting run {run_id} beside it")
             if not standby and (other or (lease is not None and not lease.is_stale() and lease.run_id != run_id)):

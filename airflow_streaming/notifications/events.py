@@ -54,6 +54,8 @@ class EventKind(str, Enum):
     UNHEALTHY = "UNHEALTHY"
     UPGRADE_SUCCEEDED = "UPGRADE_SUCCEEDED"
     UPGRADE_ROLLED_BACK = "UPGRADE_ROLLED_BACK"
+    FAILED_OVER = "FAILED_OVER"
+    """The stream's hot standby took over from a crashed driver (``StreamSpec.hot_standby``)."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,8 @@ def _headline(event: StreamEvent) -> str:
         return f"{s} GAVE UP{tried}" + (f": {err}" if err else "")
     if k == EventKind.UNHEALTHY:
         return f"{s} UNHEALTHY" + (f": {event.health_reasons[0]}" if event.health_reasons else "")
+    if k == EventKind.FAILED_OVER:
+        return f"{s} FAILED OVER to its hot standby" + (f" (run {event.run_id})" if event.run_id else "")
     if k == EventKind.UPGRADE_SUCCEEDED:
         return f"{s} upgraded" + (f" to {event.version}" if event.version else "")
     # UPGRADE_ROLLED_BACK

@@ -16,7 +16,12 @@ wins; ``docs/reconcile.md`` lists the resulting table):
    driver that reported its failure);
 6. wanted running and proven gone: restart, within the restart policy; where the policy forbids it
    (attempts exhausted, a deterministic failure, gave up earlier, another run holds the lease, a
-   stop made outside the lifecycle), a notification that says why. *Never a silent NOTHING.*
+   stop made outside the lifecycle), a notification that says why. *Never a silent NOTHING* - but
+   for a crash that the stream's hot standby is taking over (bounded: ``TAKEOVER_WINDOW_S``).
+
+A stream with a hot standby (``StreamSpec.hot_standby``): a takeover by the standby is recorded and
+notified first (``RECORD_FAILOVER``); a healthy stream without a live standby gets one
+(``PREPARE_STANDBY``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from airflow_streaming.reconcile.observation import (
     Observation,
     RecordState,
     RunStatus,
+    Standby,
 )
 
 
@@ -55,6 +61,13 @@ class Act(str, Enum):
     """Record in the ledger that the supervisor gave up, and notify."""
     REPORT = "REPORT"
     """Change nothing; notify a person (the event says why)."""
+    PREPARE_STANDBY = "PREPARE_STANDBY"
+    """Start the stream's hot standby: a prepared driver of the deployed version that takes over when the
+    active one crashes (``airflow_streaming.control.takeover``). It touches neither the checkpoint, the
+    lease nor the run marker until then."""
+    RECORD_FAILOVER = "RECORD_FAILOVER"
+    """The hot standby took over: record it in the history, notify, and free the standby's place (a new
+    standby is prepared once the stream is healthy)."""
 
 
 #: Acts that start or end a driver: only ever on proof (never on UNKNOWN), never on a stopped stream.
@@ -110,6 +123,9 @@ def decide(o: Observation, policy: Policy) -> Decision:
             return Decision(Act.REPORT, "deployed, but no driver record: no run to judge; deploy it again",
                             "UNHEALTHY")
         return Decision(Act.NOTHING, "stopped; no driver record")
+    if o.standby == Standby.TOOK_OVER and o.desired == Desired.RUNNING:
+        return Decision(Act.RECORD_FAILOVER, f"{run} is the hot standby that took over from a crashed driver: "
+                                             "recorded; a new standby is prepared once it is healthy", "FAILED_OVER")
     if o.liveness == Liveness.UNKNOWN:
         return Decision(Act.OBSERVE, f"cannot tell whether {run} runs{why}: unknown is never acted on")
     # 4. Stopped by the user: never restarted.
@@ -131,6 +147,9 @@ def decide(o: Observation, policy: Policy) -> Decision:
     if o.status == RunStatus.UNREADABLE:
         return Decision(Act.OBSERVE, f"{run} is gone, but its status cannot be read{why}; looking again before "
                                      "acting", "UNHEALTHY")
+    if o.standby == Standby.TAKING_OVER:
+        return Decision(Act.OBSERVE, f"{run} crashed{why}; its hot standby is taking over (restarted from the "
+                                     "checkpoint if it has not within its takeover window)")
     gone = {RunStatus.NONE: f"{run} is gone before it reported any status (killed while starting?){why}",
             RunStatus.STARTING: f"{run} is gone while starting{why}",
             RunStatus.GARBAGE: f"{run} is gone and left a status document that is not one{why}",
@@ -153,6 +172,9 @@ def _alive(o: Observation, policy: Policy, run: str) -> Decision:
         return Decision(Act.REPORT, f"{run} runs but reported no progress within its startup timeout "
                                     "(restart_on_stalled is off)", "UNHEALTHY")
     if o.health == Health.OK:
+        if o.standby == Standby.MISSING:
+            return Decision(Act.PREPARE_STANDBY, f"{run} is healthy{' again' if o.recovering else ''}; preparing "
+                                                 "its hot standby", "RECOVERED" if o.recovering else None)
         if o.recovering:
             return Decision(Act.NOTHING, f"{run} is healthy again", "RECOVERED")
         return Decision(Act.NOTHING, f"{run} is healthy")

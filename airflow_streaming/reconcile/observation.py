@@ -111,6 +111,22 @@ class Lease(str, Enum):
     """Fresh and held by a run that is not the recorded one: another driver may be on the checkpoint."""
 
 
+class Standby(str, Enum):
+    """The stream's hot standby (``StreamSpec.hot_standby``, ``airflow_streaming.control.takeover``)."""
+
+    NOT_WANTED = "NOT_WANTED"
+    """The deployed spec has no hot standby."""
+    MISSING = "MISSING"
+    """Wanted, but none is alive (never prepared, exited, failed, or it took over and was acknowledged)."""
+    READY = "READY"
+    """Alive (preparing or standing by), and no takeover is due."""
+    TAKING_OVER = "TAKING_OVER"
+    """Alive, and the recorded run left a lease that is stale (or goes stale within its ttl): the standby
+    takes over; counts as a takeover only within ``TAKEOVER_WINDOW_S`` of that, then as READY."""
+    TOOK_OVER = "TOOK_OVER"
+    """The recorded run is the hot standby that took over; the supervisor has not acknowledged it yet."""
+
+
 @dataclass(frozen=True)
 class Observation:
     """Everything one pass knows about one stream (see the module docstring).
@@ -132,6 +148,7 @@ class Observation:
     recovering: bool = False
     """The ledger holds failures and no healthy observation since: a healthy one is a RECOVERED event."""
     lease: Lease = Lease.FREE_OR_OURS
+    standby: Standby = Standby.NOT_WANTED
     run_id: str | None = None
     step: str | None = None
     """The unfinished action and its step, e.g. ``upgrade at STOPPED``."""
@@ -153,6 +170,7 @@ DIMENSIONS: dict[str, tuple[object, ...]] = {
     "gave_up": (False, True),
     "recovering": (False, True),
     "lease": tuple(Lease),
+    "standby": tuple(Standby),
 }
 
 assert list(DIMENSIONS) == [f.name for f in fields(Observation)][: len(DIMENSIONS)]

@@ -9,11 +9,12 @@ unreadable one (it holds the attempts and the gave-up state).
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_streaming.control import contract
+from airflow_streaming.control import contract, takeover
 from airflow_streaming.control.contract import ControlFileError, StatusDocument
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.control.lifecycle_lock import LOCK_NAME, is_stale, parse_holder
@@ -30,6 +31,7 @@ from airflow_streaming.reconcile.observation import (
     Observation,
     RecordState,
     RunStatus,
+    Standby,
 )
 from airflow_streaming.supervision.classification import FailureKind, classify
 from airflow_streaming.supervision.policy import Action as BudgetAction
@@ -37,6 +39,11 @@ from airflow_streaming.supervision.policy import RestartLedger, RestartPolicy, r
 from airflow_streaming.targets.base import Liveness as TargetLiveness
 
 _TERMINAL_STEPS = frozenset(s.value for s in TERMINAL)
+
+#: How long after the recorded run's lease went stale its hot standby counts as taking over. A standby
+#: still preparing when the run crashed takes over once prepared (a JVM start, a session: well under a
+#: minute here); past this window the run is judged like any other crash (restarted from the checkpoint).
+TAKEOVER_WINDOW_S = 90.0
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,7 @@ def observe(hook: Any, policy: RestartPolicy | None = None, ledger: RestartLedge
     ledger = ledger or RestartLedger()
     notes: list[str] = []
 
-    desired, action, step = _desired_and_action(hook, holding_lock, notes, now)
+    desired, action, step, wanted = _desired_and_action(hook, holding_lock, notes, now)
     try:
         record = hook.driver_record()
         record_state = RecordState.ABSENT if record is None else RecordState.PRESENT
@@ -94,9 +101,11 @@ def observe(hook: Any, policy: RestartPolicy | None = None, ledger: RestartLedge
         status = _run_status(doc)
 
     liveness, lease = Liveness.UNKNOWN, Lease.FREE_OR_OURS
+    held: contract.Lease | None = None
     if record is not None:
-        liveness, lease, why = _liveness(hook, record)
+        liveness, lease, why, held = _liveness(hook, record)
         notes.append(why)
+    standby = _standby(hook, record, held, now, notes) if wanted else Standby.NOT_WANTED
     verdict = hook.health(now=now)
     health = {"HEALTHY": Health.OK, "IDLE": Health.OK, "FALLING_BEHIND": Health.FALLING_BEHIND,
               "STALLED": Health.STALLED}.get(verdict.state.value, Health.WAITING)
@@ -120,7 +129,7 @@ def observe(hook: Any, policy: RestartPolicy | None = None, ledger: RestartLedge
         budget={BudgetAction.WAIT: Budget.BACKOFF, BudgetAction.GIVE_UP: Budget.EXHAUSTED}.get(
             budget.action, Budget.AVAILABLE),
         gave_up=ledger.gave_up, recovering=bool(ledger.failures) and ledger.healthy_since is None, lease=lease,
-        run_id=record.run_id if record is not None else None, step=step,
+        standby=standby, run_id=record.run_id if record is not None else None, step=step,
         detail="; ".join(n for n in notes if n))
     return Observed(observation, record, doc, verdict, failed_at, error.get("error_class"), budget.reason,
                     budget.attempt, budget.max_attempts,
@@ -136,13 +145,13 @@ def _run_status(doc: StatusDocument) -> RunStatus:
             contract.STOPPED: RunStatus.STOPPED}.get(doc.state, RunStatus.GARBAGE)
 
 
-def _liveness(hook: Any, record: contract.DriverRecord) -> tuple[Liveness, Lease, str]:
-    """The recorded run's liveness with its proof, and whether another run holds the lease."""
+def _liveness(hook: Any, record: contract.DriverRecord) -> tuple[Liveness, Lease, str, contract.Lease | None]:
+    """The recorded run's liveness with its proof, whether another run holds the lease, and the lease."""
     lease_state = Lease.FREE_OR_OURS
     try:
         lease = contract.read_lease(hook.storage, hook.paths)
     except StorageError as exc:
-        return Liveness.UNKNOWN, lease_state, f"the lease cannot be read: {exc}"
+        return Liveness.UNKNOWN, lease_state, f"the lease cannot be read: {exc}", None
     except ControlFileError:
         lease = None  # garbage: no driver can renew it
     if lease is not None and lease.run_id != record.run_id and not lease.is_stale():
@@ -150,16 +159,50 @@ def _liveness(hook: Any, record: contract.DriverRecord) -> tuple[Liveness, Lease
             lease_state = Lease.OTHER_RUN
     state, detail = hook.driver_liveness()
     return {TargetLiveness.ALIVE: Liveness.ALIVE, TargetLiveness.GONE: Liveness.GONE}.get(
-        state, Liveness.UNKNOWN), lease_state, detail
+        state, Liveness.UNKNOWN), lease_state, detail, lease
+
+
+def _standby(hook: Any, record: contract.DriverRecord | None, lease: contract.Lease | None, now: float,
+             notes: list[str]) -> Standby:
+    """The hot standby of a stream that wants one (see :class:`~.observation.Standby`)."""
+    try:
+        state = hook.hot_standby_state()
+    except (ControlFileError, StorageError) as exc:
+        notes.append(f"hot standby: {exc}")
+        return Standby.READY  # cannot tell: neither prepare a second one nor count on it
+    if state is None:
+        return Standby.MISSING
+    if state.get("state") == takeover.TOOK_OVER:
+        return Standby.TOOK_OVER if record is not None and state.get("run_id") == record.run_id else Standby.MISSING
+    if not state.get("alive"):
+        return Standby.MISSING
+    if record is not None and lease is not None and lease.run_id == record.run_id:
+        # The standby takes over once this lease is stale: at once on its host (its holder is gone), after
+        # its ttl elsewhere. (Read only where the recorded run is proven gone.)
+        local = lease.host == socket.gethostname()
+        stale_since = lease.renewed_at if local else lease.renewed_at + lease.ttl
+        if now <= stale_since + TAKEOVER_WINDOW_S and (not local or lease.is_stale(now)):
+            notes.append(f"hot standby run {state.get('run_id')} takes over from run {record.run_id}")
+            return Standby.TAKING_OVER
+    return Standby.READY
 
 
 def _desired_and_action(hook: Any, holding_lock: bool, notes: list[str],
-                        now: float) -> tuple[Desired, ActionState, str | None]:
+                        now: float) -> tuple[Desired, ActionState, str | None, bool]:
+    """What the user wants, the action's state and step, and whether the deployed spec wants a hot standby."""
     try:
         deployed = hook.deployed()
     except (ControlFileError, StorageError) as exc:
         deployed = {"unreadable": str(exc)}
         notes.append(f"deployed spec: {exc}")
+    spec = deployed.get("spec") if isinstance(deployed, dict) else None
+    wanted = isinstance(spec, dict) and spec.get("hot_standby") is True
+    desired, action, step = _desired(hook, holding_lock, notes, now, deployed)
+    return desired, action, step, wanted
+
+
+def _desired(hook: Any, holding_lock: bool, notes: list[str], now: float,
+             deployed: Any) -> tuple[Desired, ActionState, str | None]:
     try:
         last = hook.lifecycle_record()
     except (ControlFileError, StorageError) as exc:

@@ -20,7 +20,7 @@ from airflow_streaming.reconcile.observation import DIMENSIONS, Observation
 #: The dimensions in the order the rules read them (so that rows stop early), and the restart
 #: policy's one switch the decision reads.
 _ORDER = ("action", "desired", "record", "liveness", "lease", "status", "health", "start_overdue",
-          "restart_on_stalled", "gave_up", "failure", "budget", "recovering")
+          "restart_on_stalled", "gave_up", "failure", "budget", "recovering", "standby")
 AXES: dict[str, tuple[object, ...]] = {
     name: DIMENSIONS[name] if name in DIMENSIONS else (False, True) for name in _ORDER}
 assert set(AXES) == {*DIMENSIONS, "restart_on_stalled"}

@@ -18,6 +18,7 @@ Safety:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -45,6 +46,7 @@ class PassResult:
     """What one supervision pass saw and did.
 
     ``action``: NOTHING, NOTIFIED, WAITING (backing off), RECOVERED, RESTARTED, RESTART_FAILED, GAVE_UP,
+    FAILED_OVER (the hot standby took over: recorded), STANDBY_PREPARED, STANDBY_FAILED,
     or SKIPPED (another lifecycle action holds the stream's lock)."""
 
     stream: str
@@ -115,6 +117,22 @@ def _supervise_locked(hook: SparkStreamHook, policy: RestartPolicy, notify: Call
         note_healthy(ledger, policy, now)
         if ledger.to_dict() != before:  # a healthy stream's pass writes nothing (1,000 streams: 1,000 fsyncs saved)
             save_ledger(hook, ledger)
+    if decision.act == Act.RECORD_FAILOVER:
+        _record_failover(hook, seen, now)
+        emit("FAILED_OVER", health_reasons=reasons)
+        result.action = "FAILED_OVER"
+        return result
+    if decision.act == Act.PREPARE_STANDBY:
+        if decision.event == "RECOVERED":
+            emit("RECOVERED")
+        try:
+            standby = _deployed_hook(hook).prepare_hot_standby(lock)
+        except Exception as exc:  # noqa: BLE001 - the running stream is untouched; the next pass tries again
+            log.error("could not prepare the hot standby of %s: %s", hook.spec.name, exc)
+            result.action, result.reason = "STANDBY_FAILED", f"the hot standby could not be prepared: {exc}"
+            return result
+        result.action, result.new_run_id = "STANDBY_PREPARED", standby.run_id
+        return result
     if decision.act == Act.NOTHING:
         if decision.event == "RECOVERED":
             emit("RECOVERED")
@@ -158,20 +176,49 @@ def _supervise_locked(hook: SparkStreamHook, policy: RestartPolicy, notify: Call
     return result
 
 
-def _recover(hook: SparkStreamHook, lock: LifecycleLock) -> Any:
-    """Run (or resume) the RECOVER action of what is deployed (an upgrade may have moved the stream
-    past the spec this pass was given)."""
-    from airflow_streaming.lifecycle.record import Action as LifecycleAction
-    from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
+def _deployed_spec(hook: SparkStreamHook) -> StreamSpec:
+    """What is deployed (an upgrade may have moved the stream past the spec this pass was given)."""
     from airflow_streaming.lifecycle.trust import trusted_spec
 
     deployed = (hook.deployed() or {}).get("spec")
     if deployed:  # a file a driver can write: used only when sealed by this deployment or the caller's own spec
         deployed = trusted_spec(deployed, hook.deployed_path, hook.spec)
-    spec = StreamSpec.from_dict(restore_secrets(deployed, hook.spec)) if deployed else hook.spec
-    runner = LifecycleRunner(spec, LifecycleAction.RECOVER, LifecycleOptions(owner=lock.holder.get("owner")),
-                             lock=lock)
+    return StreamSpec.from_dict(restore_secrets(deployed, hook.spec)) if deployed else hook.spec
+
+
+def _deployed_hook(hook: SparkStreamHook) -> SparkStreamHook:
+    spec = _deployed_spec(hook)
+    return hook if spec == hook.spec else SparkStreamHook(spec)
+
+
+def _recover(hook: SparkStreamHook, lock: LifecycleLock) -> Any:
+    """Run (or resume) the RECOVER action of what is deployed."""
+    from airflow_streaming.lifecycle.record import Action as LifecycleAction
+    from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
+
+    runner = LifecycleRunner(_deployed_spec(hook), LifecycleAction.RECOVER,
+                             LifecycleOptions(owner=lock.holder.get("owner")), lock=lock)
     return runner.run()
+
+
+def _record_failover(hook: SparkStreamHook, seen: Observed, now: float) -> None:
+    """One history entry for the hot standby's takeover, then its place freed for a new standby."""
+    from airflow_streaming.lifecycle.record import append_history
+    from airflow_streaming.lifecycle.stored import HISTORY_NAME, read_history
+
+    record = seen.record
+    assert record is not None
+    state = hook.hot_standby_state() or {}
+    entry = {"id": f"failover-{record.run_id}", "action": "failover", "stream": hook.spec.name,
+             "from_version": record.version, "to_version": record.version, "outcome": "SUCCEEDED",
+             "started_at": state.get("at") or now, "ended_at": now, "owner": "hot standby",
+             "old_run_id": state.get("took_over_from"), "new_run_id": record.run_id,
+             "running_version": record.version, "error": None}
+    history = append_history(read_history(hook), entry)
+    hook.storage.write_atomic(f"{hook.paths.root}/{HISTORY_NAME}", json.dumps(history, indent=1).encode())
+    hook.acknowledge_takeover(record.run_id)
+    log.warning("stream %s failed over to its hot standby: run %s took over from run %s", hook.spec.name,
+                record.run_id, state.get("took_over_from"))
 
 
 def _notify(result: PassResult, notify: Callable[[dict[str, Any]], None], event: dict[str, Any]) -> None:

@@ -101,6 +101,8 @@ def test_text_names_every_field():
      "[airflow-streaming] orders-etl upgraded to v7"),
     (failed(kind=EventKind.UPGRADE_ROLLED_BACK, version="v6", attempt=None),
      "[airflow-streaming] orders-etl upgrade ROLLED BACK (running v6): [STREAM_FAILED]"),
+    (failed(kind=EventKind.FAILED_OVER, error_first_line=None, error_class=None, attempt=None),
+     "[airflow-streaming] orders-etl FAILED OVER to its hot standby (run run-42)"),
 ])
 def test_subject_per_kind(event, subject):
     assert render_text(event)[0].startswith(subject)

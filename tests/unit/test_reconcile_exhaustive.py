@@ -22,6 +22,7 @@ from airflow_streaming.reconcile.observation import (
     Observation,
     RecordState,
     RunStatus,
+    Standby,
 )
 from airflow_streaming.reconcile.table import render
 
@@ -47,8 +48,10 @@ def _violations(o: Observation, policy: Policy) -> list[str]:
         bad.append("a decision without a reason")
     # No silent outage: wanted running, provably not running, no unfinished action.
     # (A run that stopped gracefully was stopped: only a stop request removes its run marker.)
+    # (A crash the hot standby is taking over is the one exception, bounded by the takeover window: the
+    # observation says TAKING_OVER only within it.)
     if (o.desired == Desired.RUNNING and o.action == ActionState.NONE and o.record == RecordState.PRESENT
-            and o.liveness == Liveness.GONE and o.status != RunStatus.STOPPED):
+            and o.liveness == Liveness.GONE and o.status != RunStatus.STOPPED and o.standby != Standby.TAKING_OVER):
         if d.act != Act.RESTART and d.event is None and not o.gave_up:
             bad.append("down and wanted running, but neither restarted nor notified")
         if d.act == Act.NOTHING and not o.gave_up:
@@ -89,11 +92,30 @@ def _violations(o: Observation, policy: Policy) -> list[str]:
     if (d.act == Act.RESTART and o.liveness == Liveness.ALIVE and o.status != RunStatus.FAILED
             and not policy.restart_on_stalled):
         bad.append("a live, not failed driver killed although restart_on_stalled is off")
-    # A healthy stream is left alone.
-    if (o.desired == Desired.RUNNING and o.action == ActionState.NONE and o.record == RecordState.PRESENT
-            and o.liveness == Liveness.ALIVE and o.status == RunStatus.RUNNING and o.health == Health.OK
-            and o.lease == Lease.FREE_OR_OURS and d.act != Act.NOTHING):
+    # A healthy stream is left alone (but for preparing its missing hot standby, and recording a takeover).
+    healthy = (o.desired == Desired.RUNNING and o.action == ActionState.NONE and o.record == RecordState.PRESENT
+               and o.liveness == Liveness.ALIVE and o.status == RunStatus.RUNNING and o.health == Health.OK
+               and o.lease == Lease.FREE_OR_OURS)
+    if healthy and o.standby in (Standby.NOT_WANTED, Standby.READY, Standby.TAKING_OVER) and d.act != Act.NOTHING:
         bad.append("a healthy stream acted on")
+    if healthy and o.standby == Standby.MISSING and d.act != Act.PREPARE_STANDBY:
+        bad.append("a healthy stream that wants a hot standby and has none did not get one")
+    # The hot standby: prepared only beside a healthy run, never twice; a takeover recorded once, first.
+    if d.act == Act.PREPARE_STANDBY and not (healthy and o.standby == Standby.MISSING):
+        bad.append("a hot standby prepared beside a stream that is not healthy, or that has one")
+    if d.act == Act.RECORD_FAILOVER and not (o.standby == Standby.TOOK_OVER and o.desired == Desired.RUNNING
+                                             and o.action == ActionState.NONE and o.record == RecordState.PRESENT):
+        bad.append("a takeover recorded that the observation does not show")
+    if d.act == Act.RECORD_FAILOVER and d.event != "FAILED_OVER":
+        bad.append("a takeover recorded without its notification")
+    if (o.standby == Standby.TOOK_OVER and o.desired == Desired.RUNNING and o.action == ActionState.NONE
+            and o.record == RecordState.PRESENT and d.act != Act.RECORD_FAILOVER):
+        bad.append("a takeover left unrecorded")
+    if o.standby == Standby.NOT_WANTED and d.act in (Act.PREPARE_STANDBY, Act.RECORD_FAILOVER):
+        bad.append("a hot standby act for a stream that has none")
+    # A takeover under way is not pre-empted by a restart: two starts on one checkpoint.
+    if o.standby == Standby.TAKING_OVER and o.liveness == Liveness.GONE and d.act == Act.RESTART:
+        bad.append("a restart while the hot standby takes over")
     return bad
 
 
@@ -109,7 +131,7 @@ def test_every_observable_state_meets_the_invariants():
     expected = 2
     for values in DIMENSIONS.values():
         expected *= len(values)
-    assert count == expected > 100_000
+    assert count == expected > 1_000_000
     assert not failures, "\n".join(f"{p}: {o} (restart_on_stalled={s})" for p, (o, s) in failures.items())
 
 

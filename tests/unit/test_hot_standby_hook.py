@@ -1,0 +1,163 @@
+"""The hot standby seen from Airflow (hooks/hot_standby.py, reconcile/observe.py): real processes on the
+local target and real control files, no JVM.
+
+The spec's ``cluster.spark_binary`` is a stand-in spark-submit (a shell script that execs a sleeping
+Python carrying the runtime's arguments, ``--run-id`` among them): what is under test is the records, the
+processes and the observation, not Spark (``tests/integration/test_hot_standby.py`` is the real one)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from airflow_streaming.control import contract, takeover
+from airflow_streaming.control.contract import Lease
+from airflow_streaming.control.lifecycle_lock import LifecycleLock
+from airflow_streaming.control.process import process_start_time
+from airflow_streaming.exceptions import StreamAlreadyRunningError
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
+from airflow_streaming.reconcile.decision import Act
+from airflow_streaming.reconcile.observation import Liveness, Standby
+from airflow_streaming.reconcile.observe import TAKEOVER_WINDOW_S, observe
+from airflow_streaming.spec import StreamSpec
+from airflow_streaming.supervision.policy import RestartPolicy
+
+POLICY = RestartPolicy(backoff_initial_s=0)
+
+
+@pytest.fixture
+def hook(tmp_path):
+    fake = tmp_path / "spark-submit"
+    fake.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import time; time.sleep(120)' \"$@\"\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    spec = StreamSpec(name="s1", application="device_signals", checkpoint_location=str(tmp_path / "ckpt"),
+                      control_location=str(tmp_path / "control"), master="local[1]",
+                      cluster={"spark_binary": str(fake)}, hot_standby=True)
+    hook = SparkStreamHook(spec)
+    runs: list[str] = []
+    yield hook, runs
+    for run in runs:
+        for record in (hook.driver_record(), hook.standby_record()):
+            if record is not None and record.run_id == run:
+                hook.target_of(record).kill(record, 5)
+
+
+def lock_of(hook: SparkStreamHook) -> LifecycleLock:
+    return LifecycleLock.acquire(hook.storage, hook.paths.root, "supervise", "test")
+
+
+def active_and_standby(hook: SparkStreamHook, runs: list[str]):
+    active = hook.submit()
+    runs.append(active.run_id)
+    with lock_of(hook) as lock:
+        standby = hook.prepare_hot_standby(lock)
+    runs.append(standby.run_id)
+    return active, standby
+
+
+def test_a_hot_standby_is_recorded_alive_and_never_doubled(hook):
+    hook, runs = hook
+    active, standby = active_and_standby(hook, runs)
+    assert "--failover" in standby.command and "--standby" in standby.command
+    state = hook.hot_standby_state()
+    assert (state["run_id"], state["state"], state["failover"], state["alive"]) == (standby.run_id, "SUBMITTED",
+                                                                                    True, True)
+    with lock_of(hook) as lock, pytest.raises(StreamAlreadyRunningError, match="already has a standby"):
+        hook.prepare_hot_standby(lock)
+    # It took nothing of the active run's: record, marker, deployment.
+    assert hook.driver_record() == active
+    assert contract.read_marker(hook.storage, hook.paths)["run_id"] == active.run_id
+
+
+def test_an_upgrades_standby_retires_the_hot_standby_and_leaves_the_active_run(hook):
+    hook, runs = hook
+    active, standby = active_and_standby(hook, runs)
+    with lock_of(hook) as lock:
+        upgrade = hook.submit(standby=True, lock=lock)  # a warm upgrade prepares its own standby
+    runs.append(upgrade.run_id)
+    assert not hook.processes_of_run(standby.run_id)
+    assert hook.standby_record() == upgrade and hook.hot_standby_state() is None  # not a hot standby
+    assert hook.processes_of_run(active.run_id) and hook.driver_record() == active
+    assert contract.read_marker(hook.storage, hook.paths)["run_id"] == active.run_id
+
+
+def test_a_standby_that_became_the_driver_never_blocks_the_next_one(hook):
+    """A warm upgrade's promoted standby (or a hot standby that took over) stays in standby-driver.json while
+    it runs as the stream's driver: before, a second warm upgrade in a row was refused ("already has a
+    standby driver"), and no hot standby could be prepared beside it."""
+    hook, runs = hook
+    active = hook.submit()
+    runs.append(active.run_id)
+    hook.storage.write_atomic(hook.paths.standby_driver, active.to_json())  # as promote() leaves it
+    with lock_of(hook) as lock:
+        standby = hook.prepare_hot_standby(lock)
+    runs.append(standby.run_id)
+    assert hook.processes_of_run(active.run_id) and hook.processes_of_run(standby.run_id)
+    assert hook.retire_hot_standby("test") is not None
+    hook.storage.write_atomic(hook.paths.standby_driver, active.to_json())
+    assert hook.retire_hot_standby("test") is None  # the recorded driver is never killed from here
+    assert hook.processes_of_run(active.run_id)
+    with lock_of(hook) as lock:  # the next warm upgrade's standby
+        upgrade = hook.submit(standby=True, lock=lock)
+    runs.append(upgrade.run_id)
+    assert hook.standby_record() == upgrade and hook.processes_of_run(active.run_id)
+
+
+def crashed(hook: SparkStreamHook, runs: list[str], renewed_ago: float = 1.0):
+    """An active run that crashed (its processes killed, its lease left) beside a live hot standby."""
+    active, standby = active_and_standby(hook, runs)
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = process_start_time(proc.pid)
+    proc.wait()
+    renewed = time.time() - renewed_ago
+    hook.storage.write_atomic(hook.paths.lease, Lease(active.run_id, proc.pid, start, socket.gethostname(), renewed,
+                                                      renewed, 120).to_json())
+    hook.target.kill(active, 5)
+    return active, standby
+
+
+def standby_ready(hook: SparkStreamHook, run_id: str) -> None:
+    hook.storage.write_atomic(hook.paths.standby, json.dumps(
+        {"run_id": run_id, "state": "READY", "failover": True, "at": time.time()}).encode())
+
+
+def test_a_crash_beside_a_ready_hot_standby_is_left_to_it_within_its_window_only(hook):
+    hook, runs = hook
+    active, standby = crashed(hook, runs)
+    standby_ready(hook, standby.run_id)
+    seen = observe(hook, POLICY, holding_lock=True)
+    assert (seen.observation.liveness, seen.observation.standby) == (Liveness.GONE, Standby.TAKING_OVER)
+    assert seen.decide(POLICY).act == Act.OBSERVE and "hot standby is taking over" in seen.decide(POLICY).reason
+    # Past its window, the standby has not taken over: restarted like any crash (the standby stays: it
+    # stands by for the new run).
+    late = observe(hook, POLICY, now=time.time() + TAKEOVER_WINDOW_S + 5, holding_lock=True)
+    assert late.observation.standby == Standby.READY and late.decide(POLICY).act == Act.RESTART
+
+
+def test_a_takeover_is_observed_recorded_once_and_a_new_standby_wanted(hook):
+    hook, runs = hook
+    active, standby = crashed(hook, runs)
+    standby_ready(hook, standby.run_id)
+    judged = takeover.judge(hook.storage, hook.paths, standby.run_id, "v1")
+    assert judged.act == "take_over"
+    own = hook.storage.read_bytes(hook.paths.standby_driver)
+    pid = hook.standby_record().submit_pid  # the standby's process stands in for its Python driver
+    assert takeover.take_over(hook.storage, hook.paths, judged, standby.run_id, "v1", own, 120.0, pid,
+                              process_start_time(pid), socket.gethostname()) is not None
+    hook.storage.write_atomic(hook.paths.standby, json.dumps(
+        {"run_id": standby.run_id, "state": takeover.TOOK_OVER, "failover": True, "took_over_from": active.run_id,
+         "at": time.time()}).encode())
+    seen = observe(hook, POLICY, holding_lock=True)
+    assert seen.observation.standby == Standby.TOOK_OVER and seen.observation.liveness == Liveness.ALIVE
+    decision = seen.decide(POLICY)
+    assert (decision.act, decision.event) == (Act.RECORD_FAILOVER, "FAILED_OVER")
+    hook.acknowledge_takeover(standby.run_id)
+    assert hook.standby_record() is None and hook.hot_standby_state() is None
+    assert hook.driver_record().run_id == standby.run_id  # the record stays: it is the driver now
+    assert observe(hook, POLICY, holding_lock=True).observation.standby == Standby.MISSING
