@@ -5,7 +5,10 @@
 Managed: the bundled events_etl runs with input arriving; its driver is SIGKILLed mid-batch; one
 supervisor pass (backoff 0) notices the FAILED verdict and redeploys; MTTR = kill -> the new run's
 first committed batch (a progress event in status.json). Baseline: the same job stopped gracefully and
-submitted again by hand; time = submit -> first committed batch. Medians of --runs.
+submitted again by hand; time = submit -> first committed batch. Hot standby (``hot_standby=True``):
+the same job deployed with one, a supervisor pass prepares it, the driver is SIGKILLed mid-batch, and
+failover = kill -> the standby's first committed batch (no supervisor pass: it takes over by itself).
+Medians of --runs; the ratios are against the bare restart of the same run.
 
 ``--smoke`` (CI): one run, 40 files of 50 events (2,000 instead of 20,000); JSON to a temp dir.
 """
@@ -13,6 +16,7 @@ submitted again by hand; time = submit -> first committed batch. Medians of --ru
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -29,10 +33,13 @@ os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.g
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
+import psutil  # noqa: E402
+
 from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from airflow_streaming.spec import StreamSpec  # noqa: E402
 from airflow_streaming.supervision.policy import RestartPolicy  # noqa: E402
 from airflow_streaming.supervision.supervisor import supervise  # noqa: E402
+from airflow_streaming.targets.local import run_processes  # noqa: E402
 from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
 from spark_jobs.event_generator import generate_events  # noqa: E402
 
@@ -82,13 +89,61 @@ def one_run(run: int, events: int) -> dict[str, float]:
         bare = hook.submit()
         bare_s = first_commit_after(hook, bare.run_id) - submitted
         hook.stop()
-        return {"mttr_s": round(mttr, 2), "bare_restart_s": round(bare_s, 2)}
+        failover_s, standby_s, memory = hot_standby_failover(root, run, events)
+        return {"mttr_s": round(mttr, 2), "bare_restart_s": round(bare_s, 2), "failover_s": round(failover_s, 2),
+                "standby_prepared_s": round(standby_s, 2), **memory}
     finally:
-        record = hook.driver_record()
-        if record is not None:
-            hook.kill(record, grace=5)
+        for h in (hook, SparkStreamHook(dataclasses.replace(hook.spec, hot_standby=True))):
+            record = h.driver_record()
+            if record is not None and h.processes_of_run(record.run_id):
+                h.kill(record, grace=5)
         stop_processes_under(root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def hot_standby_failover(root: str, run: int, events: int) -> tuple[float, float]:
+    """The same stream deployed again with a hot standby (fresh input): kill -> the standby's first committed
+    batch, and how long the standby took to prepare (submit -> READY)."""
+    hook = SparkStreamHook(dataclasses.replace(spec_for(root), hot_standby=True))
+    generate_events(f"{root}/in", count=events, files=40, run=f"f{run}", file_start_index=1000)
+    record = hook.submit()
+    hook.wait_until_ready(record)
+    asked = time.monotonic()
+    result = None
+    while result is None or result.action != "STANDBY_PREPARED":
+        result = supervise(hook, RestartPolicy(backoff_initial_s=0), lambda e: None)
+        if time.monotonic() - asked > 300:
+            raise RuntimeError(f"the supervisor did not prepare the hot standby: {result}")
+        if result.action != "STANDBY_PREPARED":
+            time.sleep(0.5)
+    standby = result.new_run_id
+    while (hook.hot_standby_state() or {}).get("state") != "READY":
+        if time.monotonic() - asked > 300:
+            raise RuntimeError(f"the hot standby did not get ready: {hook.hot_standby_state()}")
+        time.sleep(0.05)
+    prepared_s = time.monotonic() - asked
+    memory = {"standby_rss_mib": rss_mib(standby), "active_rss_mib": rss_mib(record.run_id)}
+    deadline = time.monotonic() + 300
+    while not ((d := hook.status()) and d.queries and d.queries[0].status.get("isTriggerActive")):
+        if time.monotonic() > deadline:
+            raise RuntimeError("no batch in flight was seen to kill")
+        time.sleep(0.02)
+    killed_at = time.monotonic()
+    os.killpg(record.submit_pid, signal.SIGKILL)
+    failover = first_commit_after(hook, standby) - killed_at
+    hook.stop()
+    return failover, prepared_s, memory
+
+
+def rss_mib(run_id: str) -> float:
+    """Resident memory of a run's processes (spark-submit, JVM, Python driver and its workers), MiB."""
+    total = 0
+    for proc in run_processes(run_id):
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            pass
+    return round(total / 2**20, 1)
 
 
 def main() -> int:
@@ -103,12 +158,20 @@ def main() -> int:
         ns.json = os.path.join(smoke_results("mttr"), "mttr.json")
     stop_cleanly_on_sigterm()
     runs = [one_run(i, ns.events) for i in range(ns.runs)]
-    med = {k: statistics.median(r[k] for r in runs) for k in ("mttr_s", "bare_restart_s")}
+    med = {k: statistics.median(r[k] for r in runs)
+           for k in ("mttr_s", "bare_restart_s", "failover_s", "standby_prepared_s", "standby_rss_mib",
+                     "active_rss_mib")}
     result = {"machine": {"nproc": os.cpu_count(), "python": platform.python_version()}, "runs": runs,
-              "median": med, "ratio": round(med["mttr_s"] / med["bare_restart_s"], 3)}
+              "median": med, "ratio": round(med["mttr_s"] / med["bare_restart_s"], 3),
+              "failover_ratio": round(med["failover_s"] / med["bare_restart_s"], 3)}
     print(f"MTTR (kill -> supervisor redeploy -> first committed batch): {med['mttr_s']:.2f} s")
     print(f"bare restart (submit -> first committed batch):               {med['bare_restart_s']:.2f} s")
+    print(f"hot standby failover (kill -> standby's first committed batch): {med['failover_s']:.2f} s "
+          f"(standby prepared in {med['standby_prepared_s']:.2f} s)")
+    print(f"hot standby memory while it waits: {med['standby_rss_mib']:.0f} MiB resident (the active driver: "
+          f"{med['active_rss_mib']:.0f} MiB)")
     print(f"ratio {result['ratio']:.2f}; raw {runs}")
+    print(f"failover ratio {result['failover_ratio']:.3f} (goal < 0.3)")
     os.makedirs(os.path.dirname(ns.json), exist_ok=True)
     with open(ns.json, "w") as fh:
         json.dump(result, fh, indent=1)

@@ -80,6 +80,10 @@ SMOKES = {
         rf"^MTTR \(kill -> supervisor redeploy -> first committed batch\): {NUMBER} s$",
         rf"^bare restart \(submit -> first committed batch\):\s+{NUMBER} s$",
         rf"^ratio {NUMBER}; raw ",
+        rf"^hot standby failover \(kill -> standby's first committed batch\): {NUMBER} s \(standby prepared in "
+        rf"{NUMBER} s\)$",
+        rf"^failover ratio {NUMBER} \(goal < 0\.3\)$",
+        rf"^hot standby memory while it waits: {NUMBER} MiB resident \(the active driver: {NUMBER} MiB\)$",
     )),
     "lifecycle_bench.py": Smoke(True, 480, (
         rf"^deploy -> first progress \[s\]\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s",
