@@ -119,7 +119,8 @@ class Standby(str, Enum):
     MISSING = "MISSING"
     """Wanted, but none is alive (never prepared, exited, failed, or it took over and was acknowledged)."""
     READY = "READY"
-    """Alive (preparing or standing by), and no takeover is due."""
+    """Alive (preparing or standing by), and no takeover is due; or it failed while preparing a short
+    while ago (``STANDBY_RETRY_S``): not prepared again yet, and not counted on."""
     TAKING_OVER = "TAKING_OVER"
     """Alive, and the recorded run left a lease that is stale (or goes stale within its ttl): the standby
     takes over; counts as a takeover only within ``TAKEOVER_WINDOW_S`` of that, then as READY."""

@@ -44,6 +44,10 @@ _TERMINAL_STEPS = frozenset(s.value for s in TERMINAL)
 #: still preparing when the run crashed takes over once prepared (a JVM start, a session: well under a
 #: minute here); past this window the run is judged like any other crash (restarted from the checkpoint).
 TAKEOVER_WINDOW_S = 90.0
+#: A hot standby that failed while preparing is not prepared again before this many seconds: a standby
+#: that cannot start (no memory for a second driver, a broken environment) would otherwise cost a JVM
+#: start on every pass.
+STANDBY_RETRY_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,11 @@ def _standby(hook: Any, record: contract.DriverRecord | None, lease: contract.Le
     if state.get("state") == takeover.TOOK_OVER:
         return Standby.TOOK_OVER if record is not None and state.get("run_id") == record.run_id else Standby.MISSING
     if not state.get("alive"):
+        at = state.get("at")
+        if state.get("state") == "FAILED" and isinstance(at, (int, float)) and now - at < STANDBY_RETRY_S:
+            notes.append(f"hot standby run {state.get('run_id')} failed while preparing: prepared again "
+                         f"{STANDBY_RETRY_S - (now - at):.0f}s from now")
+            return Standby.READY  # neither prepared again now nor counted on
         return Standby.MISSING
     if record is not None and lease is not None and lease.run_id == record.run_id:
         # The standby takes over once this lease is stale: at once on its host (its holder is gone), after

@@ -24,7 +24,7 @@ from airflow_streaming.exceptions import StreamAlreadyRunningError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.reconcile.decision import Act
 from airflow_streaming.reconcile.observation import Liveness, Standby
-from airflow_streaming.reconcile.observe import TAKEOVER_WINDOW_S, observe
+from airflow_streaming.reconcile.observe import STANDBY_RETRY_S, TAKEOVER_WINDOW_S, observe
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.supervision.policy import RestartPolicy
 
@@ -161,3 +161,22 @@ def test_a_takeover_is_observed_recorded_once_and_a_new_standby_wanted(hook):
     assert hook.standby_record() is None and hook.hot_standby_state() is None
     assert hook.driver_record().run_id == standby.run_id  # the record stays: it is the driver now
     assert observe(hook, POLICY, holding_lock=True).observation.standby == Standby.MISSING
+
+
+def test_a_standby_that_failed_while_preparing_is_prepared_again_only_after_a_while(hook):
+    """A standby that cannot start (no memory for a second driver) is not started again on every pass."""
+    hook, runs = hook
+    active, standby = active_and_standby(hook, runs)
+    hook.target.kill(standby, 5)
+    failed_at = time.time()
+    hook.storage.write_atomic(hook.paths.standby, json.dumps(
+        {"run_id": standby.run_id, "state": "FAILED", "failover": True, "at": failed_at,
+         "error": {"error_class": "OutOfMemoryError", "message": "Java heap space"}}).encode())
+    status = contract.StatusDocument(stream="s1", version="v1", run_id=active.run_id, state=contract.RUNNING, pid=1,
+                                     host=socket.gethostname(), started_at=failed_at, heartbeat_at=time.time(),
+                                     ready=True)
+    contract.write_status(hook.storage, hook.paths, status)
+    soon = observe(hook, POLICY, now=failed_at + 60, holding_lock=True)
+    assert soon.observation.standby == Standby.READY and "failed while preparing" in soon.observation.detail
+    later = observe(hook, POLICY, now=failed_at + STANDBY_RETRY_S + 1, holding_lock=True)
+    assert later.observation.standby == Standby.MISSING
