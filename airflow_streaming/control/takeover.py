@@ -101,18 +101,35 @@ def take_over(storage: ControlStorage, paths: ControlPaths, judgement: Judgement
     lease = Lease(me, pid, pid_start_time, host, now, now, ttl)
     if not storage.compare_and_swap(paths.lease, judgement.lease_raw, lease.to_json()):
         return None
-    if not storage.compare_and_swap(paths.driver, judgement.record_raw, own_record):
-        contract.release_lease(storage, paths, lease)
-        return None
     marker = json.dumps({"run_id": me, "version": version, "created_at": now,
                          "took_over_from": judgement.run_id}).encode()
-    if not storage.compare_and_swap(paths.marker, judgement.marker_raw, marker):
-        # A stop (marker removed) or an action (marker rewritten) came between: theirs wins. The record is
-        # given back too, so that what runs is what the record names.
-        storage.compare_and_swap(paths.driver, own_record, judgement.record_raw)
-        contract.release_lease(storage, paths, lease)
-        return None
-    return lease
+    record_swapped = False
+    try:
+        record_swapped = storage.compare_and_swap(paths.driver, judgement.record_raw, own_record)
+        if record_swapped and storage.compare_and_swap(paths.marker, judgement.marker_raw, marker):
+            return lease
+    except BaseException:
+        _give_back(storage, paths, lease, own_record, judgement.record_raw, record_swapped)
+        raise  # a storage error: the caller looks again; nothing of the standby's is left behind
+    # A file moved after the lease was taken - a stop (marker removed) or an action (marker or record
+    # rewritten): theirs wins. What was taken is given back, so that what runs is what the record names.
+    _give_back(storage, paths, lease, own_record, judgement.record_raw, record_swapped)
+    return None
+
+
+def _give_back(storage: ControlStorage, paths: ControlPaths, lease: Lease, own_record: bytes,
+               record_raw: bytes | None, record_swapped: bool) -> None:
+    """Undo a takeover that did not complete: the record (if it was swapped), then the lease, each only if
+    it still holds what this standby wrote. Best effort: a lease left behind names a live standby, which
+    the supervisor reports ("another run holds the lease") rather than acts on."""
+    undo: list[tuple[str, bytes, bytes | None]] = [(paths.lease, lease.to_json(), None)]
+    if record_swapped:
+        undo.insert(0, (paths.driver, own_record, record_raw))
+    for path, ours, theirs in undo:
+        try:
+            storage.compare_and_swap(path, ours, theirs)
+        except Exception:  # noqa: BLE001 - the storage is failing: the next look (or a person) sees the rest
+            pass
 
 
 __all__ = ["TOOK_OVER", "Judgement", "judge", "take_over"]

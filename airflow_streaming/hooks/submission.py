@@ -398,12 +398,8 @@ class SubmissionMixin:
 
     def standby_state(self, run_id: str) -> dict[str, Any] | None:
         """The standby driver's readiness (``state`` PREPARING / READY / FAILED / PROMOTED / EXPIRED)."""
-        raw = self.storage.read_bytes(self.paths.standby)
-        try:
-            doc = json.loads(raw) if raw is not None else None
-        except ValueError:
-            return None
-        return doc if isinstance(doc, dict) and doc.get("run_id") == run_id else None
+        doc = self._standby_doc()
+        return doc if doc is not None and doc.get("run_id") == run_id else None
 
     def promote(self, run_id: str, lock: LifecycleLock) -> DriverRecord:
         """Hand the stream to the prepared standby ``run_id``: it becomes the recorded driver and the run

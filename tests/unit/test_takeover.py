@@ -186,3 +186,28 @@ def test_of_two_standbys_racing_exactly_one_takes_over(stream):
     winners = [me for me, lease in won.items() if lease is not None]
     assert len(winners) == 1, won
     assert names(storage, paths) == (winners[0],) * 3
+
+
+@pytest.mark.parametrize("failing", ["driver.json", "RUNNING"])
+def test_a_storage_error_mid_takeover_gives_everything_back(stream, failing, monkeypatch):
+    """The record's or the marker's swap fails with a storage error after the lease was taken: the error
+    reaches the caller (it looks again) and the stream is as before the takeover, minus the stale lease
+    (before: the lease stayed with the live standby, and the stream waited for a person)."""
+    from airflow_streaming.control.storage import StorageError
+
+    storage, paths = stream
+    judged = takeover.judge(storage, paths, STANDBY, "v1")
+    before = {p: storage.read_bytes(p) for p in (paths.marker, paths.driver)}
+    real = storage.compare_and_swap
+
+    def failing_cas(path, expected, new):
+        if path.endswith("/" + failing) and new is not None and STANDBY.encode() in new:
+            raise StorageError(5, f"injected on {path}")
+        return real(path, expected, new)
+
+    monkeypatch.setattr(storage, "compare_and_swap", failing_cas)
+    with pytest.raises(StorageError, match="injected"):
+        takeover.take_over(storage, paths, judged, STANDBY, "v1", storage.read_bytes(paths.standby_driver), 120.0,
+                           4242, 1.0, socket.gethostname())
+    assert {p: storage.read_bytes(p) for p in before} == before
+    assert storage.read_bytes(paths.lease) is None  # neither the standby's nor (judged stale) the crashed run's
