@@ -1,0 +1,160 @@
+"""A prepared driver's plan warm-up (spark_jobs/runtime/plan_warm_up.py) against a real Spark checkpoint
+of the bundled stateful job: it replays the last committed batch on a scratch copy, and it writes
+neither the checkpoint nor the sink - a ``foreachBatch`` sink included - nor leaves its copy behind.
+Broken on purpose: garbage in a state file, an unreadable source log, a copy over the byte budget; each
+time the warm-up is skipped or fails, says why, and changes nothing. One Spark session for the module."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import types
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from spark_jobs.runtime.bundled_job import JobContext, bundled_writer
+from spark_jobs.runtime.plan_warm_up import MAX_BYTES_CONF, warm_up_plan
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[1]").appName("plan-warm-up-tests")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def _events(directory: Path, name: str, first: int, count: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"event_id": f"e{i}", "device_id": f"d{i % 3}", "event_type": "t", "signal": float(i),
+                         "ts": f"2024-01-01T00:{i // 60 % 60:02d}:{i % 60:02d}.000Z"}) for i in range(first, first + count)]
+    tmp = directory / f".{name}.tmp"
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.rename(directory / name)
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def stream(spark, tmp_path_factory):
+    """device_signals run for three batches (one input file each) to a Parquet sink, then stopped."""
+    root = tmp_path_factory.mktemp("warm-up")
+    for n in range(3):
+        _events(root / "in", f"f{n}.json", n * 50, 50)
+    args = ["--input", str(root / "in"), "--output", str(root / "out"), "--max-files-per-trigger", "1"]
+    ctx = JobContext("signals", "v1", str(root / "ckpt"), 1.0)
+    query = bundled_writer(spark, "device_signals", args, ctx).trigger(availableNow=True).start()
+    query.awaitTermination(180)
+    assert query.exception() is None
+    commits = sorted(int(n) for n in os.listdir(root / "ckpt" / "commits") if n.isdigit())
+    assert commits[:3] == [0, 1, 2], commits  # one batch per file (then, maybe, one for the watermark)
+    return root, args, commits[-1]
+
+
+def _ns(root: Path, args: list[str], run_id: str, job: str = "device_signals") -> SimpleNamespace:
+    (root / "ctl").mkdir(exist_ok=True)
+    return SimpleNamespace(job=job, app_args=list(args), stream="signals", version="v2", trigger_seconds=1.0,
+                           checkpoint=str(root / "ckpt"), control_dir=str(root / "ctl"), run_id=run_id)
+
+
+def _untouched(root: Path):
+    before = (_digest(root / "ckpt"), _digest(root / "out"))
+    yield
+    assert (_digest(root / "ckpt"), _digest(root / "out")) == before
+    assert not list((root / "ctl").glob("warm-up/*")), "the scratch copy was left behind"
+
+
+def test_the_last_committed_batch_is_replayed_on_a_copy_and_nothing_is_written(spark, stream, caplog):
+    root, args, last = stream
+    caplog.set_level(logging.INFO, "airflow_streaming.runtime")
+    check = _untouched(root)
+    next(check)
+    seconds = warm_up_plan(spark, _ns(root, args, "run-a"))
+    assert seconds is not None and seconds > 0, caplog.text
+    assert f"plan warm-up replayed batch {last} (" in caplog.text
+    assert not spark.streams.active
+    next(check, None)
+
+
+def test_a_foreach_batch_sink_is_never_called(spark, stream, tmp_path):
+    """noop replaces the job's format, a foreachBatch function included: the function never runs."""
+    root, args, last = stream
+    called = tmp_path / "called"
+    module = types.ModuleType("spark_jobs.jobs.foreach_batch_probe")
+
+    def build(session, job_args, ctx):
+        from spark_jobs.jobs import device_signals
+
+        def sink(df, batch_id):
+            called.write_text(f"batch {batch_id}")
+
+        return device_signals.windowed_counts(session, device_signals.parse_args(job_args)).writeStream \
+            .outputMode("append").foreachBatch(sink)
+
+    module.build = build
+    sys.modules[module.__name__] = module
+    try:
+        check = _untouched(root)
+        next(check)
+        assert warm_up_plan(spark, _ns(root, args, "run-b", job="foreach_batch_probe")) is not None
+        next(check, None)
+    finally:
+        del sys.modules[module.__name__]
+    assert not called.exists(), called.read_text()
+
+
+def test_broken_on_purpose_skipped_or_failed_with_the_reason_and_nothing_changed(spark, stream, caplog, inject):
+    root, args, last = stream
+    caplog.set_level(logging.INFO, "airflow_streaming.runtime")
+    # over the byte budget: skipped before anything is copied
+    spark.conf.set(MAX_BYTES_CONF, "100")
+    try:
+        check = _untouched(root)
+        next(check)
+        assert warm_up_plan(spark, _ns(root, args, "run-c")) is None
+        next(check, None)
+        assert "over the budget of 100" in caplog.text
+    finally:
+        spark.conf.unset(MAX_BYTES_CONF)
+    # a storage error reading the checkpoint (EIO on the source log) and writing the copy (ENOSPC): the
+    # warm-up fails, the standby goes on
+    for fault in ({"point": "storage.read", "match": "/sources/0/", "action": "error", "errno": "EIO"},
+                  {"point": "storage.write", "match": "/warm-up/", "action": "error", "errno": "ENOSPC"}):
+        inject([fault])
+        try:
+            check = _untouched(root)
+            next(check)
+            assert warm_up_plan(spark, _ns(root, args, "run-d")) is None
+            next(check, None)
+            assert "plan warm-up failed (the standby goes on)" in caplog.text, fault
+        finally:
+            inject([])
+        caplog.clear()
+    # garbage in the state the replay loads (the copy's, not the checkpoint's): the replay fails
+    delta = root / "ckpt" / "state" / "0" / "0" / f"{last}.delta"  # the version the replay of `last` loads
+    saved = delta.read_bytes()
+    delta.write_bytes(b"\x00garbage\x00" * 8)
+    try:
+        check = _untouched(root)
+        next(check)
+        assert warm_up_plan(spark, _ns(root, args, "run-e")) is None
+        next(check, None)
+        assert f"plan warm-up replay of batch {last} failed" in caplog.text, caplog.text[-2000:]
+    finally:
+        delta.write_bytes(saved)
+    assert not spark.streams.active
