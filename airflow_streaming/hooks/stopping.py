@@ -72,10 +72,14 @@ class StoppingMixin:
         log.warning("kill of stream %s run %s: %s", self.spec.name, record.run_id, outcome)
         return outcome
 
-    def wait_gone(self, record: DriverRecord, timeout: float, lock: LifecycleLock | None = None) -> bool:
-        """Wait up to ``timeout`` seconds for the recorded driver to be gone; return whether it is."""
+    def wait_gone(self, record: DriverRecord, timeout: float, lock: LifecycleLock | None = None,
+                  quiesced_is_enough: bool = False) -> bool:
+        """Wait up to ``timeout`` seconds for the recorded driver to be gone; return whether it is.
+        ``quiesced_is_enough``: also return once the run has quiesced (see :meth:`quiesced`)."""
         deadline = time.monotonic() + timeout
         while True:
+            if quiesced_is_enough and self.quiesced(record.run_id):
+                return True
             liveness = self.target_of(record).state(record).liveness
             if liveness == Liveness.GONE:
                 return self.target_of(record).wait_gone(record, max(1.0, deadline - time.monotonic()))
@@ -86,6 +90,21 @@ class StoppingMixin:
             if lock is not None:
                 lock.ensure()
             time.sleep(0.2)
+
+    def quiesced(self, run_id: str) -> bool:
+        """Whether ``run_id`` can commit nothing more although its process may still be exiting: its status
+        says it stopped gracefully (every query stopped at a batch boundary, the final status written) and
+        it gave its lease back. The driver does both before its session's and JVM's shutdown, so a warm
+        upgrade promotes its prepared driver here, half a second before the old process is gone. Anything
+        unreadable: not quiesced (the caller waits for the process instead)."""
+        try:
+            doc = self.status()
+            lease = contract.read_lease(self.storage, self.paths)
+        except (ControlFileError, StorageError):
+            return False
+        return (doc is not None and doc.run_id == run_id and doc.state == contract.STOPPED
+                and (doc.exit or {}).get("code") == contract.EXIT_GRACEFUL
+                and (lease is None or lease.run_id != run_id))
 
     def _lease_held(self) -> bool:
         try:
@@ -117,14 +136,15 @@ class StoppingMixin:
         return None if record is None or liveness == Liveness.GONE else record.run_id
 
     def finish_stop(self, run_id: str | None, requested_at: float, timeout: float, kill_on_timeout: bool = True,
-                    lock: LifecycleLock | None = None) -> StopReport:
+                    lock: LifecycleLock | None = None, quiesced_is_enough: bool = False) -> StopReport:
         """Wait until ``requested_at + timeout`` for the run of a :meth:`begin_stop` to exit, kill it after
-        that, and report (a deferred stop calls this once its trigger saw the driver gone)."""
+        that, and report (a deferred stop calls this once its trigger saw the driver gone).
+        ``quiesced_is_enough``: a run that has :meth:`quiesced` counts as stopped (a warm upgrade)."""
         record = self.driver_record()
         if run_id is None or record is None or record.run_id != run_id:
             log.info("stream %s is not running; nothing to stop", self.spec.name)
             return StopReport(self.spec.name, False, False, False, None, self._position(), 0.0)
-        stopped = self.wait_gone(record, max(0.0, requested_at + timeout - time.time()), lock)
+        stopped = self.wait_gone(record, max(0.0, requested_at + timeout - time.time()), lock, quiesced_is_enough)
         killed = False
         note = None
         if not stopped:

@@ -29,13 +29,21 @@ class StopSteps:
             record.stopping_run_id = hook.begin_stop()  # the run marker is gone: it stops at a batch boundary
             record.stop_requested_at = time.time()
             self.save(record)
+        # A warm upgrade's prepared driver takes over as soon as the old run can commit nothing more (it
+        # stopped gracefully and gave its lease back), not once its JVM has exited too.
+        quiesced_is_enough = bool(record.warm_start) and record.action != Action.STOP
         if record.stopping_run_id is not None:
             self._await(record, Wait(GONE, hook.spec.to_dict(), record.stopping_run_id,
-                                     record.stop_requested_at + timeout))
+                                     record.stop_requested_at + timeout,
+                                     {"quiesced_is_enough": True} if quiesced_is_enough else {}))
         report = hook.finish_stop(record.stopping_run_id, record.stop_requested_at, timeout,
-                                  self.options.kill_on_timeout, self.lock)
+                                  self.options.kill_on_timeout, self.lock, quiesced_is_enough)
         self.stop_report = report.to_dict()
         running = hook.running_driver()
+        if running and quiesced_is_enough and record.stopping_run_id and hook.quiesced(record.stopping_run_id):
+            log.info("run %s of %s has quiesced (stopped gracefully, lease given back); its process is still "
+                     "exiting", record.stopping_run_id, record.stream)
+            running = None
         if running:
             raise LifecycleError(f"stream {record.stream!r} still runs after the stop: {running}; "
                                  "run the action again to retry the stop")

@@ -76,6 +76,8 @@ def wait_over(wait: Wait, now: float | None = None, hook: Any = None) -> bool:
         record = hook.driver_record()
         return record is None or record.run_id != wait.run_id or hook.readiness(record) != "waiting"
     if wait.kind == GONE:
+        if wait.params.get("quiesced_is_enough") and wait.run_id and hook.quiesced(wait.run_id):
+            return True
         record = hook.driver_record()
         return record is None or record.run_id != wait.run_id or hook.target_of(record).state(record).gone
     if wait.kind == FILE:

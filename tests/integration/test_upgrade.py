@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -203,6 +204,10 @@ def test_warm_start_prepares_the_new_driver_first_and_still_rolls_back(streams):
     standby_log = Path(hook.driver_log_path(done.new_run_id)).read_text(errors="replace")
     assert f"warm-up check for gate request {done.id}" in standby_log, standby_log[-3000:]
     assert f"gate request {done.id} answered in" in standby_log
+    # The standby replayed its job's plan once on a scratch copy (noop sink) before it was promoted, and the
+    # copy is gone; the old run quiesced (stopped, lease given back) before the promotion.
+    assert re.search(r"plan warm-up replayed batch \d+ \(\d+ files", standby_log), standby_log[-3000:]
+    assert not list(Path(hook.paths.root, "warm-up").glob("*"))
     assert done.first_new_batch == done.stop_batch + 1
     assert hook.standby_state(done.new_run_id)["state"] == "PROMOTED"
     assert hook.driver_record().run_id == done.new_run_id and hook.deployed()["spec"]["version"] == "v2"
