@@ -154,12 +154,13 @@ class FleetStream:
 def build_fleet(base: str | Path, count: int, drivers: StandInDrivers, *, owner_dags: list[str] | None = None,
                 versions: tuple[str, ...] = ("v1", "v2", "v3"), trigger_interval: float = 5.0,
                 heartbeat_interval: float = 5.0, failed_every: int = 0, ledger_every: int = 0,
-                seed: int = 1) -> list[FleetStream]:
+                hot_standby_every: int = 0, seed: int = 1) -> list[FleetStream]:
     """``count`` streams ``fleet-0000``... under ``<base>/control`` (see the module docstring).
 
     ``owner_dags``: the DAG ids whose tasks deployed the streams (round-robin; default ``fleet_dag``).
     ``failed_every``: every n-th stream's status is FAILED (its driver still alive: a query that failed);
-    ``ledger_every``: every n-th stream has a restart ledger with one restart (the supervisor column)."""
+    ``ledger_every``: every n-th stream has a restart ledger with one restart (the supervisor column);
+    ``hot_standby_every``: every n-th stream (from the n-th) wants a hot standby and has none prepared."""
     storage = LocalStorage()
     template = json.loads(FIXTURE.read_text())["queries"][0]["recent_progress"][-1]
     rng = random.Random(seed)
@@ -172,7 +173,8 @@ def build_fleet(base: str | Path, count: int, drivers: StandInDrivers, *, owner_
         spec = StreamSpec(name=name, application="events_etl", control_location=f"{base}/control",
                           checkpoint_location=f"{base}/checkpoints/{name}", master="local[2]",
                           version=versions[i % len(versions)], trigger_interval=trigger_interval,
-                          heartbeat_interval=heartbeat_interval)
+                          heartbeat_interval=heartbeat_interval,
+                          hot_standby=bool(hot_standby_every and i % hot_standby_every == hot_standby_every - 1))
         paths = ControlPaths(spec.control_dir)
         storage.makedirs(paths.root)
         run_id, pid, start = drivers.identity(i)

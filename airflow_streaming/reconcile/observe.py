@@ -241,7 +241,9 @@ def _lock_free(hook: Any, now: float) -> bool:
 
 def next_step(hook: Any, policy: RestartPolicy | None = None) -> dict[str, Any]:
     """What the supervisor's next pass would do with the stream, for people (the Streams page,
-    ``describe``): ``{"act", "reason", "event"}``. Reads the ledger itself; never raises."""
+    ``describe``): ``{"act", "reason", "event"}``, and ``"standby"`` (the hot standby as the reconcile
+    core sees it: ``MISSING``, ``READY``, ``TAKING_OVER``, ``TOOK_OVER``) when the deployed spec wants
+    one. Reads the ledger itself; never raises."""
     from airflow_streaming.supervision.ledger_file import load_ledger
 
     try:
@@ -249,10 +251,14 @@ def next_step(hook: Any, policy: RestartPolicy | None = None) -> dict[str, Any]:
     except (ControlFileError, StorageError) as exc:
         return {"act": "REPORT", "reason": str(exc), "event": None}
     try:
-        decision = observe(hook, policy, ledger).decide(policy or RestartPolicy())
+        observed = observe(hook, policy, ledger)
+        decision = observed.decide(policy or RestartPolicy())
     except (ControlFileError, StorageError) as exc:
         return {"act": "OBSERVE", "reason": f"cannot observe the stream: {exc}", "event": None}
-    return {"act": decision.act.value, "reason": decision.reason, "event": decision.event}
+    step: dict[str, Any] = {"act": decision.act.value, "reason": decision.reason, "event": decision.event}
+    if observed.observation.standby != Standby.NOT_WANTED:
+        step["standby"] = observed.observation.standby.value
+    return step
 
 
 __all__ = ["Observed", "next_step", "observe"]

@@ -36,7 +36,7 @@ def fleet_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         pytest.skip("the Python package playwright is missing (pip install -e '.[test]')")
     root = tmp_path_factory.mktemp("ui-many")
     with StandInDrivers(3, prefix="ui-many") as drivers:
-        build_fleet(root, STREAMS, drivers, failed_every=10, ledger_every=3)
+        build_fleet(root, STREAMS, drivers, failed_every=10, ledger_every=3, hot_standby_every=25)
         yield root  # the stand-ins live (the streams' drivers are alive) for the module
 
 
@@ -95,6 +95,11 @@ def test_search_filters_and_paging_in_the_browser(airflow_stack: AirflowStack, b
     page.locator("#stream-search").fill("FLEET-004")
     _wait(page, "rows.length === 10 && info.includes('10 of 60')")
     assert sorted(_names(page)) == [f"fleet-{i:04d}" for i in range(40, 50)]
+    # fleet-0049 wants a hot standby and has none prepared: the row says so (the reconcile core's view),
+    # the others of the page say nothing of a standby.
+    standby = page.locator("tr[data-stream=fleet-0049] [data-standby]")
+    assert standby.get_attribute("data-standby") == "MISSING" and standby.inner_text() == "hot standby missing"
+    assert page.locator("[data-standby]").count() == 1
     page.locator("#stream-search").fill("")
     _wait(page, "rows.length === 50")
 

@@ -24,7 +24,7 @@ from airflow_streaming.exceptions import StreamAlreadyRunningError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.reconcile.decision import Act
 from airflow_streaming.reconcile.observation import Liveness, Standby
-from airflow_streaming.reconcile.observe import STANDBY_RETRY_S, TAKEOVER_WINDOW_S, observe
+from airflow_streaming.reconcile.observe import STANDBY_RETRY_S, TAKEOVER_WINDOW_S, next_step, observe
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.supervision.policy import RestartPolicy
 
@@ -134,6 +134,8 @@ def test_a_crash_beside_a_ready_hot_standby_is_left_to_it_within_its_window_only
     seen = observe(hook, POLICY, holding_lock=True)
     assert (seen.observation.liveness, seen.observation.standby) == (Liveness.GONE, Standby.TAKING_OVER)
     assert seen.decide(POLICY).act == Act.OBSERVE and "hot standby is taking over" in seen.decide(POLICY).reason
+    shown = next_step(hook, POLICY)  # what the Streams page shows
+    assert (shown["act"], shown["standby"]) == ("OBSERVE", "TAKING_OVER")
     # Past its window, the standby has not taken over: restarted like any crash (the standby stays: it
     # stands by for the new run).
     late = observe(hook, POLICY, now=time.time() + TAKEOVER_WINDOW_S + 5, holding_lock=True)

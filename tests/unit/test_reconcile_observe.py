@@ -62,6 +62,7 @@ def test_a_driver_killed_before_its_first_status_is_observed_gone_and_restarted(
     decision = seen.decide(POLICY)
     assert decision.act == Act.RESTART and "before it reported any status" in decision.reason
     assert next_step(hook, POLICY)["act"] == "RESTART"
+    assert "standby" not in next_step(hook, POLICY)  # no hot standby wanted: none shown
 
 
 def test_a_live_driver_that_has_not_reported_yet_is_starting(tmp_path, live_pid):

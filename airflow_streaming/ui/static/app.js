@@ -176,6 +176,8 @@
       a.dag_run ? el("div", { class: "small" }, runLink(a.dag_run)) : null,
       a.error && !a.running ? el("div", { class: "err", title: a.error }, a.error.slice(0, 140)) : null);
   }
+  // The hot standby as the reconcile core sees it (airflow_streaming.reconcile.observation.Standby).
+  const STANDBY_LABELS = { MISSING: "missing", READY: "ready", TAKING_OVER: "taking over", TOOK_OVER: "took over" };
   function supervisorCell(s) {
     if (!s) return el("span", { class: "muted" }, "not supervised");
     if (s.gave_up) return el("div", {}, badge("GAVE_UP"), el("div", { class: "small muted" }, s.last_error_class || ""));
@@ -196,7 +198,8 @@
         r.last_batch ? el("div", { class: "small muted" }, ago(r.last_batch.at)) : null),
       el("td", { class: "num" }, num(r.input_rps)), el("td", { class: "num" }, num(r.processed_rps)),
       el("td", { class: "num" }, lagCell(r.lag)),
-      el("td", {}, actionCell(r.last_action)), el("td", {}, supervisorCell(r.supervisor)),
+      el("td", {}, actionCell(r.last_action)), el("td", {}, supervisorCell(r.supervisor),
+        r.next && r.next.standby ? el("div", { class: "small standby", "data-standby": r.next.standby }, `hot standby ${STANDBY_LABELS[r.next.standby] || r.next.standby}`) : null),
       el("td", {}, r.spark_ui ? outsideLink(r.spark_ui, "Spark UI", { class: "spark-ui-link" }) : null));
   }
   // Options of a filter: the values the user's streams have (with counts), plus the chosen one.
@@ -408,6 +411,8 @@
       stat("supervisor", sup ? (sup.gave_up ? "GAVE UP" : `${sup.restarts_in_window} restarts / ${Math.round(sup.window_s / 60)} min`) : "not supervised"),
       d.next ? el("div", { class: "stat", id: "stat-next", title: d.next.reason || "" },
         el("div", { class: "v" }, d.next.act || dash), el("div", { class: "l" }, "next supervisor pass")) : null,
+      d.next && d.next.standby ? el("div", { class: "stat", id: "stat-standby", "data-standby": d.next.standby },
+        el("div", { class: "v" }, STANDBY_LABELS[d.next.standby] || d.next.standby), el("div", { class: "l" }, "hot standby")) : null,
       d.live && h.metrics && h.metrics.watermark_lag_s !== undefined ? stat("watermark lag now", seconds(Math.max(0, h.metrics.watermark_lag_s))) : null);
   }
   function historyTable(actions) {
