@@ -90,10 +90,13 @@ with DAG("idle_watch", schedule=None, start_date=datetime(2026, 1, 1)):
 
 @pytest.mark.airflow
 def test_idle_stream_stays_idle_past_twice_the_stall_limit_under_the_deferrable_sensor(streams, airflow_db, tmp_path):
-    # A stall threshold of 20 s (instead of the default 120 s; Spark reports an idle query every 10 s)
-    # lets a 45 s window cover it twice over.
-    spec = streams.etl_spec("idle", health={"stall_min_seconds": 20})  # no input at all
-    window = 45
+    # A stall threshold of 6 s (instead of the default 120 s) lets a 15 s window cover it twice over. Spark
+    # reports an idle query every spark.sql.streaming.noDataProgressEventInterval (10 s by default, 2 s
+    # here): the threshold must stay above that interval, or an idle query would look stalled.
+    spec = streams.etl_spec("idle", health={"stall_min_seconds": 6, "stall_trigger_intervals": 5},  # no input
+                            spark_conf={"spark.sql.shuffle.partitions": 2, "spark.ui.enabled": "false",
+                                        "spark.sql.streaming.noDataProgressEventInterval": "2000"})
+    window = 15
     from airflow_streaming.health.thresholds import HealthThresholds
 
     stall_after = HealthThresholds.from_mapping(spec.health).stall_after(spec.trigger_interval)
