@@ -91,6 +91,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 class Driver:
     """One run of a managed stream inside its driver process."""
 
+    OWN_RECORD_RETRY_S = 1.0
+    """A hot standby that finds no record of itself looks for it again after this long (not at every look)."""
+
     def __init__(self, ns: argparse.Namespace):
         self.ns = ns
         self.storage, control_dir = driver_storage(ns.control_dir)  # local files, or the JVM's Hadoop FileSystem
@@ -118,6 +121,7 @@ class Driver:
         """The lease a hot standby took over from a crashed run (it starts without acquiring one)."""
         self.took_over_from: str | None = None
         self.plan_warm_up_s: float | None = None
+        self._takeover_retry_at = 0.0
         """Seconds the standby spent replaying its job's plan once before promotion (None: not done)."""
 
     # ------------------------------------------------------------------ signals and marker
@@ -206,6 +210,8 @@ class Driver:
             return None
         if judged.act != "take_over":
             return "exit" if judged.act == "exit" else None
+        if time.monotonic() < self._takeover_retry_at:
+            return None  # its own record was missing a moment ago: the lock is not taken again at every look
         try:  # no lifecycle action or supervisor pass may interleave with the takeover
             lock = LifecycleLock.acquire(self.storage, self.paths.root, "failover",
                                          owner=f"hot standby run {ns.run_id}", ttl=30.0, keep_alive=False)
@@ -221,7 +227,10 @@ class Driver:
                 return "exit" if judged.act == "exit" else None
             own = self.storage.read_bytes(self.paths.standby_driver)
             if own is None or contract.DriverRecord.from_json(self.paths.standby_driver, own).run_id != ns.run_id:
-                log.error("hot standby: %s does not name this run: not taking over", self.paths.standby_driver)
+                # e.g. a standby whose submitter died before recording it, until a pass adopts it
+                log.error("hot standby: %s does not name this run: not taking over (looking again in %.0fs)",
+                          self.paths.standby_driver, self.OWN_RECORD_RETRY_S)
+                self._takeover_retry_at = time.monotonic() + self.OWN_RECORD_RETRY_S
                 return None
             faults.hit("standby.takeover", ns.run_id)  # e.g. the standby killed holding the lock
             pid = os.getpid()

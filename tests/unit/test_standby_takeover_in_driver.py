@@ -119,3 +119,31 @@ def test_a_standby_killed_holding_the_lock_changes_nothing_and_the_crash_is_rest
     assert seen.decide(POLICY).act == Act.RESTART
     with LifecycleLock.acquire(hook.storage, hook.paths.root, "supervise", "the next pass") as lock:
         assert lock.took_over is not None and lock.took_over["action"] == "failover"
+
+
+def test_a_standby_without_its_own_record_takes_the_lock_again_only_after_a_while(crashed, monkeypatch):
+    """A standby whose record is missing (its submitter died before writing it, until a pass adopts it)
+    does not take the takeover, nor the stream's lock at every 50 ms look: once a second."""
+    from spark_jobs.runtime.launcher import Driver, parse_args
+
+    spec, hook = crashed
+    hook.storage.delete(hook.paths.standby_driver)
+    before = files(hook)
+    taken = []
+    real_acquire = LifecycleLock.acquire
+    monkeypatch.setattr(LifecycleLock, "acquire", lambda *a, **k: (taken.append(1), real_acquire(*a, **k))[1])
+    monkeypatch.setattr(Driver, "OWN_RECORD_RETRY_S", 0.3)
+    driver = Driver(parse_args(["--stream", "s1", "--version", "v1", "--run-id", STANDBY, "--control-dir",
+                                hook.paths.root, "--checkpoint", spec.checkpoint_location, "--job", "device_signals",
+                                "--standby", "--failover"]))
+    assert [driver._failover_check() for _ in range(20)] == [None] * 20
+    assert len(taken) == 1  # twenty looks, one lock
+    time.sleep(0.35)
+    assert driver._failover_check() is None and len(taken) == 2
+    assert files(hook) == before and hook.storage.read_bytes(f"{hook.paths.root}/{LOCK_NAME}") is None
+    hook.storage.write_atomic(hook.paths.standby_driver, DriverRecord(
+        run_id=STANDBY, stream="s1", version="v1", application="device_signals", host=socket.gethostname(),
+        command=f"spark-submit ... --run-id {STANDBY}", log_path="l", submitted_at=time.time(),
+        checkpoint_location=spec.checkpoint_location, target="local", handle={"pid": 1, "start_time": None}).to_json())
+    time.sleep(0.35)
+    assert driver._failover_check() == "took_over"  # recorded (adopted) again: it takes over
