@@ -120,7 +120,6 @@ def build(root: str, batches: int) -> dict:
             _put(f"{root}/sources/0/{b}.compact", ("v1\n" + "\n".join(entry(i) for i in range(b + 1))).encode())
         else:
             _put(f"{root}/sources/0/{b}", ("v1\n" + entry(b)).encode())
-    files = 2 * 2 * batches + 2
     for op_id, name, key, value in OPERATORS:
         op = f"{root}/state/{op_id}"
         os.makedirs(f"{op}/_metadata")
