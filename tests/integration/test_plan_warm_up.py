@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import sys
 import types
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from spark_jobs.runtime.bundled_job import JobContext, bundled_writer
 from spark_jobs.runtime.plan_warm_up import MAX_BYTES_CONF, warm_up_plan
+from webhdfs_standin import WebHdfsStandIn
 
 pytestmark = pytest.mark.spark
 
@@ -158,3 +160,29 @@ def test_broken_on_purpose_skipped_or_failed_with_the_reason_and_nothing_changed
     finally:
         delta.write_bytes(saved)
     assert not spark.streams.active
+
+
+def test_the_replay_with_checkpoint_and_control_dir_on_webhdfs(spark, stream, tmp_path, caplog):
+    """The same replay with the checkpoint and the control directory on HDFS, against the WebHDFS-protocol
+    STAND-IN (tests/webhdfs_standin.py; no real NameNode can run here): the copy goes through the JVM's
+    Hadoop FileSystem, and Spark runs the replay's state store on ``webhdfs://``."""
+    root, args, last = stream
+    caplog.set_level(logging.INFO, "airflow_streaming.runtime")
+    namespace = tmp_path / "hdfs"
+    shutil.copytree(root / "ckpt", namespace / "ckpt")
+    (namespace / "ctl").mkdir()
+    with WebHdfsStandIn(str(namespace)) as nn:
+        ns = SimpleNamespace(job="device_signals", app_args=list(args), stream="signals", version="v2",
+                             trigger_seconds=1.0, checkpoint=f"{nn.uri}/ckpt", control_dir=f"{nn.uri}/ctl",
+                             run_id="run-h")
+        before = (_digest(namespace / "ckpt"), _digest(root / "out"))
+        seconds = warm_up_plan(spark, ns)
+        log = list(nn.log)
+    assert seconds is not None, caplog.text[-3000:]
+    assert f"plan warm-up replayed batch {last} (" in caplog.text
+    assert (_digest(namespace / "ckpt"), _digest(root / "out")) == before
+    assert not list((namespace / "ctl").glob("warm-up/*"))
+    # the copy was written, and the replay's state store read and wrote, over the WebHDFS protocol
+    assert any(e.method == "PUT" and e.path.startswith("/ctl/warm-up/run-h/") for e in log)
+    assert any(e.path.startswith("/ctl/warm-up/run-h/state/") and e.method == "GET" for e in log)
+    assert not [e for e in log if e.method in ("PUT", "POST", "DELETE") and e.path.startswith("/ckpt")]
