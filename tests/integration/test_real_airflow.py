@@ -296,10 +296,25 @@ class Watch:
             time.sleep(0.5)
         raise TimeoutError(f"{self.dag_id}.{task} not in {states} after {timeout:.0f}s: {self.states}")
 
-    def task_log(self, task: str, try_number: int = 1) -> str:
-        """The task's log through the REST API (what the UI's log view shows), as one text."""
+    def task_log(self, task: str, try_number: int | None = None) -> str:
+        """The task's log through the REST API (what the UI's log view shows), as one text: of ``try_number``,
+        or of every try so far (``None``).
+
+        Airflow 3.3's defer race (apache/airflow#72716, docs/upgrades.md) can fail a deferred try and retry
+        it; that path records no TaskInstanceHistory row for the failed try, so the API answers 404
+        "TaskInstance not found" for its log. Such a try's log is then read from its file, where the
+        api-server's own log handler would have read it, and marked as such."""
+        if try_number is None:
+            ti = self.stack.api("GET", f"/api/v2/dags/{self.dag_id}/dagRuns/{self.run_id}/taskInstances/{task}")
+            return "\n".join(self.task_log(task, n) for n in range(1, int(ti.get("try_number") or 1) + 1))
         resp = self.stack.api("GET", f"/api/v2/dags/{self.dag_id}/dagRuns/{self.run_id}/taskInstances/{task}/logs/"
                               f"{try_number}?full_content=true", headers={"Accept": "application/json"}, expect=None)
+        if resp.status_code == 404:
+            path = (self.stack.home / "logs" / f"dag_id={self.dag_id}" / f"run_id={self.run_id}" / f"task_id={task}"
+                    / f"attempt={try_number}.log")
+            if path.is_file():
+                lines = [_event_of(line) for line in path.read_text(errors="replace").splitlines()]
+                return f"(try {try_number}: no TaskInstanceHistory row, read from {path.name})\n" + "\n".join(lines)
         if resp.status_code != 200:
             return f"(log: {resp.status_code} {resp.text[:300]})"
         lines = []
@@ -313,6 +328,15 @@ class Watch:
                               "xcomEntries/return_value?deserialize=true&stringify=false")
         value = body["value"]
         return json.loads(value) if isinstance(value, str) and value[:1] in "{[" else value
+
+
+def _event_of(line: str) -> str:
+    """A task log file's line (structured JSON, one event per line) as the API's ``event`` text."""
+    try:
+        item = json.loads(line)
+    except ValueError:
+        return line
+    return str(item.get("event", "")) if isinstance(item, dict) else line
 
 
 def _lock(hook: Any) -> dict[str, Any] | None:
