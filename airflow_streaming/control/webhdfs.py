@@ -3,7 +3,8 @@
 The Airflow side never needs a JVM: it reads and writes control files and reads checkpoints through
 the NameNode's WebHDFS REST endpoint with HdfsCLI (``hdfs.InsecureClient``, or ``KerberosClient``
 when ``hdfs[kerberos]`` is installed and asked for). The driver does not use this module: it goes
-through the JVM's Hadoop FileSystem (``spark_jobs/runtime/hadoop_storage.py``).
+through the JVM's Hadoop FileSystem (``spark_jobs/runtime/hadoop_storage.py``). Replace and exclusive
+create are :mod:`airflow_streaming.control.rename_commit`'s temp file + one rename.
 
 How each operation maps onto WebHDFS (requests: NN = NameNode, DN = DataNode):
 
@@ -45,19 +46,18 @@ import errno
 import getpass
 import logging
 import os
-import posixpath
 import re
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_streaming import faults
 from airflow_streaming.control.hdfs_errors import hint_for
-from airflow_streaming.control.storage import ControlStorage, StorageError, TreeEntry, describe_os_error
+from airflow_streaming.control.rename_commit import RenameCommitStorage
+from airflow_streaming.control.storage import ControlStorage, StorageError, TreeEntry
+from airflow_streaming.control.tree_walk import walk_tree
 
 log = logging.getLogger(__name__)
 
@@ -277,12 +277,14 @@ def build_client(settings: WebHdfsSettings) -> Any:
     return InsecureClient(url, user=settings.effective_user, session=session, timeout=timeout)
 
 
-class WebHdfsStorage(ControlStorage):
+class WebHdfsStorage(RenameCommitStorage):
     """Control files and checkpoints on HDFS through WebHDFS (see the module docstring).
 
     :param settings: the NameNode(s) and how to reach them.
     :param client: an HdfsCLI client (default: built from ``settings``).
     """
+
+    _log = log
 
     def __init__(self, settings: WebHdfsSettings, client: Any = None):
         self.settings = settings
@@ -360,31 +362,23 @@ class WebHdfsStorage(ControlStorage):
             raise self._error(doing, path, errno.EPROTO, f"unexpected reply without {key!r} ({type(exc).__name__})",
                               "is this address a WebHDFS endpoint?") from exc
 
-    def _fault(self, point: str, path: str, doing: str) -> None:
-        try:
-            faults.hit(point, path)
-        except OSError as exc:
-            raise describe_os_error(path, exc, doing) from exc
-
-    def _create(self, path: str, data: bytes, overwrite: bool, doing: str, target: str | None = None) -> None:
-        """``CREATE`` ``path``: the NameNode's redirect, then the bytes to the DataNode it names. Errors
-        name ``target`` (the file ``path`` is a temporary stand-in for), when given."""
+    def _write_new(self, path: str, data: bytes, doing: str, target: str | None = None) -> None:
+        """``CREATE overwrite=false`` ``path``: the NameNode's redirect, then the bytes to the DataNode it
+        names. Errors name ``target`` (the file ``path`` is a temporary stand-in for), when given."""
         subject, via = (target, path) if target else (path, None)
-        res = self._call(doing, subject, lambda: self.client._create(path, overwrite=overwrite, strict=False), via=via)
+        res = self._call(doing, subject, lambda: self.client._create(path, overwrite=False, strict=False), via=via)
         location = res.headers.get("location")
         if not location:
             raise self._error(doing, subject, errno.EPROTO, f"HTTP {res.status_code} without a DataNode location",
                               "is this address a WebHDFS endpoint?", via)
         self._call(doing, subject, lambda: self.client._request(method="PUT", url=location, data=data), via=via)
 
-    def _rename(self, src: str, dst: str, option: str, doing: str) -> None:
+    def _rename(self, src: str, dst: str, overwrite: bool, doing: str) -> None:
+        option = "OVERWRITE" if overwrite else "NONE"
         self._call(doing, dst, lambda: self.client._rename(src, destination=dst, renameoptions=option, strict=False))
 
-    def _delete_quietly(self, path: str) -> None:
-        try:
-            self._call("delete", path, lambda: self.client._delete(path, recursive=False, strict=False), absent=True)
-        except StorageError as exc:
-            log.warning("could not remove the temporary file %s: %s", path, exc)
+    def _remove(self, path: str) -> None:
+        self._call("delete", path, lambda: self.client._delete(path, recursive=False, strict=False), absent=True)
 
     # ------------------------------------------------------------------ ControlStorage
     def read_bytes(self, path: str) -> bytes | None:
@@ -401,33 +395,6 @@ class WebHdfsStorage(ControlStorage):
                               "check the DataNodes' health") from exc
         finally:
             res.close()
-
-    def write_atomic(self, path: str, data: bytes) -> None:
-        self._fault("storage.write", path, "write")
-        tmp = _temp_name(path)
-        self._create(tmp, data, overwrite=False, doing="write", target=path)
-        try:
-            self._rename(tmp, path, "OVERWRITE", "write")
-        except StorageError:
-            self._delete_quietly(tmp)
-            raise
-
-    def create_exclusive(self, path: str, data: bytes) -> bool:
-        self._fault("storage.create", path, "create")
-        tmp = _temp_name(path)
-        self._create(tmp, data, overwrite=False, doing="create", target=path)
-        try:
-            self._rename(tmp, path, "NONE", "create")
-        except StorageError as exc:
-            self._delete_quietly(tmp)
-            if exc.errno == errno.EEXIST:
-                return False
-            raise
-        return True
-
-    def write_once(self, path: str, data: bytes) -> None:
-        self._fault("storage.write", path, "write")
-        self._create(path, data, overwrite=False, doing="write")
 
     def delete(self, path: str) -> bool:
         self._fault("storage.delete", path, "delete")
@@ -466,17 +433,15 @@ class WebHdfsStorage(ControlStorage):
 
     def list_tree(self, path: str) -> list[TreeEntry]:
         self._fault("storage.list", path, "list the tree")
-        entries: list[TreeEntry] = []
-        pending = [""]
-        while pending:
-            rel_dir = pending.pop()
-            for status in self._statuses(f"{path.rstrip('/')}/{rel_dir}" if rel_dir else path):
-                rel = f"{rel_dir}/{status['pathSuffix']}" if rel_dir else status["pathSuffix"]
-                is_dir = status.get("type") == "DIRECTORY"
-                entries.append(TreeEntry(rel, is_dir, 0 if is_dir else int(status.get("length") or 0)))
-                if is_dir:
-                    pending.append(rel)
-        return sorted(entries)
+        return walk_tree(path, self._entries)
+
+    def _entries(self, path: str) -> list[tuple[str, bool, int]]:
+        """``(name, is_dir, size)`` of each entry of the directory ``path`` (one ``LISTSTATUS``)."""
+        entries = []
+        for status in self._statuses(path):
+            is_dir = status.get("type") == "DIRECTORY"
+            entries.append((status["pathSuffix"], is_dir, 0 if is_dir else int(status.get("length") or 0)))
+        return entries
 
     def makedirs(self, path: str) -> None:
         self._fault("storage.write", path, "create the directory")
@@ -484,15 +449,6 @@ class WebHdfsStorage(ControlStorage):
         if not self._field(res, "boolean", "create the directory", path):
             raise self._error("create the directory", path, errno.EIO, "MKDIRS answered false",
                               "check the path and its parents")
-
-    def move(self, src: str, dst: str) -> None:
-        self._fault("storage.write", dst, "move")
-        self._rename(src, dst, "NONE", f"move {src} to")
-
-
-def _temp_name(path: str) -> str:
-    directory, name = posixpath.split(path)
-    return posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
 
 
 def _remote_exception(res: Any) -> tuple[str | None, str]:

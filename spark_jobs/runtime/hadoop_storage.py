@@ -13,7 +13,8 @@ SparkContext created later reuses that gateway. :func:`hadoop_configuration` bui
 hands them to the JVM as ``spark.*`` system properties).
 
 Operations (one private, uncached ``FileSystem.newInstance`` per storage, so that its settings never
-leak into the instance Spark's checkpointing uses):
+leak into the instance Spark's checkpointing uses; the temp-then-rename steps are
+:mod:`airflow_streaming.control.rename_commit`'s):
 
 - atomic replace: create a hidden temp ``.<name>.<uuid>.tmp`` beside the target, then
   ``rename(tmp, target, Options.Rename.OVERWRITE)``. On ``hdfs://`` (DistributedFileSystem) and
@@ -36,15 +37,14 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import posixpath
-import uuid
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_streaming import faults
 from airflow_streaming.control.hdfs_errors import hint_for
-from airflow_streaming.control.storage import ControlStorage, StorageError, TreeEntry, describe_os_error
+from airflow_streaming.control.rename_commit import RenameCommitStorage
+from airflow_streaming.control.storage import ControlStorage, StorageError, TreeEntry
+from airflow_streaming.control.tree_walk import walk_tree
 
 log = logging.getLogger("airflow_streaming.runtime")
 
@@ -85,14 +85,17 @@ def hadoop_configuration(jvm: Any, overrides: dict[str, str] | None = None) -> A
     return conf
 
 
-class HadoopFsStorage(ControlStorage):
-    """Control files through the JVM's Hadoop FileSystem (see the module docstring).
+class HadoopFsStorage(RenameCommitStorage):
+    """Control files through the JVM's Hadoop FileSystem (see the module docstring; replace and exclusive
+    create are :class:`~airflow_streaming.control.rename_commit.RenameCommitStorage`'s temp file + rename).
 
     :param fs_uri: the file system, ``scheme://authority`` (``hdfs://nameservice1``, ``webhdfs://nn:9870``).
     :param jvm: the py4j JVM view (default: :func:`driver_jvm`).
     :param gateway: the py4j gateway (for Java arrays; default: the driver's).
     :param conf: a Hadoop ``Configuration`` (default: :func:`hadoop_configuration`).
     """
+
+    _log = log
 
     def __init__(self, fs_uri: str, jvm: Any = None, gateway: Any = None, conf: Any = None):
         if jvm is None or gateway is None:
@@ -162,12 +165,6 @@ class HadoopFsStorage(ControlStorage):
                                           f"reachable through py4j ({type(exc).__name__}: {exc}); is the driver "
                                           "shutting down?") from None
 
-    def _fault(self, point: str, path: str, doing: str) -> None:
-        try:
-            faults.hit(point, path)
-        except OSError as exc:
-            raise describe_os_error(path, exc, doing) from exc
-
     def _write_new(self, path: str, data: bytes, doing: str, target: str | None = None) -> None:
         """Create ``path`` (not overwriting) and write ``data``; errors name ``target`` when given."""
         subject, via = (target, path) if target else (path, None)
@@ -211,11 +208,8 @@ class HadoopFsStorage(ControlStorage):
                 raise _NoRenameWithOptions(str(exc)) from exc
             raise
 
-    def _delete_quietly(self, path: str) -> None:
-        try:
-            self._java("delete", path, lambda: self.fs.delete(self._path(path), False), absent=True)
-        except StorageError as exc:
-            log.warning("could not remove the temporary file %s: %s", path, exc)
+    def _remove(self, path: str) -> None:
+        self._java("delete", path, lambda: self.fs.delete(self._path(path), False), absent=True)
 
     # ------------------------------------------------------------------ ControlStorage
     def read_bytes(self, path: str) -> bytes | None:
@@ -230,33 +224,6 @@ class HadoopFsStorage(ControlStorage):
 
         data = self._java("read", path, read, absent=True)
         return None if data is _ABSENT else data
-
-    def write_atomic(self, path: str, data: bytes) -> None:
-        self._fault("storage.write", path, "write")
-        tmp = _temp_name(path)
-        self._write_new(tmp, data, "write", target=path)
-        try:
-            self._rename(tmp, path, True, "write")
-        except StorageError:
-            self._delete_quietly(tmp)
-            raise
-
-    def create_exclusive(self, path: str, data: bytes) -> bool:
-        self._fault("storage.create", path, "create")
-        tmp = _temp_name(path)
-        self._write_new(tmp, data, "create", target=path)
-        try:
-            self._rename(tmp, path, False, "create")
-        except StorageError as exc:
-            self._delete_quietly(tmp)
-            if exc.errno == errno.EEXIST:
-                return False
-            raise
-        return True
-
-    def write_once(self, path: str, data: bytes) -> None:
-        self._fault("storage.write", path, "write")
-        self._write_new(path, data, "write")
 
     def delete(self, path: str) -> bool:
         self._fault("storage.delete", path, "delete")
@@ -296,31 +263,13 @@ class HadoopFsStorage(ControlStorage):
 
     def list_tree(self, path: str) -> list[TreeEntry]:
         self._fault("storage.list", path, "list the tree")
-        entries: list[TreeEntry] = []
-        pending = [""]
-        while pending:
-            rel_dir = pending.pop()
-            for name, is_dir, size in self._statuses(f"{path.rstrip('/')}/{rel_dir}" if rel_dir else path):
-                rel = f"{rel_dir}/{name}" if rel_dir else name
-                entries.append(TreeEntry(rel, is_dir, size))
-                if is_dir:
-                    pending.append(rel)
-        return sorted(entries)
+        return walk_tree(path, self._statuses)
 
     def makedirs(self, path: str) -> None:
         self._fault("storage.write", path, "create the directory")
         if not self._java("create the directory", path, lambda: self.fs.mkdirs(self._path(path))):
             raise StorageError(errno.EIO, f"cannot create the directory {path} on {self.fs_uri}: mkdirs answered "
                                           "false; check the path and its parents")
-
-    def move(self, src: str, dst: str) -> None:
-        self._fault("storage.write", dst, "move")
-        self._rename(src, dst, False, f"move {src} to")
-
-
-def _temp_name(path: str) -> str:
-    directory, name = posixpath.split(path)
-    return posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
 
 
 def driver_storage(location: str) -> tuple[ControlStorage, str]:
