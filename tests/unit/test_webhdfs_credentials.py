@@ -24,12 +24,8 @@ import pytest
 from airflow_streaming.control import webhdfs
 from airflow_streaming.control.locations import storage_for
 from airflow_streaming.control.storage import StorageError
-from airflow_streaming.control.webhdfs import (
-    CredentialScope,
-    PlainHttpCredentialsError,
-    WebHdfsSettings,
-    WebHdfsStorage,
-)
+from airflow_streaming.control.webhdfs import WebHdfsStorage
+from airflow_streaming.control.webhdfs_connection import CredentialScope, PlainHttpCredentialsError, WebHdfsSettings
 from webhdfs_standin import WebHdfsStandIn
 
 PASSWORD = "gateway-pa55-word"

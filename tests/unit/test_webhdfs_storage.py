@@ -20,11 +20,12 @@ import pytest
 
 from airflow_streaming.checkpoint.batches import read_batch_position
 from airflow_streaming.checkpoint.reader import read_checkpoint
-from airflow_streaming.control import webhdfs
+from airflow_streaming.control import webhdfs, webhdfs_connection
 from airflow_streaming.control.local import LocalStorage
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.control.locations import storage_for
-from airflow_streaming.control.webhdfs import WebHdfsSettings, WebHdfsStorage, settings_for
+from airflow_streaming.control.webhdfs import WebHdfsStorage
+from airflow_streaming.control.webhdfs_connection import WebHdfsSettings, settings_for
 from webhdfs_standin import WebHdfsStandIn
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
@@ -322,7 +323,7 @@ def test_settings_parse_ha_hosts_ssl_verify_and_gateway_path():
     assert s.urls == ["https://nn1.example:9870/gateway/webhdfs", "https://nn2.example:9870/gateway/webhdfs"]
     assert (s.verify, s.cert, s.key, s.connect_timeout, s.user) == ("/etc/ca.pem", "/c.pem", "/k.pem", 3.0, "etl")
     assert "pw" not in repr(s)
-    client = webhdfs.build_client(s)
+    client = webhdfs_connection.build_client(s)
     assert client.url == "https://nn1.example:9870/gateway/webhdfs;https://nn2.example:9870/gateway/webhdfs"
     assert client._session.verify == "/etc/ca.pem" and client._session.cert == ("/c.pem", "/k.pem")
 
@@ -345,7 +346,7 @@ def test_kerberos_without_the_extension_says_what_to_install():
     except ImportError:
         pass
     with pytest.raises(StorageError, match=r"hdfs\[kerberos\]"):
-        webhdfs.build_client(WebHdfsSettings(hosts=("nn",), kerberos=True, source="connection 'k'"))
+        webhdfs_connection.build_client(WebHdfsSettings(hosts=("nn",), kerberos=True, source="connection 'k'"))
 
 
 def test_module_imports_and_works_without_airflow(nn):
