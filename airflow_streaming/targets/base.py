@@ -17,21 +17,14 @@ works from any host. The target is for what the marker cannot do (a driver that 
 from __future__ import annotations
 
 import abc
-import enum
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_streaming.control.contract import ControlPaths, DriverRecord
 from airflow_streaming.control.storage import ControlStorage
+from airflow_streaming.reconcile.observation import Liveness  # also importable from here
 from airflow_streaming.targets.launch_plan import LaunchPlan
 from airflow_streaming.targets.submit_command import masked_command, spark_submit_argv
-
-
-class Liveness(str, enum.Enum):
-    ALIVE = "ALIVE"
-    GONE = "GONE"
-    UNKNOWN = "UNKNOWN"
-    """Cannot be told from here (another host, the cluster manager does not answer): never "gone"."""
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ from urllib.parse import quote
 
 from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.exceptions import DriverStartError, StreamStateUnknownError
-from airflow_streaming.targets.base import DriverState, LaunchPlan, Liveness
+from airflow_streaming.reconcile.observation import Liveness
+from airflow_streaming.targets.base import DriverState, LaunchPlan
 from airflow_streaming.targets.cluster import SECRET_CONF_ENV, ClusterTarget, run_spark_submit, submit_failure
 from airflow_streaming.targets.cluster_http import ClusterUnreachableError
 from airflow_streaming.targets.kube_api import KubeApi

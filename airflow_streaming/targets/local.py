@@ -29,7 +29,8 @@ from airflow_streaming.control.process import ProcessIdentity, has_token, proces
 from airflow_streaming.exceptions import ApplicationNotFoundError
 from airflow_streaming.properties_file import forget_properties_file
 from airflow_streaming.pyspark_install import spark_submit_missing
-from airflow_streaming.targets.base import DriverState, DriverTarget, LaunchPlan, Liveness
+from airflow_streaming.reconcile.observation import Liveness
+from airflow_streaming.targets.base import DriverState, DriverTarget, LaunchPlan
 from airflow_streaming.targets.driver_env import driver_environment
 from airflow_streaming.targets.submit_command import spark_submit_argv, write_properties_file
 

@@ -33,7 +33,8 @@ from urllib.parse import quote, urlparse
 
 from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.exceptions import DriverStartError, StreamStateUnknownError
-from airflow_streaming.targets.base import DriverState, LaunchPlan, Liveness
+from airflow_streaming.reconcile.observation import Liveness
+from airflow_streaming.targets.base import DriverState, LaunchPlan
 from airflow_streaming.targets.cluster import RUN_ID_CONF, SECRET_CONF_ENV, ClusterTarget
 from airflow_streaming.targets.cluster_http import ClusterHttp, ClusterUnreachableError
 

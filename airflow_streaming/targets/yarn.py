@@ -32,7 +32,8 @@ from urllib.parse import quote, urlencode, urlparse
 
 from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.exceptions import StreamStateUnknownError
-from airflow_streaming.targets.base import DriverState, LaunchPlan, Liveness
+from airflow_streaming.reconcile.observation import Liveness
+from airflow_streaming.targets.base import DriverState, LaunchPlan
 from airflow_streaming.targets.cluster import ClusterTarget, run_spark_submit, submit_failure
 from airflow_streaming.targets.cluster_http import ClusterHttp, ClusterUnreachableError, HttpReply
 from airflow_streaming.targets.runtime_bundle import bundle_path
