@@ -42,7 +42,6 @@ import json
 import logging
 import os
 import re
-import time
 from typing import Any
 from urllib.parse import quote
 
@@ -389,13 +388,7 @@ class KubernetesClusterTarget(ClusterTarget):
             return message
         sent = f"deleted driver pod {name} of run {record.run_id} (grace {seconds}s)"
         log.warning("%s", sent)
-        deadline = time.monotonic() + seconds + 30.0
-        while time.monotonic() < deadline:
-            now = self.state(record)
-            if now.gone:
-                return f"{sent}; pod {now.cluster_state}"
-            time.sleep(0.5)
-        return f"{sent}; still {self.state(record).detail}"
+        return self.await_gone(record, sent, "pod", seconds + 30.0, poll=0.5)
 
     def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
         selector = f"{RUN_LABEL}={label_value(run_id)},spark-role=driver"

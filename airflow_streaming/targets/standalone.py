@@ -313,7 +313,7 @@ class StandaloneClusterTarget(ClusterTarget):
             return message
         sent = f"kill of {sid} (run {record.run_id}; identified by {proof}) sent to {rest}: {doc.get('message')}"
         log.warning("%s", sent)
-        return self.await_gone(record, sent, grace, "driver", poll=0.3)
+        return self.await_gone(record, sent, "driver", max(grace, 1.0), poll=0.3, waited=grace)
 
     def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
         found: list[str] = []

@@ -253,7 +253,7 @@ class YarnClusterTarget(ClusterTarget):
             return message
         sent = f"kill of YARN application {app_id} (run {record.run_id}, tagged {run_tag(record.run_id)}) accepted"
         log.warning("%s", sent)
-        return self.await_gone(record, sent, grace, "application", poll=0.5)
+        return self.await_gone(record, sent, "application", max(grace, 1.0), poll=0.5, waited=grace)
 
     def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
         query = urlencode({"applicationTags": run_tag(run_id), "states": ",".join(ALIVE_STATES)})
