@@ -21,14 +21,15 @@ SUPPORTED_SCHEMES = ("file", "hdfs", "webhdfs")
 _SUPPORTED_SCHEMES = SUPPORTED_SCHEMES
 
 
-def _check_str(value: Any, field: str) -> None:
-    """Require a non-empty string without surrounding whitespace (the spec's rule for every string)."""
+def _check_str(value: Any, field: str) -> str:
+    """Require a non-empty string without surrounding whitespace (the spec's rule for every string); return it."""
     if not isinstance(value, str):
         raise SpecError(field, f"must be a string, got {type(value).__name__}")
     if not value:
         raise SpecError(field, "must be non-empty")
     if value != value.strip():
         raise SpecError(field, f"must not have leading or trailing whitespace, got {value!r}")
+    return value
 
 
 #: The port a location means when it names none: the NameNode's RPC port for ``hdfs://`` and its HTTP

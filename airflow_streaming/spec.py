@@ -19,6 +19,7 @@ from typing import Any
 from airflow_streaming.exceptions import SpecError
 from airflow_streaming.location import (  # noqa: F401 - re-exported
     _check_location,
+    _check_str,
     _same_file_system,
     locations_overlap,
 )
@@ -80,17 +81,6 @@ def parse_duration(value: Any, field: str) -> float:
     if not math.isfinite(seconds):
         raise SpecError(field, f"must be a finite number of seconds, got {value!r}")
     return seconds
-
-
-def _check_str(value: Any, field: str) -> str:
-    """Require a non-empty string without surrounding whitespace."""
-    if not isinstance(value, str):
-        raise SpecError(field, f"must be a string, got {_type_name(value)}")
-    if not value:
-        raise SpecError(field, "must be non-empty")
-    if value != value.strip():
-        raise SpecError(field, f"must not have leading or trailing whitespace, got {value!r}")
-    return value
 
 
 def _check_segment(value: Any, field: str) -> str:

@@ -15,6 +15,8 @@ import json
 import uuid
 from typing import Any
 
+from airflow_streaming.supervision.classification import spark_error_class
+
 _STREAMING = "org.apache.spark.sql.execution.streaming"
 #: Where each internal class lives, newest Spark first (4.2: checkpointing/, 4.1: runtime/, 3.5 and 4.0: streaming/).
 _PACKAGES = {
@@ -91,28 +93,15 @@ def _java_object(jvm: Any, dotted: str) -> Any:
 def describe_java_error(exc: BaseException) -> tuple[str, str]:
     """(error class, message) of a py4j error raised by Spark, following causes to Spark's own error."""
     # PySpark turns Spark's JVM errors into Python exceptions with the same accessors.
-    for getter in ("getCondition", "getErrorClass"):
-        method = getattr(exc, getter, None)
-        if callable(method):
-            try:
-                value = method()
-            except Exception:  # noqa: BLE001
-                value = None
-            if value:
-                return str(value), str(exc).strip()
+    error_class = spark_error_class(exc)
+    if error_class:
+        return error_class, str(exc).strip()
     java_exc = getattr(exc, "java_exception", None) or getattr(exc, "_java_exception", None)
     error_class, message = None, str(exc)
     seen = 0
     while java_exc is not None and seen < 10:
         seen += 1
-        for getter in ("getCondition", "getErrorClass"):
-            try:
-                value = getattr(java_exc, getter)()
-            except Exception:  # noqa: BLE001 - not a SparkThrowable
-                value = None
-            if value:
-                error_class = str(value)
-                break
+        error_class = spark_error_class(java_exc)
         message = str(java_exc.getMessage() or java_exc.toString())
         if error_class:
             break

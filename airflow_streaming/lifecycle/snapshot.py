@@ -32,7 +32,6 @@ A snapshot directory holds::
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import shutil
@@ -136,7 +135,7 @@ def take_snapshot(checkpoint: str, snapshot_dir: str, sink_path: str | None = No
                                                         lambda rel: _in_log_at(rel, last))
         files, size, linked = files + sink_files, size + sink_size, linked and sink_linked
     manifest = SnapshotManifest(checkpoint, snapshot_dir, batch_id, sink_metadata, files, size, linked, time.time())
-    _write_json(os.path.join(snapshot_dir, MANIFEST_NAME), manifest.to_dict())
+    snapshot_copy.write_json(LocalStorage(), os.path.join(snapshot_dir, MANIFEST_NAME), manifest.to_dict())
     return manifest
 
 
@@ -205,17 +204,17 @@ def restore_snapshot(manifest: SnapshotManifest, aside_suffix: str, *, resolve: 
         raise SnapshotError(f"snapshot {snapshot_dir} is incomplete (no {MANIFEST_NAME} or no {_CHECKPOINT_COPY}/)")
     restored_path = os.path.join(snapshot_dir, _RESTORED)
     plan_path = os.path.join(snapshot_dir, _RESTORING)
-    done = _read_json(restored_path)
+    done = snapshot_copy.read_json(LocalStorage(), restored_path, SnapshotError)
     if done is not None and _stands_at(manifest.checkpoint, manifest.batch_id):
         LocalStorage().delete(plan_path)
         return done
-    plan = _read_json(plan_path) if done is None else None
+    plan = snapshot_copy.read_json(LocalStorage(), plan_path, SnapshotError) if done is None else None
     if plan is None:
         # A fresh restore. The plan is written before the old marker goes, so no crash leaves a
         # stale plan behind without the marker that makes it ignored.
         plan = {"checkpoint_aside": _aside_name(manifest.checkpoint, aside_suffix),
                 "sink_aside": _aside_name(manifest.sink_metadata, aside_suffix) if manifest.sink_metadata else None}
-        _write_json(plan_path, plan)
+        snapshot_copy.write_json(LocalStorage(), plan_path, plan)
         LocalStorage().delete(restored_path)
     files = _put_back(source, manifest.checkpoint, plan["checkpoint_aside"])
     if manifest.sink_metadata is not None:
@@ -223,7 +222,7 @@ def restore_snapshot(manifest: SnapshotManifest, aside_suffix: str, *, resolve: 
     report = {"checkpoint": manifest.checkpoint, "batch_id": manifest.batch_id,
               "moved_aside": plan["checkpoint_aside"],
               "sink_metadata_restored": manifest.sink_metadata is not None, "files": files}
-    _write_json(restored_path, report)
+    snapshot_copy.write_json(LocalStorage(), restored_path, report)
     LocalStorage().delete(plan_path)
     return report
 
@@ -338,23 +337,6 @@ def _stands_at(checkpoint: str, batch_id: int | None) -> bool:
         return False
     position = read_batch_position(LocalStorage(), checkpoint)
     return position.last_planned == position.last_committed == batch_id
-
-
-def _read_json(path: str) -> dict[str, Any] | None:
-    text = LocalStorage().read_text(path)
-    if text is None:
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise SnapshotError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise SnapshotError(f"{path} does not hold a JSON object")
-    return data
-
-
-def _write_json(path: str, data: dict[str, Any]) -> None:
-    LocalStorage().write_atomic(path, json.dumps(data, indent=2).encode("utf-8"))
 
 
 def _raise(exc: OSError) -> None:

@@ -163,6 +163,7 @@ def _parents(path: str) -> list[str]:
 
 
 def read_json(storage: ControlStorage, path: str, error: type[Exception]) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (``None`` when there is no such file); ``error`` when it is not one."""
     text = storage.read_text(path)
     if text is None:
         return None
@@ -176,6 +177,7 @@ def read_json(storage: ControlStorage, path: str, error: type[Exception]) -> dic
 
 
 def write_json(storage: ControlStorage, path: str, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` as indented JSON, atomically."""
     storage.write_atomic(path, json.dumps(data, indent=2).encode("utf-8"))
 
 

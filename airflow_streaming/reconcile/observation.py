@@ -46,14 +46,15 @@ class RecordState(str, Enum):
 
 
 class Liveness(str, Enum):
-    """Whether the recorded run's driver runs, with its proof."""
+    """Whether the recorded run's driver runs, with its proof (also a deploy target's answer:
+    :class:`airflow_streaming.targets.base.DriverState`)."""
 
     ALIVE = "ALIVE"
     GONE = "GONE"
     """Proven gone: no process of the run on its own host, the cluster manager reports it exited, or
     its lease is released or stale."""
     UNKNOWN = "UNKNOWN"
-    """Cannot be told (another host's pid, an unreachable cluster manager, unreadable storage)."""
+    """Cannot be told (another host's pid, an unreachable cluster manager, unreadable storage): never "gone"."""
 
 
 class RunStatus(str, Enum):

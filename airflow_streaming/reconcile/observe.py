@@ -36,7 +36,6 @@ from airflow_streaming.reconcile.observation import (
 from airflow_streaming.supervision.classification import FailureKind, classify
 from airflow_streaming.supervision.policy import Action as BudgetAction
 from airflow_streaming.supervision.policy import RestartLedger, RestartPolicy, restart_budget
-from airflow_streaming.targets.base import Liveness as TargetLiveness
 
 _TERMINAL_STEPS = frozenset(s.value for s in TERMINAL)
 
@@ -162,8 +161,7 @@ def _liveness(hook: Any, record: contract.DriverRecord) -> tuple[Liveness, Lease
         if hook._lease_holder_exited(lease) is None:
             lease_state = Lease.OTHER_RUN
     state, detail = hook.driver_liveness()
-    return {TargetLiveness.ALIVE: Liveness.ALIVE, TargetLiveness.GONE: Liveness.GONE}.get(
-        state, Liveness.UNKNOWN), lease_state, detail, lease
+    return state, lease_state, detail, lease
 
 
 def _standby(hook: Any, record: contract.DriverRecord | None, lease: contract.Lease | None, now: float,

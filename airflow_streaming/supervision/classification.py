@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class FailureKind(str, Enum):
@@ -56,6 +57,20 @@ def root_error_class(error_class: str | None, message: str | None) -> str | None
         if found not in _WRAPPERS:
             return found
     return error_class
+
+
+def spark_error_class(exc: Any) -> str | None:
+    """Spark's error class of ``exc`` - a PySpark exception or a py4j Java throwable, which have the same
+    accessors: ``getCondition()`` (Spark 4), else ``getErrorClass()`` (3.5); ``None`` when it has neither,
+    they fail, or they name none. Never raises (an :class:`Exception`)."""
+    for getter in ("getCondition", "getErrorClass"):
+        try:
+            value = getattr(exc, getter)()
+        except Exception:  # noqa: BLE001 - not a SparkThrowable, or py4j could not ask
+            value = None
+        if value:
+            return str(value)
+    return None
 
 
 @dataclass(frozen=True)

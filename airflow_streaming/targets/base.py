@@ -17,21 +17,30 @@ works from any host. The target is for what the marker cannot do (a driver that 
 from __future__ import annotations
 
 import abc
-import enum
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_streaming.control.contract import ControlPaths, DriverRecord
 from airflow_streaming.control.storage import ControlStorage
+from airflow_streaming.reconcile.observation import Liveness  # also importable from here
 from airflow_streaming.targets.launch_plan import LaunchPlan
 from airflow_streaming.targets.submit_command import masked_command, spark_submit_argv
 
+T = TypeVar("T")
 
-class Liveness(str, enum.Enum):
-    ALIVE = "ALIVE"
-    GONE = "GONE"
-    UNKNOWN = "UNKNOWN"
-    """Cannot be told from here (another host, the cluster manager does not answer): never "gone"."""
+
+def poll_until(probe: Callable[[], T], done: Callable[[T], bool], timeout: float, poll: float) -> T:
+    """Call ``probe`` every ``poll`` seconds until ``done`` holds for what it returns or ``timeout`` seconds
+    have passed; the last value probed (there is always one, and the last one is probed at or after the
+    timeout). The one wait of the targets: for a driver to be gone after a kill or a stop."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if done(value) or time.monotonic() >= deadline:
+            return value
+        time.sleep(poll)
 
 
 @dataclass(frozen=True)
@@ -135,16 +144,24 @@ class DriverTarget(abc.ABC):
         data = self.storage.read_text(record.log_path) if record.log_path else None
         return "\n".join((data or "").splitlines()[-lines:])
 
+    def poll_gone(self, record: DriverRecord, timeout: float, poll: float = 0.5) -> DriverState:
+        """Poll :meth:`state` every ``poll`` seconds until it says GONE, for up to ``timeout`` seconds; the
+        last state seen (GONE, or the one at the timeout)."""
+        return poll_until(lambda: self.state(record), lambda now: now.gone, timeout, poll)
+
     def wait_gone(self, record: DriverRecord, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until :meth:`state` says GONE; return whether it did."""
-        import time
+        return self.poll_gone(record, timeout).gone
 
-        deadline = time.monotonic() + timeout
-        while not self.state(record).gone:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.5)
-        return True
+    def await_gone(self, record: DriverRecord, sent: str, what: str, timeout: float, poll: float = 0.5,
+                   waited: float | None = None) -> str:
+        """After a kill was sent (``sent`` says how): wait up to ``timeout`` seconds for the driver of
+        ``record`` to be gone (:meth:`poll_gone`); what happened, in words - ``"<sent>; <what> <its cluster
+        state>"``, or ``"<sent>; still <its state>"`` (with ``" after <waited>s"`` when ``waited`` is given)."""
+        now = self.poll_gone(record, timeout, poll)
+        if now.gone:
+            return f"{sent}; {what} {now.cluster_state}"
+        return f"{sent}; still {now.detail}" + (f" after {waited:.0f}s" if waited is not None else "")
 
     def reap(self) -> None:  # noqa: B027 - only the local target has children
         """Collect exited child processes (local target)."""

@@ -73,17 +73,6 @@ class ClusterTarget(DriverTarget):
         merged[RUN_ID_CONF] = run_id  # never overridden: it is how the driver is found again
         return dataclasses.replace(plan, deploy_mode="cluster", conf=merged)
 
-    def await_gone(self, record: DriverRecord, sent: str, grace: float, what: str, poll: float = 0.5) -> str:
-        """After a kill was sent (``sent`` says how): poll the cluster manager until the driver of ``record``
-        is gone, for up to ``grace`` seconds (at least 1); what happened, in words."""
-        deadline = time.monotonic() + max(grace, 1.0)
-        while time.monotonic() < deadline:
-            now = self.state(record)
-            if now.gone:
-                return f"{sent}; {what} {now.cluster_state}"
-            time.sleep(poll)
-        return f"{sent}; still {self.state(record).detail} after {grace:.0f}s"
-
     # ------------------------------------------------------------------ records and notes
     def recorded(self, run_id: str, record: DriverRecord | None = None) -> list[DriverRecord]:
         """The records of ``run_id`` this target wrote (``record``, ``driver.json``, ``standby-driver.json``)."""

@@ -42,13 +42,13 @@ import json
 import logging
 import os
 import re
-import time
 from typing import Any
 from urllib.parse import quote
 
 from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.exceptions import DriverStartError, StreamStateUnknownError
-from airflow_streaming.targets.base import DriverState, LaunchPlan, Liveness
+from airflow_streaming.reconcile.observation import Liveness
+from airflow_streaming.targets.base import DriverState, LaunchPlan
 from airflow_streaming.targets.cluster import SECRET_CONF_ENV, ClusterTarget, run_spark_submit, submit_failure
 from airflow_streaming.targets.cluster_http import ClusterUnreachableError
 from airflow_streaming.targets.kube_api import KubeApi
@@ -388,13 +388,7 @@ class KubernetesClusterTarget(ClusterTarget):
             return message
         sent = f"deleted driver pod {name} of run {record.run_id} (grace {seconds}s)"
         log.warning("%s", sent)
-        deadline = time.monotonic() + seconds + 30.0
-        while time.monotonic() < deadline:
-            now = self.state(record)
-            if now.gone:
-                return f"{sent}; pod {now.cluster_state}"
-            time.sleep(0.5)
-        return f"{sent}; still {self.state(record).detail}"
+        return self.await_gone(record, sent, "pod", seconds + 30.0, poll=0.5)
 
     def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
         selector = f"{RUN_LABEL}={label_value(run_id)},spark-role=driver"

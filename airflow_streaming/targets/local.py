@@ -29,7 +29,8 @@ from airflow_streaming.control.process import ProcessIdentity, has_token, proces
 from airflow_streaming.exceptions import ApplicationNotFoundError
 from airflow_streaming.properties_file import forget_properties_file
 from airflow_streaming.pyspark_install import spark_submit_missing
-from airflow_streaming.targets.base import DriverState, DriverTarget, LaunchPlan, Liveness
+from airflow_streaming.reconcile.observation import Liveness
+from airflow_streaming.targets.base import DriverState, DriverTarget, LaunchPlan, poll_until
 from airflow_streaming.targets.driver_env import driver_environment
 from airflow_streaming.targets.submit_command import spark_submit_argv, write_properties_file
 
@@ -66,6 +67,12 @@ def run_processes(run_id: str) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return [p for p in found.values() if _running(p)]
+
+
+def _reaped_run_processes(run_id: str) -> list[psutil.Process]:
+    """:func:`run_processes`, once our exited children are collected (what a kill waits on)."""
+    reap_children()
+    return run_processes(run_id)
 
 
 def _running(proc: psutil.Process) -> bool:
@@ -159,10 +166,7 @@ class LocalTarget(DriverTarget):
                 except psutil.Error:
                     pass
             done.append(f"{sig.name} to {len(victims)} process(es)")
-            deadline = time.monotonic() + grace
-            while run_processes(record.run_id) and time.monotonic() < deadline:
-                reap_children()
-                time.sleep(0.2)
+            poll_until(lambda: _reaped_run_processes(record.run_id), lambda alive: not alive, grace, 0.2)
         self._wait_child(record, 5.0)
         self._forget_secrets(record)
         if not done:
@@ -173,13 +177,12 @@ class LocalTarget(DriverTarget):
         return "; ".join(done) + (f"; still alive: {[p.pid for p in left]}" if left else "; all gone")
 
     def wait_gone(self, record: DriverRecord, timeout: float) -> bool:
+        """As :meth:`DriverTarget.wait_gone` (polling faster), then our own spark-submit child reaped fully."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.state(record).gone:
-                self._wait_child(record, max(0.5, deadline - time.monotonic()))
-                return True
-            time.sleep(0.2)
-        return self.state(record).gone
+        if not self.poll_gone(record, timeout, poll=0.2).gone:
+            return False
+        self._wait_child(record, max(0.5, deadline - time.monotonic()))
+        return True
 
     def _wait_child(self, record: DriverRecord, timeout: float) -> None:
         """A multi-threaded JVM shows as a zombie while its last threads exit; reap our own child fully."""

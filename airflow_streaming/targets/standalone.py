@@ -33,7 +33,8 @@ from urllib.parse import quote, urlparse
 
 from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.exceptions import DriverStartError, StreamStateUnknownError
-from airflow_streaming.targets.base import DriverState, LaunchPlan, Liveness
+from airflow_streaming.reconcile.observation import Liveness
+from airflow_streaming.targets.base import DriverState, LaunchPlan
 from airflow_streaming.targets.cluster import RUN_ID_CONF, SECRET_CONF_ENV, ClusterTarget
 from airflow_streaming.targets.cluster_http import ClusterHttp, ClusterUnreachableError
 
@@ -312,7 +313,7 @@ class StandaloneClusterTarget(ClusterTarget):
             return message
         sent = f"kill of {sid} (run {record.run_id}; identified by {proof}) sent to {rest}: {doc.get('message')}"
         log.warning("%s", sent)
-        return self.await_gone(record, sent, grace, "driver", poll=0.3)
+        return self.await_gone(record, sent, "driver", max(grace, 1.0), poll=0.3, waited=grace)
 
     def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
         found: list[str] = []

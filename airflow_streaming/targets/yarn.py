@@ -32,7 +32,8 @@ from urllib.parse import quote, urlencode, urlparse
 
 from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.exceptions import StreamStateUnknownError
-from airflow_streaming.targets.base import DriverState, LaunchPlan, Liveness
+from airflow_streaming.reconcile.observation import Liveness
+from airflow_streaming.targets.base import DriverState, LaunchPlan
 from airflow_streaming.targets.cluster import ClusterTarget, run_spark_submit, submit_failure
 from airflow_streaming.targets.cluster_http import ClusterHttp, ClusterUnreachableError, HttpReply
 from airflow_streaming.targets.runtime_bundle import bundle_path
@@ -252,7 +253,7 @@ class YarnClusterTarget(ClusterTarget):
             return message
         sent = f"kill of YARN application {app_id} (run {record.run_id}, tagged {run_tag(record.run_id)}) accepted"
         log.warning("%s", sent)
-        return self.await_gone(record, sent, grace, "application", poll=0.5)
+        return self.await_gone(record, sent, "application", max(grace, 1.0), poll=0.5, waited=grace)
 
     def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
         query = urlencode({"applicationTags": run_tag(run_id), "states": ",".join(ALIVE_STATES)})

@@ -42,17 +42,10 @@ def describe_exception(exc: BaseException | None, error_class: str | None = None
     secret conf values)."""
     if exc is None:
         return None
+    from airflow_streaming.supervision.classification import root_error_class, spark_error_class
+
     if error_class is None:
-        for getter in ("getCondition", "getErrorClass"):
-            method = getattr(exc, getter, None)
-            if callable(method):
-                try:
-                    error_class = method()
-                except Exception:  # noqa: BLE001 - best effort on py4j-backed exceptions
-                    error_class = None
-                if error_class:
-                    break
-    from airflow_streaming.supervision.classification import root_error_class
+        error_class = spark_error_class(exc)
 
     message = str(exc).strip() or type(exc).__name__
     return {"message": redact_text(message)[:_MAX_MESSAGE],

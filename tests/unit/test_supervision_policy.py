@@ -112,3 +112,24 @@ def test_the_wrapped_spark_error_class_is_found_in_the_message():
     assert root_error_class("STREAM_FAILED", message) == "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"
     assert classify("STREAM_FAILED", message, 3).kind == FailureKind.DETERMINISTIC
     assert root_error_class("STREAM_FAILED", "no inner class") == "STREAM_FAILED"
+
+
+def test_spark_error_class_asks_getcondition_then_geterrorclass_and_never_raises():
+    from airflow_streaming.supervision.classification import spark_error_class
+
+    class Spark35Error(Exception):
+        def getCondition(self):
+            return None
+
+        def getErrorClass(self):
+            return "PATH_NOT_FOUND"
+
+    class BrokenJavaThrowable:
+        def getCondition(self):
+            raise RuntimeError("py4j: not a SparkThrowable")
+
+        getErrorClass = getCondition
+
+    assert spark_error_class(Spark35Error()) == "PATH_NOT_FOUND"
+    assert spark_error_class(BrokenJavaThrowable()) is None
+    assert spark_error_class(ValueError("plain")) is None
