@@ -19,7 +19,7 @@ from typing import Any
 
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.desired_state import load_desired_state
-from airflow_streaming.notifications.events import NotificationGate
+from airflow_streaming.notifications.gate import NotificationGate
 from airflow_streaming.supervision.policy import RestartPolicy
 from airflow_streaming.supervision.supervisor import supervise
 

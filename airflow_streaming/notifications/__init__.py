@@ -1,9 +1,10 @@
 """Notifications about streams: events, rendering, flap protection (pure Python) and the Airflow notifiers.
 
-The event side (:mod:`.events`) imports no Airflow; the notifiers - :class:`StreamHttpNotifier` (the
-HTTP provider's), :class:`StreamSmtpNotifier` (the SMTP provider's), :class:`StreamSlackWebhookNotifier`
-(the Slack provider's), and the deprecated aliases :class:`StreamWebhookNotifier` and
-:class:`StreamEmailNotifier` - are imported lazily on first access, so ``airflow_streaming.notifications``
+The event side - the events and their rendering (:mod:`.events`), flap protection (:mod:`.gate`) and
+sending through the notifiers (:mod:`.delivery`) - imports no Airflow; the notifiers -
+:class:`StreamHttpNotifier` (the HTTP provider's), :class:`StreamSmtpNotifier` (the SMTP provider's),
+:class:`StreamSlackWebhookNotifier` (the Slack provider's), and the deprecated aliases
+:class:`StreamWebhookNotifier` and :class:`StreamEmailNotifier` - are imported lazily on first access, so ``airflow_streaming.notifications``
 stays cheap for the supervisor and the driver side.
 """
 
@@ -11,13 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from airflow_streaming.notifications.delivery import call_notifier, send_event
 from airflow_streaming.notifications.events import (
     EventKind,
-    GateStateCorrupt,
     NotificationError,
-    NotificationGate,
     StreamEvent,
-    call_notifier,
     event_from_context,
     event_template_context,
     redact,
@@ -25,9 +24,9 @@ from airflow_streaming.notifications.events import (
     render_json,
     render_slack,
     render_text,
-    send_event,
     suppressed_summary,
 )
+from airflow_streaming.notifications.gate import GateStateCorrupt, NotificationGate
 
 if TYPE_CHECKING:
     from airflow_streaming.notifications.email import StreamEmailNotifier

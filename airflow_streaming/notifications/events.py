@@ -1,24 +1,21 @@
-"""Stream events, their rendering (text, Slack, JSON), secret redaction and flap protection.
+"""Stream events and their rendering (text, Slack, JSON, HTML), with secret redaction.
 
 A :class:`StreamEvent` is what the supervisor, the upgrade operators or a task failure callback
 report about one stream: it failed, is restarting, recovered, gave up, is unhealthy, was upgraded or
 rolled back. :func:`render_text`, :func:`render_slack` and :func:`render_json` turn it into a
 message; every string they produce goes through :func:`airflow_streaming.redaction.redact` (re-exported
 here as :func:`redact`), so a password in an error message or a token in a link never reaches a chat
-channel or a mailbox. :class:`NotificationGate` decides
-whether an event is worth a message: at most one per state change per stream, repeats within a
-window counted and summarised in the next message that is sent.
+channel or a mailbox.
 
-Plain Python: no Airflow, no Spark. The notifiers in :mod:`.webhook` and :mod:`.email` do the I/O.
+Plain Python: no Airflow, no Spark, no state. Whether an event is worth a message (flap protection)
+is :mod:`.gate`'s; sending it through the notifiers is :mod:`.delivery`'s, and the notifiers in
+:mod:`.http_provider`, :mod:`.smtp_provider` and :mod:`.slack_provider` do the I/O.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import html
-import json
-import logging
 import re
 import time
 from collections.abc import Mapping
@@ -27,11 +24,8 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from airflow_streaming.control.storage import ControlStorage
 from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.redaction import MASK, redact  # noqa: F401 - re-exported: notifications.redact
-
-log = logging.getLogger(__name__)
 
 #: Default subject prefix of every rendered message.
 SUBJECT_PREFIX = "[airflow-streaming]"
@@ -79,7 +73,7 @@ class StreamEvent:
     :param at: when it happened, epoch seconds.
     :param dag_id: the Airflow DAG the event comes from, if any.
     :param task_id: the Airflow task the event comes from, if any.
-    :param suppressed_count: similar events the :class:`NotificationGate` suppressed before this one.
+    :param suppressed_count: similar events the notification gate (:mod:`.gate`) suppressed before this one.
     :param suppressed_since: epoch seconds since which they were suppressed (the last message sent).
     """
 
@@ -161,7 +155,8 @@ def _hhmm(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%H:%M")
 
 
-def _iso(epoch: float) -> str:
+def iso_utc(epoch: float) -> str:
+    """``epoch`` as ``YYYY-MM-DDTHH:MM:SSZ`` (UTC)."""
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -230,7 +225,7 @@ def _facts(event: StreamEvent) -> list[tuple[str, str]]:
     facts = [
         ("Stream", event.stream),
         ("Version", event.version or "-"),
-        ("Event", f"{event.kind.value} at {_iso(event.at)}"),
+        ("Event", f"{event.kind.value} at {iso_utc(event.at)}"),
         ("Run", event.run_id or "-"),
         ("Application", event.app_id or "-"),
         ("Driver", event.driver_id or "-"),
@@ -393,192 +388,3 @@ def event_template_context(context: Mapping[str, Any], prefix: str | None = SUBJ
     subject, body = render_text(event, prefix)
     return {"stream_event": event, "stream_event_subject": subject, "stream_event_text": body,
             "stream_event_html": render_html(event, prefix), "stream_event_json": render_json(event, prefix)}
-
-
-# --------------------------------------------------------------------------------------------------
-# Flap protection
-
-
-class GateStateCorrupt(StreamingError):
-    """The notification gate's state file holds garbage (not JSON, or not the gate's document).
-
-    Never raised out of :meth:`NotificationGate.admit`: the gate reports it (an ERROR log line and a
-    note on the next event sent), keeps the bad file aside for inspection (:attr:`moved_to`) and starts
-    its flap protection afresh - a broken state file never silences a notification, never crashes the
-    supervisor and is never silently overwritten."""
-
-    def __init__(self, path: str, reason: str, moved_to: str | None = None):
-        self.path, self.reason, self.moved_to = path, reason, moved_to
-        kept = (f"kept aside as {moved_to}" if moved_to else
-                "it could not be moved aside, so it is left in place and not overwritten")
-        super().__init__(f"notification gate state {path} is garbage ({reason}); {kept}. Flap protection starts "
-                         "afresh: repeats are not suppressed until the next message is recorded. Inspect the "
-                         "kept file (what wrote it?); delete it when done")
-
-
-class NotificationGate:
-    """Flap protection: at most one message per state change per stream.
-
-    An event of the same kind and error class as the last one *sent* for its stream, within
-    ``repeat_window_s`` of it, is not sent but counted; the next event that is sent (a different
-    kind or error class, or a repeat after the window) carries ``suppressed_count`` and
-    ``suppressed_since`` (the time of the last message), rendered as
-    ``"(N similar events suppressed since HH:MM)"``.
-
-    The state is one small JSON document at ``path``, read and replaced whole through
-    :meth:`ControlStorage.write_atomic` on every :meth:`admit`. Read-modify-write is not locked:
-    give each concurrently running sender (e.g. one supervisor per stream) its own path.
-
-    The gate fails open - the event is sent - and never loses what it found:
-
-    - the state cannot be read (a storage error): the event is sent, logged, and the file is left
-      untouched (not overwritten with a fresh state);
-    - the state is garbage: :class:`GateStateCorrupt` is reported (an ERROR log line, and a note in the
-      event's ``health_reasons``), the bad file is moved aside to ``<path>.corrupt-<UTC time>``, and the
-      gate starts afresh (:attr:`last_problem` holds the report);
-    - the state cannot be saved: logged; the event is still sent.
-
-    :param storage: the control storage the state lives in.
-    :param path: the state document's path in ``storage``.
-    :param repeat_window_s: seconds during which a repeat of the last message is suppressed.
-    """
-
-    VERSION = 1
-
-    def __init__(self, storage: ControlStorage, path: str, repeat_window_s: float = 900.0) -> None:
-        if repeat_window_s < 0:
-            raise ValueError(f"repeat_window_s must be >= 0, got {repeat_window_s!r}")
-        self.storage = storage
-        self.path = path
-        self.repeat_window_s = float(repeat_window_s)
-        self.last_problem: GateStateCorrupt | None = None
-        """The last garbage state this gate found and moved aside (``None``: none)."""
-
-    def _fresh(self) -> dict[str, Any]:
-        return {"version": self.VERSION, "streams": {}}
-
-    def _load(self) -> tuple[dict[str, Any], bool, GateStateCorrupt | None]:
-        """``(state, may_save, problem)``: ``may_save`` is False when the file could not be read (it must
-        not be overwritten); ``problem`` is set when it held garbage (then moved aside)."""
-        try:
-            raw = self.storage.read_bytes(self.path)
-        except OSError as exc:
-            log.warning("notification gate state %s cannot be read (%s): sending without flap protection, "
-                        "leaving the file as it is", self.path, exc)
-            return self._fresh(), False, None
-        if raw is None:
-            return self._fresh(), True, None
-        reason = _gate_state_problem(raw)
-        if reason is None:
-            return json.loads(raw), True, None
-        moved_to = self._move_aside()
-        problem = GateStateCorrupt(self.path, reason, moved_to)
-        self.last_problem = problem
-        log.error("%s", problem)
-        return self._fresh(), moved_to is not None, problem
-
-    def _move_aside(self) -> str | None:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        aside = f"{self.path}.corrupt-{stamp}"
-        try:
-            self.storage.move(self.path, aside)
-            return aside
-        except OSError as exc:
-            log.warning("cannot move the notification gate state %s aside to %s: %s", self.path, aside, exc)
-            return None
-
-    def _save(self, doc: dict[str, Any]) -> None:
-        try:
-            self.storage.write_atomic(self.path, json.dumps(doc, sort_keys=True, indent=1).encode("utf-8"))
-        except OSError as exc:
-            log.warning("notification gate state %s not saved (%s)", self.path, exc)
-
-    def state(self, stream: str) -> dict[str, Any] | None:
-        """What the gate remembers about ``stream`` (last kind, error class, sent at, suppressed count)."""
-        return self._load()[0]["streams"].get(stream)
-
-    def admit(self, event: StreamEvent | Mapping[str, Any], now: float | None = None) -> StreamEvent | None:
-        """The event to send (with ``suppressed_count``/``suppressed_since`` filled when repeats were
-        suppressed before it), or ``None`` when it repeats the last message within the window."""
-        if not isinstance(event, StreamEvent):
-            event = StreamEvent.from_dict(event)
-        now = time.time() if now is None else float(now)
-        doc, may_save, problem = self._load()
-        last = doc["streams"].get(event.stream) or {}
-        repeat = (
-            last.get("kind") == event.kind.value
-            and last.get("error_class") == event.error_class
-            and last.get("sent_at") is not None
-            and 0 <= now - float(last["sent_at"]) < self.repeat_window_s
-        )
-        if repeat:
-            last["suppressed"] = int(last.get("suppressed") or 0) + 1
-            doc["streams"][event.stream] = last
-            self._save(doc)
-            log.info("%s %s suppressed: repeats the message sent at %s (%d suppressed)", event.stream,
-                     event.kind.value, _iso(float(last["sent_at"])), last["suppressed"])
-            return None
-        suppressed = int(last.get("suppressed") or 0)
-        if suppressed:
-            event = dataclasses.replace(event, suppressed_count=suppressed, suppressed_since=last.get("sent_at"))
-        if problem is not None:
-            event = dataclasses.replace(event, health_reasons=[*event.health_reasons, f"airflow-streaming: {problem}"])
-        doc["streams"][event.stream] = {"kind": event.kind.value, "error_class": event.error_class,
-                                        "sent_at": now, "suppressed": 0}
-        doc["version"] = self.VERSION
-        if may_save:
-            self._save(doc)
-        return event
-
-
-def _gate_state_problem(raw: bytes) -> str | None:
-    """Why ``raw`` is not a gate state document (``None``: it is one)."""
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return f"not JSON: {exc}"
-    if not isinstance(doc, dict) or not isinstance(doc.get("streams"), dict):
-        return f"expected {{'version', 'streams': {{...}}}}, got {str(doc)[:80]!r}"
-    for stream, entry in doc["streams"].items():
-        if not isinstance(entry, dict):
-            return f"the entry of stream {stream!r} is not an object"
-        sent_at, suppressed = entry.get("sent_at"), entry.get("suppressed", 0)
-        if sent_at is not None and (isinstance(sent_at, bool) or not isinstance(sent_at, (int, float))):
-            return f"sent_at of stream {stream!r} is not a number: {str(sent_at)[:40]!r}"
-        if suppressed is not None and (isinstance(suppressed, bool) or not isinstance(suppressed, int)):
-            return f"suppressed of stream {stream!r} is not a count: {str(suppressed)[:40]!r}"
-    return None
-
-
-def call_notifier(notifier: Any, context: Mapping[str, Any]) -> None:
-    """Deliver one event through an Airflow notifier the way Airflow calls a callback: ``notifier(context)``,
-    which renders its templated fields against ``context`` before ``notify``. The call is made on a
-    shallow copy, because rendering replaces the fields in place: the caller's notifier keeps its
-    templates (``{{ stream_event.stream }}``...) for the next event."""
-    copy.copy(notifier)(dict(context))
-
-
-def send_event(event: StreamEvent | Mapping[str, Any], notifiers: list[Any],
-               gate: NotificationGate | None = None, now: float | None = None) -> StreamEvent | None:
-    """Pass ``event`` through ``gate`` (if any) and call each notifier with ``{"stream_event": event}``.
-
-    Usable as the supervisor's ``notify`` callable (``functools.partial(send_event, notifiers=..., gate=...)``).
-    Every notifier is tried; the first failure is raised after the others ran. Returns the event sent,
-    or ``None`` when the gate suppressed it.
-    """
-    if not isinstance(event, StreamEvent):
-        event = StreamEvent.from_dict(event)
-    admitted = gate.admit(event, now) if gate is not None else event
-    if admitted is None:
-        return None
-    first_error: BaseException | None = None
-    for notifier in notifiers:
-        try:
-            call_notifier(notifier, {"stream_event": admitted})
-        except Exception as exc:  # noqa: BLE001 - try the other notifiers, then raise
-            log.warning("notifier %s failed for %s %s: %s", type(notifier).__name__, admitted.stream,
-                        admitted.kind.value, exc)
-            first_error = first_error or exc
-    if first_error is not None:
-        raise first_error
-    return admitted

@@ -74,7 +74,8 @@ class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
         from airflow_streaming.lifecycle.operations import LifecycleOutcomeError, result_of
         from airflow_streaming.lifecycle.record import Action, Probation
         from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner, restart_spec, resume_target
-        from airflow_streaming.notifications.events import StreamEvent, call_notifier
+        from airflow_streaming.notifications.delivery import call_notifier
+        from airflow_streaming.notifications.events import StreamEvent
 
         action = Action(self.action)
         ti = context["ti"]

@@ -81,7 +81,8 @@ class SparkStreamSupervisorOperator(BaseOperator):
         return results
 
     def _supervise_one(self, raw: Any, policy: Any, log_url: Any, context: Context) -> dict[str, Any]:
-        from airflow_streaming.notifications.events import NotificationGate, call_notifier
+        from airflow_streaming.notifications.delivery import call_notifier
+        from airflow_streaming.notifications.gate import NotificationGate
         from airflow_streaming.supervision.supervisor import supervise
 
         hook = SparkStreamHook(as_spec(raw))

@@ -14,7 +14,6 @@ watches the run marker and SIGTERM, stops between micro-batches, and exits with:
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import re
@@ -27,24 +26,24 @@ import time
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_streaming import faults
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import (
     EXIT_GRACEFUL,
-    EXIT_JVM_GONE,
     EXIT_LEASE_HELD,
     EXIT_QUERY_FAILED,
     EXIT_STARTUP_FAILED,
     ControlPaths,
     StatusDocument,
 )
-from airflow_streaming.control.process import process_start_time
 from airflow_streaming.control.storage import StorageError
-from airflow_streaming.control.takeover import TOOK_OVER
 from spark_jobs.runtime.bundled_job import JobContext, bundled_writer, query_name
+from spark_jobs.runtime.driver_session import DriverSession, forget_secret_properties, secret_conf_from_environment
+from spark_jobs.runtime.gate_driver import run_gate_only
 from spark_jobs.runtime.hadoop_storage import driver_storage
+from spark_jobs.runtime.jvm_watchdog import exit_when_jvm_is_gone
+from spark_jobs.runtime.standby import Standby
 
-__all__ = ["Driver", "JobContext", "bundled_writer", "main", "query_name"]
+__all__ = ["Driver", "JobContext", "bundled_writer", "exit_when_jvm_is_gone", "main", "query_name"]
 
 log = logging.getLogger("airflow_streaming.runtime")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -89,10 +88,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 class Driver:
-    """One run of a managed stream inside its driver process."""
+    """One run of a managed stream inside its driver process.
 
-    OWN_RECORD_RETRY_S = 1.0
-    """A hot standby that finds no record of itself looks for it again after this long (not at every look)."""
+    Started with ``--gate-only`` it only runs the compatibility gate (:mod:`spark_jobs.runtime.gate_driver`);
+    with ``--standby`` it first prepares and waits to be promoted (:mod:`spark_jobs.runtime.standby`)."""
 
     def __init__(self, ns: argparse.Namespace):
         self.ns = ns
@@ -105,8 +104,8 @@ class Driver:
         self.exporter: Any = None
         self.stopped_by_us = False
         self.prepared_writer: Any = None
-        self.secret_conf: dict[str, str] = {}
-        """Secret conf passed in the environment (cluster targets), applied to the session."""
+        self.session = DriverSession(ns)
+        """Builds this driver's SparkSession (its secret conf is read from the environment by :meth:`run`)."""
         self.graceful_done = False
         """Every query was stopped at a micro-batch boundary (not aborted, not killed)."""
         self.unresumable: str | None = None
@@ -117,12 +116,9 @@ class Driver:
             0.05 if local else contract.REMOTE_MARKER_POLL_SECONDS)
         self._next_marker_check = 0.0
         self._marker_errors = 0
-        self.taken_lease: contract.Lease | None = None
-        """The lease a hot standby took over from a crashed run (it starts without acquiring one)."""
-        self.took_over_from: str | None = None
-        self.plan_warm_up_s: float | None = None
-        self._takeover_retry_at = 0.0
-        """Seconds the standby spent replaying its job's plan once before promotion (None: not done)."""
+        self.standby = (Standby(ns, self.storage, self.paths, self.remote_storage, self.stop_requested)
+                        if ns.standby else None)
+        """The standby side of this run (``--standby``): what it prepared, the lease a hot standby took over."""
 
     # ------------------------------------------------------------------ signals and marker
     def _on_sigterm(self, signum: int, frame: Any) -> None:
@@ -189,173 +185,24 @@ class Driver:
         self.stop_requested.set()
 
     # ------------------------------------------------------------------ run
-    def _report_standby(self, state: str, error: dict[str, Any] | None = None) -> None:
-        doc = {"run_id": self.ns.run_id, "pid": os.getpid(), "state": state, "error": error, "at": time.time(),
-               "version": self.ns.version, "plan_warm_up_s": self.plan_warm_up_s}
-        if self.ns.failover:
-            doc.update(failover=True, took_over_from=self.took_over_from)
-        self.storage.write_atomic(self.paths.standby, json.dumps(doc).encode())
-
-    def _failover_check(self) -> str | None:
-        """A hot standby's look at the stream (:mod:`airflow_streaming.control.takeover`): ``"exit"``,
-        ``"took_over"`` (then :attr:`taken_lease` is held), or ``None`` (keep waiting)."""
-        from airflow_streaming.control import takeover
-        from airflow_streaming.control.lifecycle_lock import LifecycleLock, LifecycleLockHeld
-
-        ns = self.ns
-        try:
-            judged = takeover.judge(self.storage, self.paths, ns.run_id, ns.version)
-        except StorageError as exc:
-            log.warning("hot standby: cannot read the control files (looking again): %s", exc)
-            return None
-        if judged.act != "take_over":
-            return "exit" if judged.act == "exit" else None
-        if time.monotonic() < self._takeover_retry_at:
-            return None  # its own record was missing a moment ago: the lock is not taken again at every look
-        try:  # no lifecycle action or supervisor pass may interleave with the takeover
-            lock = LifecycleLock.acquire(self.storage, self.paths.root, "failover",
-                                         owner=f"hot standby run {ns.run_id}", ttl=30.0, keep_alive=False)
-        except LifecycleLockHeld as exc:
-            log.info("hot standby: %s; the takeover waits for it", exc)
-            return None
-        except StorageError as exc:
-            log.warning("hot standby: cannot take the lifecycle lock (looking again): %s", exc)
-            return None
-        try:
-            judged = takeover.judge(self.storage, self.paths, ns.run_id, ns.version)  # again, under the lock
-            if judged.act != "take_over":
-                return "exit" if judged.act == "exit" else None
-            own = self.storage.read_bytes(self.paths.standby_driver)
-            if own is None or contract.DriverRecord.from_json(self.paths.standby_driver, own).run_id != ns.run_id:
-                # e.g. a standby whose submitter died before recording it, until a pass adopts it
-                log.error("hot standby: %s does not name this run: not taking over (looking again in %.0fs)",
-                          self.paths.standby_driver, self.OWN_RECORD_RETRY_S)
-                self._takeover_retry_at = time.monotonic() + self.OWN_RECORD_RETRY_S
-                return None
-            faults.hit("standby.takeover", ns.run_id)  # e.g. the standby killed holding the lock
-            pid = os.getpid()
-            lease = takeover.take_over(self.storage, self.paths, judged, ns.run_id, ns.version, own, ns.lease_ttl,
-                                       pid, process_start_time(pid), socket.gethostname())
-        except (StorageError, contract.ControlFileError) as exc:
-            log.warning("hot standby: the takeover did not happen (looking again): %s", exc)
-            return None
-        finally:
-            lock.release()
-        if lease is None:
-            log.info("hot standby: the control files moved during the takeover: not taking over")
-            return None
-        self.taken_lease, self.took_over_from = lease, judged.run_id
-        log.warning("hot standby run %s took over stream %s from run %s: %s", ns.run_id, ns.stream, judged.run_id,
-                    judged.reason)
-        return "took_over"
-
-    def _stand_by(self) -> int | None:
-        """Standby: do the slow part of a start (JVM, session, planned query, a warm-up job) while the
-        previous version still runs, without touching the checkpoint or the status document; then wait
-        until the run marker names this run (the deployer writes it once the old driver has exited).
-
-        Returns an exit code if this driver must not run (preparation failed, stop requested, expired),
-        ``None`` when promoted.
-        """
-        from spark_jobs.runtime.reporter import describe_exception
-
-        ns = self.ns
-        signal.signal(signal.SIGTERM, self._on_sigterm)
-        self._report_standby("PREPARING")
-        try:
-            if ns.script and not os.path.isfile(ns.script):
-                raise FileNotFoundError(f"application script {ns.script} does not exist")
-            self.spark = self._session()
-            self.spark.range(1000).selectExpr("sum(id)").collect()  # warm up executors and code generation
-            if ns.job:
-                ctx = JobContext(ns.stream, ns.version, ns.checkpoint, ns.trigger_seconds)
-                self.prepared_writer = bundled_writer(self.spark, ns.job, list(ns.app_args), ctx)
-            from spark_jobs.runtime.standby_gate import StandbyGate
-
-            gate = StandbyGate(self.storage, self.paths, ns.run_id)  # the upgrade's gate runs in this session
-            gate.warm_up(self.spark, ns)  # asked before this driver started: load and compile the check
-            from spark_jobs.runtime.plan_warm_up import warm_up_plan
-
-            self.plan_warm_up_s = warm_up_plan(self.spark, ns)  # the job's own plan, once, on a scratch copy
-        except BaseException as exc:  # noqa: BLE001 - reported to the deployer, who keeps the old version
-            log.exception("standby preparation failed")
-            self._report_standby("FAILED", describe_exception(exc))
-            return EXIT_STARTUP_FAILED
-        self._report_standby("READY")
-        log.info("standby run %s of %s %s ready; waiting for the run marker", ns.run_id, ns.stream, ns.version)
-        deadline = time.monotonic() + ns.standby_timeout
-        while True:
-            if ns.failover:
-                seen = self._failover_check()
-                if seen == "took_over":
-                    self._report_standby(TOOK_OVER)
-                    return None
-                if seen == "exit" or self.stop_requested.is_set():
-                    self._report_standby("EXPIRED")
-                    log.info("hot standby run %s is no longer wanted: exiting without touching the checkpoint",
-                             ns.run_id)
-                    return EXIT_GRACEFUL
-                time.sleep(1.0 if self.remote_storage else 0.05)
-                continue
-            gate.poll(self.spark, ns)
-            try:
-                marker = contract.read_marker(self.storage, self.paths)
-            except StorageError as exc:
-                log.warning("standby: cannot read the run marker (retrying): %s", exc)
-                marker = None
-            if marker is not None and marker.get("run_id") == ns.run_id:
-                self._report_standby("PROMOTED")
-                return None
-            if self.stop_requested.is_set() or time.monotonic() > deadline:
-                self._report_standby("EXPIRED")
-                log.info("standby run %s was not promoted: exiting without touching the checkpoint", ns.run_id)
-                return EXIT_GRACEFUL
-            time.sleep(1.0 if self.remote_storage else 0.05)  # remote: one NameNode request a second
-
-    def _gate_only(self) -> int:
-        """A short driver on the stream's own target - where the checkpoint and the job's dependencies are -
-        that runs the compatibility gate of this application against ``--checkpoint`` and exits. Its answer
-        ``{"id": <run id>, "report" | "error", "seconds", "host"}`` goes to ``gate-report.json`` in the
-        control directory. It touches neither the checkpoint, the lease, the run marker nor the status."""
-        from spark_jobs.runtime.standby_gate import answer_of, run_check_in_driver
-
-        ns = self.ns
-
-        def check() -> Any:
-            if ns.script and not os.path.isfile(ns.script):
-                raise FileNotFoundError(f"application script {ns.script} does not exist")
-            self.spark = self._session(f"{ns.stream}:{ns.version} compatibility gate")
-            return run_check_in_driver(self.spark, ns, ns.checkpoint, not ns.gate_no_dry_run)
-
-        answer = {**answer_of(ns.run_id, check), "host": socket.gethostname()}
-        try:
-            self.storage.write_atomic(self.paths.gate_report, json.dumps(answer, default=str).encode())
-        except StorageError as exc:
-            print(f"airflow-streaming: the gate of {ns.stream!r} ran but its answer cannot be written to "
-                  f"{self.paths.gate_report}: {exc}", file=sys.stderr, flush=True)
-            return EXIT_STARTUP_FAILED
-        log.info("gate driver %s of %s %s: %s in %.2fs", ns.run_id, ns.stream, ns.version,
-                 (answer.get("report") or {}).get("verdict") or "error", answer["seconds"])
-        return EXIT_GRACEFUL
-
     def run(self) -> int:
         ns = self.ns
-        _forget_secret_properties()
-        self.secret_conf = _secret_conf_from_environment()
+        forget_secret_properties()
+        self.session.secret_conf = secret_conf_from_environment()
         if ns.gate_only:
-            try:
-                return self._gate_only()
-            finally:
-                if self.spark is not None:
-                    self.spark.stop()
-        if ns.standby:
-            code = self._stand_by()
+            return run_gate_only(ns, self.storage, self.paths, self.session.create)
+        taken_lease = None
+        if self.standby is not None:
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+            code = self.standby.wait(self.session.create)
+            self.spark, self.prepared_writer = self.standby.spark, self.standby.prepared_writer
             if code is not None:
                 if self.spark is not None:
                     self.spark.stop()
                 return code
+            taken_lease = self.standby.taken_lease
         try:
-            lease = self.taken_lease or contract.acquire_lease(self.storage, self.paths, ns.run_id, ns.lease_ttl)
+            lease = taken_lease or contract.acquire_lease(self.storage, self.paths, ns.run_id, ns.lease_ttl)
         except contract.LeaseHeldError as exc:
             print(f"airflow-streaming: refusing to start stream {ns.stream!r}: {exc}", file=sys.stderr, flush=True)
             return EXIT_LEASE_HELD
@@ -392,33 +239,6 @@ class Driver:
             self._finish_cleanup(lease)
         return code
 
-    def _session(self, name: str | None = None) -> Any:
-        from pyspark.sql import SparkSession
-
-        builder = SparkSession.builder.appName(name or f"{self.ns.stream}:{self.ns.version}")
-        for key, value in self.secret_conf.items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
-        self._add_secret_args(spark)
-        if self.ns.script:
-            # Named queries of a user script without their own checkpointLocation land under the stream's.
-            spark.conf.set("spark.sql.streaming.checkpointLocation", self.ns.checkpoint)
-        return spark
-
-    def _add_secret_args(self, spark: Any) -> None:
-        """Append the stream's secret arguments (``StreamSpec.secret_args``, delivered as secret conf: the
-        properties file, or the cluster target's environment) to the job's arguments, once."""
-        if getattr(self, "_secret_args_added", False):
-            return
-        self._secret_args_added = True
-        from airflow_streaming.redaction import remember_secrets, secret_args_of_conf
-
-        conf = {**dict(spark.sparkContext.getConf().getAll()), **self.secret_conf}
-        extra = secret_args_of_conf(conf)
-        if extra:
-            remember_secrets(extra[1::2])
-            self.ns.app_args = [*self.ns.app_args, *extra]
-
     def _run_job(self) -> int:
         from spark_jobs.runtime.reporter import describe_exception
 
@@ -426,7 +246,7 @@ class Driver:
         try:
             if ns.script and not os.path.isfile(ns.script):
                 raise FileNotFoundError(f"application script {ns.script} does not exist")
-            self.spark = self.spark or self._session()
+            self.spark = self.spark or self.session.create()
             self.reporter.attach(self.spark)
             log.info("stream %s %s: app %s, Spark UI %s", ns.stream, ns.version, self.reporter.doc.app_id,
                      self.reporter.doc.spark_ui)
@@ -600,72 +420,6 @@ class Driver:
         except OSError as exc:  # it expires: stale once this process is gone
             log.error("could not release the lease %s: %s", self.paths.lease, exc)
             return False
-
-
-def _forget_secret_properties() -> None:
-    """Delete the 0600 properties file that carried secret conf to spark-submit (the JVM has read it),
-    after remembering its values so that this driver masks them in its log and status document."""
-    path = os.environ.pop("AIRFLOW_STREAMING_SECRET_PROPERTIES", None)
-    if path:
-        from airflow_streaming.redaction import remember_secrets
-        from airflow_streaming.properties_file import read_properties_file
-
-        try:
-            remember_secrets(read_properties_file(path).values())
-        except (OSError, UnicodeDecodeError) as exc:
-            log.warning("could not read the secret properties file before deleting it: %s", exc)
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-
-
-def _secret_conf_from_environment() -> dict[str, str]:
-    """Secret Spark conf a cluster target passed in ``AIRFLOW_STREAMING_SECRET_CONF`` (JSON; standalone
-    cluster mode, where the master would put ``sparkProperties`` on the driver JVM's command line).
-    Removed from the environment at once: nothing this driver starts inherits it."""
-    raw = os.environ.pop("AIRFLOW_STREAMING_SECRET_CONF", None)
-    if not raw:
-        return {}
-    try:
-        conf = json.loads(raw)
-    except ValueError:
-        log.error("AIRFLOW_STREAMING_SECRET_CONF is not valid JSON: secret conf ignored")
-        return {}
-    return {str(k): str(v) for k, v in conf.items()} if isinstance(conf, dict) else {}
-
-
-def exit_when_jvm_is_gone(poll_seconds: float = 0.2) -> threading.Thread | None:
-    """Exit this Python process as soon as the driver JVM that launched it is gone.
-
-    spark-submit runs a Python application as a child of the driver JVM (``PythonRunner``), and that
-    JVM never kills its child: when a cluster manager kills the driver (the standalone worker sends
-    SIGTERM, then SIGKILL, to the JVM only), the Python process lives on as an orphan with a dead
-    py4j gateway - it can no longer stop at a batch boundary or write anything meaningful, yet it
-    still holds a pid on the worker and may touch the control directory. It exits here instead,
-    immediately and without running cleanup (its writes would go through the dead JVM, or describe
-    a run the cluster manager already reported killed). Started only when a JVM launched this
-    process (``PYSPARK_GATEWAY_PORT`` is set); returns the watching thread, or None.
-    """
-    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
-        return None
-    parent = os.getppid()
-
-    def gone(reason: str) -> None:
-        try:
-            print(f"airflow-streaming: {reason}: exiting (code {EXIT_JVM_GONE})", file=sys.stderr, flush=True)
-        except Exception:  # noqa: BLE001 - stderr was a pipe to the dead JVM
-            pass
-        os._exit(EXIT_JVM_GONE)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_seconds)
-        gone(f"the driver JVM (pid {parent}) that launched this Python process is gone")
-
-    thread = threading.Thread(target=watch, name="jvm-watchdog", daemon=True)
-    thread.start()
-    return thread
 
 
 def main(argv: list[str]) -> int:

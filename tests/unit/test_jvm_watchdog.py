@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
-    from spark_jobs.runtime.launcher import exit_when_jvm_is_gone
+    from spark_jobs.runtime.jvm_watchdog import exit_when_jvm_is_gone
     watching = exit_when_jvm_is_gone(poll_seconds=0.05)
     print("watching" if watching else "not watching", flush=True)
     time.sleep(120)

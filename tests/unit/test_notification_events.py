@@ -13,18 +13,17 @@ import pytest
 
 from airflow_streaming.control.local import LocalStorage
 from airflow_streaming.control.storage import StorageError
+from airflow_streaming.notifications.delivery import send_event
 from airflow_streaming.notifications.events import (
     EventKind,
-    GateStateCorrupt,
-    NotificationGate,
     StreamEvent,
     event_from_context,
     redact,
     render_json,
     render_slack,
     render_text,
-    send_event,
 )
+from airflow_streaming.notifications.gate import GateStateCorrupt, NotificationGate
 
 T0 = datetime(2025, 3, 4, 10, 2, tzinfo=timezone.utc).timestamp()
 
@@ -297,7 +296,7 @@ def test_gate_garbage_is_reported_kept_aside_and_never_silences(gate_path, garba
     storage = LocalStorage()
     storage.write_atomic(gate_path, garbage)
     gate = NotificationGate(storage, gate_path)
-    with caplog.at_level(logging.DEBUG, logger="airflow_streaming.notifications.events"):
+    with caplog.at_level(logging.DEBUG, logger="airflow_streaming.notifications.gate"):
         sent = gate.admit(failed(), now=T0)
 
     # Not silenced: the event goes out, and says what happened to the gate.

@@ -266,7 +266,7 @@ def test_redacting_formatter_masks_messages_arguments_and_tracebacks():
 
 def test_properties_file_round_trip_and_the_driver_remembers_its_values(tmp_path, monkeypatch):
     from airflow_streaming.targets.submit_command import read_properties_file, write_properties_file
-    from spark_jobs.runtime import launcher
+    from spark_jobs.runtime.driver_session import forget_secret_properties
 
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     conf = {"spark.hadoop.fs.s3a.secret.key": "s3/key+with=equals", "spark.my app:pw": " lead\\ing\nnl\ttab",
@@ -276,7 +276,7 @@ def test_properties_file_round_trip_and_the_driver_remembers_its_values(tmp_path
     assert read_properties_file(path) == conf
 
     monkeypatch.setenv("AIRFLOW_STREAMING_SECRET_PROPERTIES", path)
-    launcher._forget_secret_properties()
+    forget_secret_properties()
     assert not Path(path).exists()
     assert "AIRFLOW_STREAMING_SECRET_PROPERTIES" not in __import__("os").environ
     assert redact_text("failed reading s3/key+with=equals") == "failed reading ***"

@@ -1,5 +1,5 @@
-"""The hot standby's takeover as the driver runtime carries it out (spark_jobs/runtime/launcher.py,
-``Driver._failover_check``), in a real separate process, without a JVM: it takes the stream's lifecycle
+"""The hot standby's takeover as the driver runtime carries it out (spark_jobs/runtime/standby.py,
+``Standby.failover_check``), in a real separate process, without a JVM: it takes the stream's lifecycle
 lock, judges again under it, and swaps lease, record and marker; killed at the named fault point
 ``standby.takeover`` (holding the lock, before the first swap) it changes nothing, and the supervisor's
 next look restarts the crashed run like any other crash."""
@@ -39,7 +39,7 @@ sys.path.insert(0, {repo!r})
 from spark_jobs.runtime.launcher import Driver, parse_args
 ns = parse_args(["--stream", "s1", "--version", "v1", "--run-id", {run!r}, "--control-dir", {ctl!r},
                  "--checkpoint", {ckpt!r}, "--job", "device_signals", "--standby", "--failover"])
-print(json.dumps({{"outcome": Driver(ns)._failover_check()}}), flush=True)
+print(json.dumps({{"outcome": Driver(ns).standby.failover_check()}}), flush=True)
 """
 
 
@@ -132,18 +132,18 @@ def test_a_standby_without_its_own_record_takes_the_lock_again_only_after_a_whil
     taken = []
     real_acquire = LifecycleLock.acquire
     monkeypatch.setattr(LifecycleLock, "acquire", lambda *a, **k: (taken.append(1), real_acquire(*a, **k))[1])
-    monkeypatch.setattr(Driver, "OWN_RECORD_RETRY_S", 0.3)
-    driver = Driver(parse_args(["--stream", "s1", "--version", "v1", "--run-id", STANDBY, "--control-dir",
+    monkeypatch.setattr("spark_jobs.runtime.standby.Standby.OWN_RECORD_RETRY_S", 0.3)
+    standby = Driver(parse_args(["--stream", "s1", "--version", "v1", "--run-id", STANDBY, "--control-dir",
                                 hook.paths.root, "--checkpoint", spec.checkpoint_location, "--job", "device_signals",
-                                "--standby", "--failover"]))
-    assert [driver._failover_check() for _ in range(20)] == [None] * 20
+                                "--standby", "--failover"])).standby
+    assert [standby.failover_check() for _ in range(20)] == [None] * 20
     assert len(taken) == 1  # twenty looks, one lock
     time.sleep(0.35)
-    assert driver._failover_check() is None and len(taken) == 2
+    assert standby.failover_check() is None and len(taken) == 2
     assert files(hook) == before and hook.storage.read_bytes(f"{hook.paths.root}/{LOCK_NAME}") is None
     hook.storage.write_atomic(hook.paths.standby_driver, DriverRecord(
         run_id=STANDBY, stream="s1", version="v1", application="device_signals", host=socket.gethostname(),
         command=f"spark-submit ... --run-id {STANDBY}", log_path="l", submitted_at=time.time(),
         checkpoint_location=spec.checkpoint_location, target="local", handle={"pid": 1, "start_time": None}).to_json())
     time.sleep(0.35)
-    assert driver._failover_check() == "took_over"  # recorded (adopted) again: it takes over
+    assert standby.failover_check() == "took_over"  # recorded (adopted) again: it takes over
