@@ -1,7 +1,9 @@
 """Stop every stream driver recorded under a control location: ``python -m airflow_streaming.stop_all DIR``.
 
-Asks each live driver to stop gracefully (removes its run marker), waits up to ``--timeout`` seconds,
-then kills what is left by process group. Used by the demo's exit trap so nothing is left running.
+Each live stream is stopped by a ``stop`` lifecycle action (the one path that changes a stream: its lock,
+a record, a history entry): gracefully at a batch boundary, killed after ``--timeout`` seconds. As an
+emergency exit it supersedes an unfinished action of the stream (recorded as such) and waits up to
+``--timeout`` for a lock another action holds. Used by the demo's exit trap so nothing is left running.
 """
 
 from __future__ import annotations
@@ -10,21 +12,28 @@ import argparse
 import logging
 import os
 import sys
+import time
 from urllib.parse import urlparse
 
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlPaths
-from airflow_streaming.control.storage import local_path
+from airflow_streaming.control.lifecycle_lock import LifecycleLockHeld
 from airflow_streaming.control.locations import storage_for
+from airflow_streaming.control.storage import local_path
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
+from airflow_streaming.lifecycle.operations import stop_stream
+from airflow_streaming.lifecycle.runner import LifecycleOptions
 from airflow_streaming.spec import StreamSpec
+
+log = logging.getLogger(__name__)
 
 
 def stop_all(control_location: str, timeout: float) -> list[str]:
     """Stop the live drivers under ``control_location``; return the names of the streams stopped.
 
-    An emergency exit (the demo's trap, a test's cleanup): it does not wait for lifecycle locks, but it
-    only kills drivers their target can prove are the recorded ones."""
+    An emergency exit (the demo's trap, a test's cleanup): a stop action per live stream that supersedes an
+    unfinished action; it only kills drivers their target can prove are the recorded ones. A stream whose
+    lock another live action holds past ``timeout`` is reported and left."""
     storage, root = storage_for(control_location)
     stopped = []
     for name in storage.list_dir(root):
@@ -37,14 +46,29 @@ def stop_all(control_location: str, timeout: float) -> list[str]:
             continue
         if record is None or deployed is None:
             continue
-        hook = SparkStreamHook(StreamSpec.from_dict(deployed["spec"]), storage)
-        if hook.target_of(record).state(record).gone:
+        spec = StreamSpec.from_dict(deployed["spec"])
+        if SparkStreamHook(spec, storage).target_of(record).state(record).gone:
             continue
-        hook.request_stop()
-        if not hook.wait_gone(record, timeout):
-            hook.kill(record)
-        stopped.append(name)
+        options = LifecycleOptions(owner=f"stop_all pid {os.getpid()}", stop_timeout=timeout, supersede=True)
+        if _stop(name, spec, options, time.monotonic() + timeout):
+            stopped.append(name)
     return stopped
+
+
+def _stop(name: str, spec: StreamSpec, options: LifecycleOptions, deadline: float) -> bool:
+    """One stream's stop action; a lock held by another live action is waited for until ``deadline``."""
+    while True:
+        try:
+            stop_stream(spec, options)
+            return True
+        except LifecycleLockHeld as exc:
+            if time.monotonic() > deadline:
+                log.error("stream %s not stopped: %s", name, exc)
+                return False
+            time.sleep(1.0)
+        except Exception as exc:  # noqa: BLE001 - one stream's failure does not keep the others running
+            log.error("stream %s not stopped: %s", name, exc)
+            return False
 
 
 def main(argv: list[str] | None = None) -> int:

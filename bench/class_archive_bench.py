@@ -38,6 +38,7 @@ from airflow_streaming.compat.run import run_check  # noqa: E402
 from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from signals import Feeder  # noqa: E402
 from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
+import stream_actions  # noqa: E402 - tests/stream_actions.py (harness puts tests/ on the path)
 from upgrade_bench import commit_mtime, spec_for  # noqa: E402
 
 
@@ -48,18 +49,18 @@ def one_run(option: str) -> dict[str, float]:
     try:
         Feeder(f"{root}/in").feed(40)
         started = time.time()
-        hook.submit()
+        stream_actions.submit(hook)
         first = commit_mtime(f"{root}/ckpt", 0) - started
         gate_started = time.monotonic()
         report = run_check(spec_for(root, "v2"), allow_warnings=False)
         gate = time.monotonic() - gate_started
         assert report["verdict"] == "COMPATIBLE", report["verdict"]
-        assert hook.stop().graceful
+        assert stream_actions.stop(hook).graceful
         return {"submit_to_first_commit_s": round(first, 2), "cold_gate_s": round(gate, 2)}
     finally:
         record = hook.driver_record()
         if record is not None and hook.alive(record):
-            print(hook.kill(record, grace=5), file=sys.stderr)
+            print(stream_actions.kill(hook, record, grace=5), file=sys.stderr)
         stop_processes_under(root)
         shutil.rmtree(root, ignore_errors=True)
 

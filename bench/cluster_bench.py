@@ -11,14 +11,14 @@ One standalone master (REST server on) + one worker (2 cores, 2 GiB) are started
 stopped by pid at the end, with every driver and executor they ran. Per run, in fresh temp dirs,
 alternating which side goes first, one driver at a time:
 
-1. deploy -> first progress. Provider: ``hook.submit()`` -> the run's first progress visible in its
+1. deploy -> first progress. Provider: ``stream_actions.submit(hook)`` -> the run's first progress visible in its
    ``status.json`` (``totals["batches"] >= 1``, polled every 20 ms). Bare: ``POST
    /v1/submissions/create`` of ``bench/bare_etl.py`` (PythonRunner, the same conf) -> the timestamp its
    listener prints at the first progress (read from the driver's ``stdout`` in the worker's directory).
-2. restart downtime: new input arrives, then provider: ``hook.stop()`` (graceful, through the run marker)
-   + ``hook.submit()`` -> first progress of the new run; bare: ``POST /v1/submissions/kill`` -> the
+2. restart downtime: new input arrives, then provider: ``stream_actions.stop(hook)`` (graceful, through the run marker)
+   + ``stream_actions.submit(hook)`` -> first progress of the new run; bare: ``POST /v1/submissions/kill`` -> the
    master reports KILLED -> ``create`` -> first progress. Measured from the stop/kill request.
-3. kill latency: provider ``hook.kill(record)`` (identity check on the worker + REST kill + wait for
+3. kill latency: provider ``stream_actions.kill(hook, record)`` (identity check on the worker + REST kill + wait for
    KILLED) -> returns; bare: REST kill -> KILLED seen (polled every 20 ms). Both also until the driver's
    Python process has exited.
 
@@ -54,6 +54,7 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
 from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
+import stream_actions  # noqa: E402 - tests/stream_actions.py (harness puts tests/ on the path)
 
 if TYPE_CHECKING:
     from standalone_cluster import Cluster  # imported in main(), once AIRFLOW_HOME is set
@@ -157,15 +158,15 @@ def provider_run(cluster: Cluster, work: Path, run: int) -> dict[str, Any]:
     records = []
     try:
         t0 = time.monotonic()
-        record = hook.submit()
+        record = stream_actions.submit(hook)
         records.append(record)
         result["deploy_to_first_progress_s"] = first_progress(record.run_id) - t0
         processed(record.run_id, rows)
         rows2 = feed(inp, f"p{run}b", 2, 10)
         t0 = time.monotonic()
-        report = hook.stop()
+        report = stream_actions.stop(hook)
         assert report.graceful, report.to_dict()
-        record2 = hook.submit()
+        record2 = stream_actions.submit(hook)
         records.append(record2)
         result["restart_downtime_s"] = first_progress(record2.run_id) - t0
         result["stop_s"] = report.seconds
@@ -173,14 +174,14 @@ def provider_run(cluster: Cluster, work: Path, run: int) -> dict[str, Any]:
         doc = hook.status()
         pid = doc.pid if doc is not None else None
         t0 = time.monotonic()
-        outcome = hook.kill(record2)
+        outcome = stream_actions.kill(hook, record2)
         result["kill_to_killed_s"] = time.monotonic() - t0
         assert "KILLED" in outcome, outcome
         result["kill_to_python_exit_s"] = pid_gone_after(pid, t0)
     finally:
         for rec in records:
             if not hook.target_of(rec).state(rec).gone:
-                hook.kill(rec, grace=5)
+                stream_actions.kill(hook, rec, grace=5)
     return result
 
 

@@ -18,6 +18,12 @@ import tempfile
 import time
 from typing import Any
 
+# The benches share a few helpers with the tests (tests/stream_actions.py: acting on a stream the way a
+# lifecycle step does, for a bare baseline without the runner's record).
+_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+if _TESTS not in sys.path:
+    sys.path.append(_TESTS)
+
 SMOKE_HELP = "CI smoke run: tiny sizes, one run, the same code path and figure lines; results to a temp dir"
 
 

@@ -53,6 +53,7 @@ from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from airflow_streaming.lifecycle.snapshot import restore_snapshot, take_snapshot  # noqa: E402
 from airflow_streaming.spec import StreamSpec  # noqa: E402
 from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
+import stream_actions  # noqa: E402 - tests/stream_actions.py (harness puts tests/ on the path)
 from signals import DEVICES, START, STEP  # noqa: E402
 from spark_jobs.event_generator import generate_events  # noqa: E402
 from webhdfs_standin import WebHdfsStandIn  # noqa: E402
@@ -111,7 +112,7 @@ def main() -> int:
             generate_events(str(inp), count=40, files=1, run="sig", start_seq=seq, devices=DEVICES * 25,
                             event_time_start=START + timedelta(seconds=seq * STEP), event_time_step=STEP,
                             file_start_index=i)
-        record = hook.submit()
+        record = stream_actions.submit(hook)
         hook.wait_until_ready(record, timeout=300)
         deadline = time.monotonic() + 900
         while (hook.batch_position().last_committed or 0) < args.batches - 1 and time.monotonic() < deadline:
@@ -124,7 +125,7 @@ def main() -> int:
             raise RuntimeError(f"state maintenance wrote no .snapshot in {missing} within the deadline")
         print(f"every state store has a .snapshot (waited {time.monotonic() - waited:.0f}s for maintenance)",
               flush=True)
-        report = hook.stop()
+        report = stream_actions.stop(hook)
         n = report.position.last_committed
         print(f"checkpoint at batch {n} (graceful={report.graceful})", flush=True)
         storage, _ = storage_for(f"{nn.uri}/x")
@@ -195,7 +196,7 @@ def main() -> int:
         if record is not None:
             live = hook.driver_record()
             if live is not None and hook.alive(live):
-                print(hook.kill(live, grace=5))
+                print(stream_actions.kill(hook, live, grace=5))
         stop_processes_under(str(work))
         nn.stop()
         shutil.rmtree(work, ignore_errors=True)

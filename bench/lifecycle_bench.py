@@ -9,10 +9,10 @@ Usage (from the project root)::
 Each run measures, for the managed stream and for the bare baseline (one driver at a time, alternating
 which side goes first, in fresh temp dirs under $TMPDIR, default /tmp):
 
-1. deploy -> first progress: managed = ``hook.submit()`` -> first progress event of the run visible in
+1. deploy -> first progress: managed = ``stream_actions.submit(hook)`` -> first progress event of the run visible in
    ``status.json`` (``totals["batches"] >= 1``, polled every 20 ms); bare = launch of ``spark-submit``
    -> timestamp printed by its listener at the first progress event. Input files are present before.
-2. stop: managed = ``hook.stop()`` (graceful, at a batch boundary) -> driver exit
+2. stop: managed = ``stream_actions.stop(hook)`` (graceful, at a batch boundary) -> driver exit
    (``StopReport.seconds``, which polls the pid every 0.2 s; a 10 ms pid watcher is recorded too);
    bare = SIGTERM to the spark-submit process group -> spark-submit exit (a hard stop that does not
    wait for a batch boundary). Both are stopped once all input is processed (the query is idle).
@@ -52,6 +52,7 @@ DEFAULT_JSON = "bench/results/lifecycle.json"
 sys.path.insert(0, str(ROOT / "bench"))
 
 from harness import add_smoke_argument, smoke_results  # noqa: E402
+import stream_actions  # noqa: E402 - tests/stream_actions.py (harness puts tests/ on the path)
 from lifecycle_processes import (  # noqa: E402
     OUR_GROUPS, Cleanup, ForeignMonitor, group_alive, log, spark_processes, stop_group, wait_quiet)
 from lifecycle_report import check_consistency, render, summarize  # noqa: E402
@@ -318,7 +319,7 @@ def managed_check(hook: Any, record: Any) -> Callable[[], None]:
 def managed_submit_to_first_progress(cleanup: Cleanup, hook: Any, args: argparse.Namespace) -> tuple[Any, float, float]:
     """Submit; return (record, seconds to the first progress visible in status.json, seconds in submit())."""
     t0 = time.time()
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     submit_s = time.time() - t0
     cleanup.managed.append((hook, record))
     OUR_GROUPS.add(record.submit_pid)
@@ -343,7 +344,7 @@ def progress_of(doc: Any) -> list[dict[str, Any]]:
 
 
 def managed_stop(hook: Any, record: Any) -> tuple[Any, float | None]:
-    """hook.stop(), with a 10 ms pid watcher alongside; return (StopReport, watcher seconds)."""
+    """stream_actions.stop(hook), with a 10 ms pid watcher alongside; return (StopReport, watcher seconds)."""
     from airflow_streaming.control.contract import process_alive
 
     exited: dict[str, float] = {}
@@ -360,13 +361,13 @@ def managed_stop(hook: Any, record: Any) -> tuple[Any, float | None]:
     started = time.monotonic()
     watcher.start()
     try:
-        report = hook.stop()
+        report = stream_actions.stop(hook)
     finally:
         watcher.join(timeout=1)  # the driver is gone (or killed): the watcher has seen it within 10 ms
         done.set()
         watcher.join(timeout=1)
     if hook.alive(record):  # never leave it running before the next driver starts
-        hook.kill(record, grace=5)
+        stream_actions.kill(hook, record, grace=5)
     return report, (exited["at"] - started) if "at" in exited else None
 
 

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from harness import group_alive, stop_group
+import stream_actions  # noqa: E402 - tests/stream_actions.py (harness puts tests/ on the path)
 
 
 def log(msg: str) -> None:
@@ -51,7 +52,7 @@ class Cleanup:
         for hook, record in records:
             if hook.alive(record):
                 leftovers.append(f"managed spark-submit pid {record.submit_pid} (run {record.run_id})")
-                hook.kill(record, grace=5)
+                stream_actions.kill(hook, record, grace=5)
         # Belt and braces: every Popen the local deploy target started in this process.
         try:
             from airflow_streaming.targets import local

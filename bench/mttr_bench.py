@@ -38,9 +38,10 @@ import psutil  # noqa: E402
 from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from airflow_streaming.spec import StreamSpec  # noqa: E402
 from airflow_streaming.supervision.policy import RestartPolicy  # noqa: E402
-from airflow_streaming.supervision.supervisor import supervise  # noqa: E402
+from airflow_streaming.lifecycle.supervisor import supervise  # noqa: E402
 from airflow_streaming.targets.local import run_processes  # noqa: E402
 from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
+import stream_actions  # noqa: E402 - tests/stream_actions.py (harness puts tests/ on the path)
 from spark_jobs.event_generator import generate_events  # noqa: E402
 
 
@@ -67,7 +68,7 @@ def one_run(run: int, events: int) -> dict[str, float]:
     hook = SparkStreamHook(spec_for(root))
     try:
         generate_events(f"{root}/in", count=events, files=40, run=f"r{run}")
-        record = hook.submit()
+        record = stream_actions.submit(hook)
         hook.wait_until_ready(record)
         deadline = time.monotonic() + 300
         while not ((d := hook.status()) and d.queries and d.queries[0].status.get("isTriggerActive")):
@@ -84,11 +85,11 @@ def one_run(run: int, events: int) -> dict[str, float]:
             if result.action != "RESTARTED":
                 time.sleep(0.2)
         mttr = first_commit_after(hook, result.new_run_id) - killed_at
-        hook.stop()
+        stream_actions.stop(hook)
         submitted = time.monotonic()
-        bare = hook.submit()
+        bare = stream_actions.submit(hook)
         bare_s = first_commit_after(hook, bare.run_id) - submitted
-        hook.stop()
+        stream_actions.stop(hook)
         failover_s, standby_s, memory = hot_standby_failover(root, run, events)
         return {"mttr_s": round(mttr, 2), "bare_restart_s": round(bare_s, 2), "failover_s": round(failover_s, 2),
                 "standby_prepared_s": round(standby_s, 2), **memory}
@@ -106,7 +107,7 @@ def hot_standby_failover(root: str, run: int, events: int) -> tuple[float, float
     batch, and how long the standby took to prepare (submit -> READY)."""
     hook = SparkStreamHook(dataclasses.replace(spec_for(root), hot_standby=True))
     generate_events(f"{root}/in", count=events, files=40, run=f"f{run}", file_start_index=1000)
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     hook.wait_until_ready(record)
     asked = time.monotonic()
     result = None
@@ -131,7 +132,7 @@ def hot_standby_failover(root: str, run: int, events: int) -> tuple[float, float
     killed_at = time.monotonic()
     os.killpg(record.submit_pid, signal.SIGKILL)
     failover = first_commit_after(hook, standby) - killed_at
-    hook.stop()
+    stream_actions.stop(hook)
     return failover, prepared_s, memory
 
 

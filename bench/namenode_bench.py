@@ -67,6 +67,7 @@ from airflow_streaming.hooks.streaming_job import SparkStreamHook  # noqa: E402
 from airflow_streaming.spec import StreamSpec  # noqa: E402
 from airflow_streaming.triggers.health import poll_once  # noqa: E402
 from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
+import stream_actions  # noqa: E402 - tests/stream_actions.py (harness puts tests/ on the path)
 from spark_jobs.event_generator import generate_events  # noqa: E402
 from webhdfs_standin import WebHdfsStandIn  # noqa: E402
 
@@ -225,7 +226,7 @@ def main() -> int:
 
         feeder = threading.Thread(target=feed, name="feeder", daemon=True)
         feeder.start()
-        record = hook.submit()
+        record = stream_actions.submit(hook)
         started = time.monotonic()
         hook.wait_until_ready(record, timeout=300)
         print(f"ready after {time.monotonic() - started:.1f}s (run {record.run_id})", flush=True)
@@ -259,7 +260,7 @@ def main() -> int:
                   f"{figures['nn_rpc_equivalent_per_s']}/s, {batches} batches; Spark checkpoint "
                   f"{figures['spark_checkpoint_requests_per_batch']} req/batch", flush=True)
         stop_feed.set()
-        report = hook.stop()
+        report = stream_actions.stop(hook)
         print(f"stopped: graceful={report.graceful} in {report.seconds:.1f}s", flush=True)
 
         # Back-to-back polls of the stopped stream: the Airflow side's CPU alone.
@@ -310,7 +311,7 @@ def main() -> int:
         if record is not None:
             live = hook.driver_record()
             if live is not None and hook.alive(live):
-                print(hook.kill(live, grace=5))
+                print(stream_actions.kill(hook, live, grace=5))
         stop_processes_under(str(work))
         control_nn.stop()
         ckpt_nn.stop()

@@ -5,7 +5,7 @@
 Each run starts one stateful stream (the bundled ``device_signals``) on Spark 3.5.7 under continuous input
 and measures, on that one stream:
 
-- **bare restart on 3.5** (the baseline): ``hook.stop()`` + ``hook.submit()`` of the same version;
+- **bare restart on 3.5** (the baseline): ``stream_actions.stop(hook)`` + ``stream_actions.submit(hook)`` of the same version;
 - **runtime upgrade**: ``LifecycleRunner(..., Action.UPGRADE)`` to the same code on the installed Spark 4.x -
   the gate runs in 4.x, then graceful stop, snapshot, start on 4.x, probation;
 - **bare restart on 4.x**: the same, on the new line (the second baseline: a cold start of the new Spark);

@@ -6,7 +6,7 @@ One stateful stream (the bundled ``device_signals`` / ``device_signals_v2``, bot
 other's checkpoint) runs under continuous input: a thread writes one small file of events every
 0.5 s, so every batch has data and a new driver's first batch is never empty. Each run measures
 
-- bare restart: ``hook.stop()`` + ``hook.submit()`` of the running version (no gate, no snapshot);
+- bare restart: ``stream_actions.stop(hook)`` + ``stream_actions.submit(hook)`` of the running version (no gate, no snapshot);
 - managed upgrade: ``LifecycleRunner(..., Action.UPGRADE).run()`` to the other version (gate in a
   child process while the old driver still runs, graceful stop, checkpoint snapshot, start,
   probation); the direction alternates (v1 -> v2, v2 -> v1, ...) so every upgrade changes version;
@@ -52,6 +52,7 @@ from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
 from airflow_streaming.spec import StreamSpec  # noqa: E402
 from signals import Feeder  # noqa: E402
 from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
+import stream_actions  # noqa: E402 - tests/stream_actions.py (harness puts tests/ on the path)
 
 VERSIONS = {"v1": "device_signals", "v2": "device_signals_v2"}
 OPTIONS = LifecycleOptions(probation=Probation(min_batches=2, window_s=180), poll_s=0.2)
@@ -97,7 +98,7 @@ def start_under_input(spec: StreamSpec, feeder: Feeder, run_ids: list[str]) -> S
     """Feed 40 events, start ``spec``'s driver, then feed continuously; return once 3 batches committed."""
     feeder.feed(40)
     hook = SparkStreamHook(spec)
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     run_ids.append(record.run_id)
     hook.wait_until_ready(record)
     feeder.start()
@@ -108,12 +109,12 @@ def start_under_input(spec: StreamSpec, feeder: Feeder, run_ids: list[str]) -> S
 def bare_restart(spec: StreamSpec, run_ids: list[str]) -> dict[str, float]:
     hook = SparkStreamHook(spec)
     t_stop = time.time()
-    report = hook.stop()
+    report = stream_actions.stop(hook)
     t_stopped = time.time()
     assert report.graceful, f"bare stop was not graceful: {report.to_dict()}"
     n = hook.batch_position().last_committed
     assert n is not None and n == report.position.last_committed
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     t_submitted = time.time()
     run_ids.append(record.run_id)
     old, new = commit_mtime(spec.checkpoint_location, n), commit_mtime(spec.checkpoint_location, n + 1)
@@ -216,12 +217,12 @@ def machine() -> dict[str, object]:
 def cleanup(root: str, run_ids: list[str]) -> None:
     hook = SparkStreamHook(spec_for(root, "v1"))  # same name, control dir and checkpoint for both versions
     try:
-        hook.stop()
+        stream_actions.stop(hook)
     except Exception as exc:  # noqa: BLE001 - go on killing what is left
         print(f"stop at cleanup failed: {exc}", file=sys.stderr)
     record = hook.driver_record()
     if record is not None and hook.processes_of_run(record.run_id):
-        hook.kill(record, grace=5)
+        stream_actions.kill(hook, record, grace=5)
     for run_id in run_ids:
         for pid in hook.processes_of_run(run_id):
             print(f"killing leftover pid {pid} of run {run_id}", file=sys.stderr)

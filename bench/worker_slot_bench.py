@@ -48,6 +48,7 @@ from airflow_streaming.spec import StreamSpec  # noqa: E402
 from airflow_streaming.triggers.lifecycle import SparkStreamLifecycleTrigger  # noqa: E402
 from signals import Feeder  # noqa: E402
 from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
+import stream_actions  # noqa: E402 - tests/stream_actions.py (harness puts tests/ on the path)
 
 VERSIONS = {"v1": "device_signals", "v2": "device_signals_v2"}
 PROBATION = Probation(min_batches=2, window_s=180)
@@ -136,7 +137,7 @@ def main() -> int:
             hook = SparkStreamHook(spec_for(root, version))
             record = hook.driver_record()
             if record is not None and hook.alive(record):
-                hook.kill(record)
+                stream_actions.kill(hook, record)
             stop_processes_under(root)  # a standby or gate driver an upgrade left behind
             shutil.rmtree(root, ignore_errors=True)
 

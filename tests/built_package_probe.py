@@ -18,6 +18,7 @@ import sys
 import sysconfig
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
+import stream_actions
 
 #: Modules that import an optional extra's package (slack, http): importable only with that extra.
 OPTIONAL = {"airflow_streaming.notifications.slack_provider": "airflow.providers.slack",
@@ -84,7 +85,7 @@ def client_only_refusals(work: Path) -> dict[str, str]:
                                  "--quarantine", str(work / "q")]}
     hook = SparkStreamHook(StreamSpec.from_dict(spec))
     try:
-        hook.submit()
+        stream_actions.submit(hook)
     except ApplicationNotFoundError as exc:
         deploy = str(exc)
     else:

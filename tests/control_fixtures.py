@@ -30,7 +30,7 @@ def deployed_stream(tmp_path: Path, with_checkpoint: bool = True) -> tuple[Strea
     checkpoint) and whose driver is gone - everything a lifecycle action reads, without a JVM."""
     spec = spec_under(tmp_path)
     hook = SparkStreamHook(spec)
-    storage = hook.storage
+    storage = hook.storage.unguarded  # fixtures are written behind the step guard
     if with_checkpoint:
         shutil.copytree(FIXTURE_CHECKPOINT, spec.checkpoint_location)
     run_id = RUN_ID

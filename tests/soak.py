@@ -33,7 +33,7 @@ import yaml
 from airflow_streaming import faults
 from airflow_streaming.lifecycle.operations import deploy_stream, stop_stream
 from airflow_streaming.supervision.policy import RestartPolicy
-from airflow_streaming.supervision.supervisor import supervise
+from airflow_streaming.lifecycle.supervisor import supervise
 from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import read_etl_output
 from streams import wait_for

@@ -21,7 +21,7 @@ from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.desired_state import load_desired_state
 from airflow_streaming.notifications.gate import NotificationGate
 from airflow_streaming.supervision.policy import RestartPolicy
-from airflow_streaming.supervision.supervisor import supervise
+from airflow_streaming.lifecycle.supervisor import supervise
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from airflow_streaming.control.contract import StatusDocument
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec
+import stream_actions
 
 T = TypeVar("T")
 
@@ -68,7 +69,7 @@ class StreamRegistry:
         for hook in self.hooks:
             record = hook.driver_record()
             if record is not None and hook.alive(record):
-                hook.kill(record, grace=5)
+                stream_actions.kill(hook, record, grace=5)
             assert record is None or not hook.alive(record), f"driver {record.submit_pid} survived cleanup"
             standby = hook.standby_record()  # a standby (an upgrade's, or the hot standby) left behind
             if standby is not None and hook.processes_of_run(standby.run_id):

@@ -23,6 +23,7 @@ import sys
 import time
 import traceback
 from typing import Any
+import stream_actions
 
 RESULT = "@@RESULT "
 
@@ -134,7 +135,7 @@ def op_kill(spec: dict[str, Any]) -> dict[str, Any]:
     hook = _hook(spec)
     record = hook.driver_record()
     requested_at = time.time()
-    outcome = hook.kill(record)
+    outcome = stream_actions.kill(hook, record)
     returned_at = time.time()
     state = hook.target_of(record).state(record)
     liveness, why = hook.driver_liveness()

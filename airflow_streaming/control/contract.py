@@ -85,6 +85,10 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
 
 
+RECORD_NAME = "lifecycle.json"
+HISTORY_NAME = "history.json"
+
+
 @dataclass(frozen=True)
 class ControlPaths:
     """Where each control file of one stream lives."""
@@ -138,6 +142,16 @@ class ControlPaths:
     @property
     def driver(self) -> str:
         return f"{self.root}/driver.json"
+
+    @property
+    def record(self) -> str:
+        """The record of the stream's last lifecycle action (``lifecycle.json``)."""
+        return f"{self.root}/{RECORD_NAME}"
+
+    @property
+    def history(self) -> str:
+        """The stream's deployment history (``history.json``): one entry per ended action."""
+        return f"{self.root}/{HISTORY_NAME}"
 
     def log(self, run_id: str) -> str:
         return f"{self.root}/logs/{run_id}.log"

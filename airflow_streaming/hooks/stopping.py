@@ -1,6 +1,8 @@
-"""Stopping a stream's driver: the graceful stop at a micro-batch boundary, then the kill (a part of the
-stream's hook). The graceful stop is the run marker on the control storage, which works from any host;
-the kill goes through the deploy target, and only ever signals the recorded driver.
+"""Stopping a stream's driver for a recorded step (a part of the stream's hook): the graceful stop at a
+micro-batch boundary, the wait for it, and the kill. The graceful stop is the run marker on the control
+storage, which works from any host; the kill goes through the deploy target, and only ever signals the
+recorded driver. Whether a stop that timed out ends in a kill is the lifecycle runner's step to decide
+(``LifecycleOptions.kill_on_timeout``); each side effect here takes the step's permit.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from airflow_streaming.checkpoint.batches import BatchPosition
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, DriverRecord
 from airflow_streaming.control.storage import StorageError
-from airflow_streaming.control.lifecycle_lock import LifecycleLock
+from airflow_streaming.control.permit import StepPermit
 from airflow_streaming.targets.base import Liveness
 
 log = logging.getLogger("airflow_streaming.hooks.streaming_job")
@@ -53,26 +55,32 @@ class StopReport:
 class StoppingMixin:
     """Stop and kill (mixed into ``SparkStreamHook``)."""
 
-    def request_stop(self) -> bool:
+    def request_stop(self, permit: StepPermit) -> bool:
         """Remove the run marker: the driver stops at the next micro-batch boundary."""
-        return contract.request_stop(self.storage, self.paths)
+        with permit.open(self.paths.root, "stop request of"):
+            return contract.request_stop(self.storage, self.paths)
 
-    def kill(self, record: DriverRecord, grace: float = KILL_GRACE_SECONDS) -> str:
-        """Remove the marker and hard-kill the recorded driver through its target. Never raises;
-        signals only what the target can prove is the recorded driver. Returns what was done."""
-        try:
-            contract.request_stop(self.storage, self.paths)
-        except StorageError:
-            log.exception("could not remove %s", self.paths.marker)
-        try:
-            outcome = self.target_of(record).kill(record, grace)
-        except Exception as exc:  # noqa: BLE001 - kill paths log and never raise
-            log.exception("kill of run %s failed", record.run_id)
-            return f"kill of run {record.run_id} failed: {exc}"
+    def kill(self, permit: StepPermit, record: DriverRecord, grace: float = KILL_GRACE_SECONDS,
+             keep_marker: bool = False) -> str:
+        """Remove the marker (unless ``keep_marker``: a gate or standby driver's kill, the marker is the running
+        version's) and hard-kill ``record``'s driver through its target. Signals only what the target can prove
+        is that driver. Never raises but :class:`~airflow_streaming.control.permit.ActingRefused` (no permit)
+        and a lost lock: nothing is done then. Returns what was done."""
+        with permit.open(self.paths.root, "kill of a driver of"):
+            if not keep_marker:
+                try:
+                    contract.request_stop(self.storage, self.paths)
+                except StorageError:
+                    log.exception("could not remove %s", self.paths.marker)
+            try:
+                outcome = self.target_of(record).kill(record, grace)
+            except Exception as exc:  # noqa: BLE001 - kill paths log and never raise
+                log.exception("kill of run %s failed", record.run_id)
+                return f"kill of run {record.run_id} failed: {exc}"
         log.warning("kill of stream %s run %s: %s", self.spec.name, record.run_id, outcome)
         return outcome
 
-    def wait_gone(self, record: DriverRecord, timeout: float, lock: LifecycleLock | None = None,
+    def wait_gone(self, record: DriverRecord, timeout: float, lock: Any = None,
                   quiesced_is_enough: bool = False) -> bool:
         """Wait up to ``timeout`` seconds for the recorded driver to be gone; return whether it is.
         ``quiesced_is_enough``: also return once the run has quiesced (see :meth:`quiesced`)."""
@@ -113,46 +121,33 @@ class StoppingMixin:
             return True
         return lease is not None and not lease.is_stale()
 
-    def stop(self, timeout: float | None = None, kill_on_timeout: bool = True, lock: LifecycleLock | None = None,
-             owner: str | None = None) -> StopReport:
-        """Stop gracefully at a micro-batch boundary; after ``timeout`` (the spec's stop timeout) kill.
-
-        Runs under the lifecycle lock (see :meth:`guarded`): a stop during another action (an upgrade's
-        probation, say) is refused with what to do instead, never half-applied."""
-        timeout = self.spec.stop_timeout if timeout is None else timeout
-        with self.guarded("stop", lock, owner) as held:
-            requested_at = time.time()
-            run_id = self.begin_stop()
-            return self.finish_stop(run_id, requested_at, timeout, kill_on_timeout, held)
-
-    def begin_stop(self) -> str | None:
+    def begin_stop(self, permit: StepPermit) -> str | None:
         """Ask the driver to stop (remove the run marker); return the run id that was running, ``None``
-        when none was. The caller holds the lifecycle lock; :meth:`finish_stop` waits and reports."""
+        when none was. :meth:`await_stop` waits, :meth:`stop_report` reports."""
         record = self.driver_record()
         liveness = self.driver_liveness()[0] if record is not None else Liveness.GONE
         if liveness == Liveness.UNKNOWN and record is not None and self.target_of(record).state(record).gone:
             liveness = Liveness.GONE
-        self.request_stop()
+        self.request_stop(permit)
         return None if record is None or liveness == Liveness.GONE else record.run_id
 
-    def finish_stop(self, run_id: str | None, requested_at: float, timeout: float, kill_on_timeout: bool = True,
-                    lock: LifecycleLock | None = None, quiesced_is_enough: bool = False) -> StopReport:
-        """Wait until ``requested_at + timeout`` for the run of a :meth:`begin_stop` to exit, kill it after
-        that, and report (a deferred stop calls this once its trigger saw the driver gone).
+    def await_stop(self, run_id: str | None, requested_at: float, timeout: float, lock: Any = None,
+                   quiesced_is_enough: bool = False) -> tuple[DriverRecord | None, bool]:
+        """Wait until ``requested_at + timeout`` for the run of a :meth:`begin_stop` to exit. Returns the
+        recorded driver of that run (``None``: it was not running) and whether it stopped.
         ``quiesced_is_enough``: a run that has :meth:`quiesced` counts as stopped (a warm upgrade)."""
         record = self.driver_record()
         if run_id is None or record is None or record.run_id != run_id:
             log.info("stream %s is not running; nothing to stop", self.spec.name)
+            return None, True
+        remaining = max(0.0, requested_at + timeout - time.time())
+        return record, self.wait_gone(record, remaining, lock, quiesced_is_enough)
+
+    def stop_report(self, record: DriverRecord | None, requested_at: float, killed: bool = False,
+                    note: str | None = None) -> StopReport:
+        """How the stop of ``record``'s run went (``None``: nothing was running)."""
+        if record is None:
             return StopReport(self.spec.name, False, False, False, None, self._position(), 0.0)
-        stopped = self.wait_gone(record, max(0.0, requested_at + timeout - time.time()), lock, quiesced_is_enough)
-        killed = False
-        note = None
-        if not stopped:
-            if not kill_on_timeout:
-                raise TimeoutError(f"stream {self.spec.name!r} did not stop within {timeout:.0f}s")
-            log.warning("stream %s did not stop within %.0fs: killing it", self.spec.name, timeout)
-            note = self.kill(record)
-            killed = True
         doc = self._status_of_run(record.run_id)
         exit_code = doc.exit.get("code") if doc is not None and doc.exit else None
         report = StopReport(self.spec.name, True, not killed and exit_code == contract.EXIT_GRACEFUL, killed,

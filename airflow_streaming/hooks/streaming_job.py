@@ -5,24 +5,26 @@ spec (``airflow_streaming.targets.target_for``); where the control files live is
 :class:`~airflow_streaming.control.storage.ControlStorage` chosen from the control location's
 scheme. This hook never asks which one it is.
 
-Every submission and every stop goes through the stream's lifecycle lock (:meth:`guarded`): a
-caller either passes the lock it holds (the lifecycle runner does) or the hook takes it for the
-length of the call, and refuses while another action holds it or an unfinished action is recorded.
+The hook reads freely, and acts only for a recorded step: its acting primitives (submit, adopt,
+promote, request a stop, kill, retire a standby, acknowledge a takeover) take the
+:class:`~airflow_streaming.control.permit.StepPermit` that the lifecycle runner issues under the stream's
+lock as a required argument, and its control storage is a
+:class:`~airflow_streaming.control.permit.GuardedStorage` that refuses a write of the stream's acting files
+without one (:mod:`airflow_streaming.control.permit`).
 
 The hook is one class made of parts, one file a concern: :mod:`.submission` (submit, standby,
-readiness), :mod:`.liveness` (whether the driver runs, health), :mod:`.stopping` (graceful stop,
-kill); this file holds what they share (the control files, the target, the guard).
+readiness), :mod:`.planning` (what a driver is started with), :mod:`.liveness` (whether the driver runs,
+health), :mod:`.stopping` (graceful stop, kill); this file holds what they share (the control files, the
+target).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import os
 import re
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
@@ -34,22 +36,23 @@ from airflow_streaming.control.contract import ControlFileError, ControlPaths, D
 from airflow_streaming.control.storage import ControlStorage, StorageError
 from airflow_streaming.control.locations import storage_for
 from airflow_streaming.deprecated_names import module_getattr
-from airflow_streaming.exceptions import StreamingError, UnsafeDirectoryError
+from airflow_streaming.control.permit import GuardedStorage
+from airflow_streaming.exceptions import UnsafeDirectoryError
 from airflow_streaming.hooks.hot_standby import HotStandbyMixin
 from airflow_streaming.hooks.liveness import LivenessMixin
 from airflow_streaming.hooks.storage_retry import retrying
 from airflow_streaming.hooks.stopping import KILL_GRACE_SECONDS, StopReport, StoppingMixin
-from airflow_streaming.hooks.submission import (
+from airflow_streaming.hooks.planning import (
     DEFAULT_SPARK_CONF,
     DRIVER_EXIT_GRACE_SECONDS,
     JAVA_HINT,
     JOBS_DIR,
     LAUNCHER,
-    SubmissionMixin,
+    PlanningMixin,
     check_java,
     lease_ttl,
 )
-from airflow_streaming.control.lifecycle_lock import LifecycleLock
+from airflow_streaming.hooks.submission import SubmissionMixin
 from airflow_streaming.private_dir import private_dir
 from airflow_streaming.redaction import redact, secret_values
 from airflow_streaming.spec import StreamSpec
@@ -60,7 +63,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_SPARK_CONF", "DRIVER_EXIT_GRACE_SECONDS", "JAVA_HINT", "JOBS_DIR", "KILL_GRACE_SECONDS",
            "LAUNCHER", "StopReport", "SparkStreamHook", "check_java", "lease_ttl", "storage_path"]
-RECORD_NAME = "lifecycle.json"
 
 
 def storage_path(location: str) -> str:
@@ -69,7 +71,7 @@ def storage_path(location: str) -> str:
     return parsed.path if parsed.scheme else location
 
 
-class SparkStreamHook(SubmissionMixin, HotStandbyMixin, LivenessMixin, StoppingMixin, BaseHook):
+class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessMixin, StoppingMixin, BaseHook):
     """Submit, watch, stop and kill the driver of one stream described by a :class:`StreamSpec`.
 
     Connections: the spec's ``conn_id`` (a ``spark`` connection of the Spark provider, read as its
@@ -80,7 +82,8 @@ class SparkStreamHook(SubmissionMixin, HotStandbyMixin, LivenessMixin, StoppingM
     ``hdfs://`` / ``webhdfs://`` control and checkpoint locations.
 
     :param spec: the stream.
-    :param storage: control storage (default: chosen from the control location's scheme).
+    :param storage: control storage (default: chosen from the control location's scheme); the hook guards
+        it (:class:`~airflow_streaming.control.permit.GuardedStorage`).
     :param target: where the driver runs (default: chosen from the spec's master and deploy mode).
     """
 
@@ -94,7 +97,7 @@ class SparkStreamHook(SubmissionMixin, HotStandbyMixin, LivenessMixin, StoppingM
         self.spec = spec
         self.conn_id = spec.conn_id
         default_storage, control_dir = storage_for(spec.control_dir, spec.storage_conn_id)
-        self.storage = storage or default_storage
+        self.storage = GuardedStorage(storage or default_storage)
         self.paths = ControlPaths(control_dir)
         checkpoint_storage, self.checkpoint_path = storage_for(spec.checkpoint_location, spec.storage_conn_id)
         self.checkpoint_storage = storage or checkpoint_storage
@@ -107,7 +110,7 @@ class SparkStreamHook(SubmissionMixin, HotStandbyMixin, LivenessMixin, StoppingM
         (see ``contract.heartbeat_seconds``) and a local target keeps its driver log on this host."""
         from airflow_streaming.control.local import LocalStorage
 
-        return not isinstance(self.storage, LocalStorage)
+        return not isinstance(self.storage.unguarded, LocalStorage)
 
     def storage_of(self, location: str) -> tuple[ControlStorage, str]:
         """The storage holding ``location`` (a checkpoint, a file sink's output) and the path inside it,
@@ -243,8 +246,8 @@ class SparkStreamHook(SubmissionMixin, HotStandbyMixin, LivenessMixin, StoppingM
 
     def lifecycle_record(self) -> dict[str, Any] | None:
         """``lifecycle.json`` as a dict (``None`` if absent); :class:`ControlFileError` if garbage."""
-        path = f"{self.paths.root}/{RECORD_NAME}"
-        raw = self._read(RECORD_NAME, lambda: self.storage.read_bytes(path))
+        path = self.paths.record
+        raw = self._read(contract.RECORD_NAME, lambda: self.storage.read_bytes(path))
         if raw is None:
             return None
         try:
@@ -289,40 +292,6 @@ class SparkStreamHook(SubmissionMixin, HotStandbyMixin, LivenessMixin, StoppingM
         """``text`` with the spec's secret conf values and every known secret pattern masked
         (:func:`airflow_streaming.redaction.redact`, Airflow's masker included)."""
         return redact(text, secret_values(self.spec.spark_conf))
-
-    # ------------------------------------------------------------------ the guard
-    @contextlib.contextmanager
-    def guarded(self, action: str, lock: LifecycleLock | None = None, owner: str | None = None) -> Iterator[LifecycleLock]:
-        """Hold the stream's lifecycle lock for ``action``: the caller's ``lock`` (checked), or one taken
-        here for the length of the block. A lock taken here also refuses while an unfinished lifecycle
-        action is recorded (it must be finished first)."""
-        if lock is not None:
-            lock.ensure()
-            yield lock
-            return
-        taken = LifecycleLock.acquire(self.storage, self.paths.root, action, owner)
-        try:
-            self.refuse_if_unfinished(action)
-            yield taken
-        finally:
-            taken.release()
-
-    def refuse_if_unfinished(self, action: str) -> None:
-        """Raise :class:`StreamingError` when ``lifecycle.json`` records an action that has not ended."""
-        from airflow_streaming.lifecycle.record import TERMINAL, Step, unfinished_message
-
-        record = self.lifecycle_record()
-        if record is None:
-            return
-        step = record.get("step")
-        if step in {s.value for s in TERMINAL} or step not in {s.value for s in Step}:
-            return
-        raise StreamingError(unfinished_message(self.spec.name, str(record.get("action")), str(record.get("id")),
-                                                (record.get("to_spec") or {}).get("version"), str(step), action))
-
-    # ------------------------------------------------------------------ submitting
-
-    # ------------------------------------------------------------------ stopping
 
 
 __getattr__ = module_getattr(__name__, 'StreamingJobHook')  # the old name, deprecated

@@ -17,6 +17,7 @@ from typing import Any
 from airflow_streaming.compat.last_report import write_last_report
 from airflow_streaming.compat.run import blocking_problems, read_detached_report, start_check_detached
 from airflow_streaming.control import contract
+from airflow_streaming.control.permit import StepPermit
 from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.control.lifecycle_lock import LifecycleLockLost
@@ -70,7 +71,8 @@ class GateSteps:
             self.save(record)
             self._ensure_lock()
             try:
-                hook.submit_gate(token, self.lock, self.options.dry_run)
+                hook.submit_gate(self.permit_of(hook) if hook is self.new_hook else self._gate_permit(hook), token,
+                                 self.options.dry_run)
             except (StreamingError, LifecycleLockLost):
                 raise
             except Exception as exc:  # noqa: BLE001 - the running version was not touched
@@ -86,7 +88,7 @@ class GateSteps:
             answer = self._gate_answer(hook, token) or {
                 "error": f"the gate driver ended without an answer (see its log: {hook.driver_log_path(token)})"
                 if self._gate_driver_gone(hook, token) else f"no answer within {timeout:.0f}s of its start"}
-        self._end_gate_driver(hook, token)
+        self._end_gate_driver(hook, token, self._gate_permit(hook))
         return read_detached_report(self.target, answer)
 
     @staticmethod
@@ -110,8 +112,15 @@ class GateSteps:
         except Exception:  # noqa: BLE001 - cannot tell: keep waiting for the answer
             return False
 
+    def _gate_permit(self, hook: SparkStreamHook) -> StepPermit:
+        """The step's permit for a gate hook of the same stream (the candidate seen at another checkpoint path)."""
+        for permit in self._permits:
+            if permit.root == hook.paths.root:
+                return permit
+        return self.permit_of(self.home)
+
     @staticmethod
-    def _end_gate_driver(hook: SparkStreamHook, token: str) -> None:
+    def _end_gate_driver(hook: SparkStreamHook, token: str, permit: StepPermit) -> None:
         """The gate driver exits once it answered; make sure (kill it if it has not within a grace)."""
         try:
             gate = hook.gate_driver_record()
@@ -119,9 +128,9 @@ class GateSteps:
                 gate = hook.unrecorded_record(token) if hook.processes_of_run(token) else None
             if gate is None:
                 return
-            if not hook.wait_gone(gate, 30.0):  # never hook.kill(): it would remove the stream's run marker
+            if not hook.wait_gone(gate, 30.0):  # the stream's run marker is the running version's: kept
                 log.warning("the gate driver %s did not exit after answering: %s", token,
-                            hook.target_of(gate).kill(gate, 10.0))
+                            hook.kill(permit, gate, 10.0, keep_marker=True))
         except Exception as exc:  # noqa: BLE001 - the verdict stands; the driver is a short one
             log.warning("could not confirm that the gate driver %s ended: %s", token, exc)
 
@@ -166,11 +175,12 @@ class GateSteps:
             if standby is not None and standby.run_id == run_id:
                 pass
             elif hook.processes_of_run(run_id):  # submitted by a try killed before it wrote the record
-                hook.adopt(run_id, self.lock, standby=True)
+                hook.adopt(self.permit_of(hook), run_id, standby=True)
             else:
                 if record.gate_in_standby:  # asked before it starts: it warms the check up while preparing
                     self._ask_standby_gate(record)
-                hook.submit(run_id=run_id, standby=True, lock=self.lock)
+                self._retire_hot_standby(record, hook, run_id)
+                hook.submit(self.permit_of(hook), run_id=run_id, standby=True)
         except LifecycleLockLost:
             raise
         except Exception as exc:  # noqa: BLE001 - the running version was not touched
@@ -201,6 +211,17 @@ class GateSteps:
         self._stop_run(hook, run_id)
         record.error = f"{self.target.version} failed while preparing: {failure}"
         self._advance(record, Step.ROLLED_BACK, f"{record.error}; {record.from_version} was never stopped")
+
+    def _retire_hot_standby(self, record: LifecycleRecord, hook: SparkStreamHook, run_id: str) -> None:
+        """An upgrade prepares its own standby: the stream's hot standby (if one runs) is retired first, a
+        recorded note before the kill."""
+        standby = hook.live_hot_standby()
+        if standby is None or standby.run_id == run_id:
+            return
+        record.steps.append({"step": "RETIRING_STANDBY", "at": time.time(),
+                             "detail": f"the hot standby run {standby.run_id} makes room for standby run {run_id}"})
+        self.save(record)
+        hook.retire_hot_standby(self.permit_of(hook), f"an upgrade prepares its own standby, run {run_id}")
 
     def _ask_standby_gate(self, record: LifecycleRecord) -> dict[str, Any]:
         """The gate request addressed to the standby run of ``record`` (written unless it already is).

@@ -121,12 +121,17 @@ def operate(state: DesiredState, stream: str, action: str, version: str | None =
 
 
 def deploy_stream(spec: StreamSpec, options: LifecycleOptions | None = None,
-                  resume: dict[str, str] | None = None) -> dict[str, Any]:
-    """Deploy ``spec`` through the lifecycle (lock, record, history) and wait for its first progress.
+                  resume: dict[str, str] | None = None,
+                  started: Callable[[LifecycleRunner], None] | None = None) -> dict[str, Any]:
+    """Deploy ``spec`` through the lifecycle (lock, record, history) and wait for its first progress (or, with
+    ``options.await_progress`` off, until it is submitted).
 
     Returns the run's identity; raises the deploy's own error (already running, application or Java
-    missing, the driver's startup error) when it fails. A deploy whose task died is resumed."""
+    missing, the driver's startup error) when it fails. A deploy whose task died is resumed. ``started``
+    receives the runner before it runs (an operator's ``on_kill`` asks it to abandon the start)."""
     runner = LifecycleRunner(spec, Action.DEPLOY, options, resume=resume)
+    if started is not None:
+        started(runner)
     if resume is None:
         runner.new_hook.preflight()
     record = runner.run()

@@ -32,7 +32,17 @@ class Action(str, Enum):
     ROLLBACK = "rollback"
     PARALLEL = "parallel"
     RECOVER = "recover"
-    """The supervisor's restart of a failed or vanished driver from its checkpoint."""
+    """The supervisor's restart of a failed or vanished driver from its checkpoint (killing the recorded
+    driver first when the reconcile core says so)."""
+    STANDBY = "standby"
+    """The supervisor's preparation of the stream's hot standby (a prepared driver beside the running one)."""
+    FAILOVER = "failover"
+    """The supervisor's record of a takeover by the hot standby (done by the drivers themselves): the
+    history entry, and the standby's place freed."""
+
+
+#: The supervisor's own actions: an abandoned one is resumed by its next pass.
+SUPERVISOR_ACTIONS = frozenset({Action.RECOVER, Action.STANDBY, Action.FAILOVER})
 
 
 #: Actions that replace a running version on its checkpoint (gate, stop, snapshot, start, probation).
@@ -80,7 +90,8 @@ TERMINAL = frozenset({Step.SUCCEEDED, Step.REFUSED, Step.ROLLED_BACK, Step.FAILE
 
 #: Which step may follow which. The runner refuses anything else (a corrupted or hand-edited record).
 TRANSITIONS: dict[Step, frozenset[Step]] = {
-    Step.PLANNED: frozenset({Step.CHECKED, Step.REFUSED, Step.FAILED, Step.STARTING, Step.STOPPING, Step.PREPARING}),
+    Step.PLANNED: frozenset({Step.CHECKED, Step.REFUSED, Step.FAILED, Step.STARTING, Step.STOPPING, Step.PREPARING,
+                             Step.SUCCEEDED}),
     Step.CHECKED: frozenset({Step.PREPARING, Step.STOPPING, Step.STARTING, Step.FAILED}),
     Step.PREPARING: frozenset({Step.STOPPING, Step.ROLLED_BACK, Step.FAILED, Step.CHECKED, Step.REFUSED}),
     Step.STOPPING: frozenset({Step.STOPPED, Step.ROLLING_BACK, Step.FAILED}),
@@ -248,6 +259,8 @@ class LifecycleRecord(Model):
 
     def running_version(self) -> str | None:
         """The version the stream runs after this (terminal) action."""
+        if self.action in (Action.STANDBY, Action.FAILOVER):
+            return self.to_version
         if self.action == Action.STOP:
             return None if self.step == Step.SUCCEEDED else self.from_version
         if self.step == Step.SUCCEEDED:

@@ -24,7 +24,7 @@ from airflow_streaming.lifecycle.record import (
 from airflow_streaming.lifecycle.stored import _first_batch
 from airflow_streaming.lifecycle.waits import CAUGHT_UP, PROBATION, READY, Wait
 from airflow_streaming.reconcile.decision import is_down
-from airflow_streaming.reconcile.observe import observe
+from airflow_streaming.lifecycle.observe import observe
 
 
 class RunSteps:

@@ -5,8 +5,12 @@ parallel transition and the supervisor's recovery all run here, under the stream
 (renewed in the background for the whole action), with a record and a history entry.
 
 Deploy:    PLANNED -> STARTING -> PROBATION (first progress) -> SUCCEEDED        (failure: FAILED)
+           (without waiting: PLANNED -> STARTING -> SUCCEEDED once submitted)
 Stop:      PLANNED -> STOPPING -> STOPPED -> SUCCEEDED
-Recover:   PLANNED -> STARTING -> SUCCEEDED (submitted; the supervisor's next pass judges its health)
+Recover:   PLANNED [kill the recorded driver first] -> STARTING -> SUCCEEDED (submitted; the supervisor's
+           next pass judges its health)
+Standby:   PLANNED -> STARTING -> SUCCEEDED (the hot standby submitted beside the running driver)
+Failover:  PLANNED -> SUCCEEDED (the hot standby's takeover recorded; its place freed)
 
 Upgrade / restart / rollback-to-previous (in place, on the stream's checkpoint):
 
@@ -19,7 +23,9 @@ Parallel transition (an intentionally incompatible change; new name, checkpoint 
     PLANNED -> STARTING -> CATCHING_UP -> RETIRING -> SUCCEEDED      (failure: stop the new one, ROLLED_BACK)
 
 The record is saved in ``<control dir>/lifecycle.json`` *before* each step's side effect, and every
-step is safe to repeat, so running the same action again after the task died continues (or rolls
+step is safe to repeat. Side effects need the step's permit (:mod:`airflow_streaming.control.permit`):
+the runner issues one per step, under the lock it holds, once the step is recorded - nothing else
+issues permits, so nothing else can start, stop, kill or rewrite a stream. Every step is safe to repeat, so running the same action again after the task died continues (or rolls
 back) from the recorded step. Run ids are chosen and saved before a submission; a resumed STARTING
 step first looks for drivers of that run id, so a submission is never repeated.
 
@@ -32,11 +38,12 @@ Terminal records are appended to ``history.json``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +51,9 @@ from airflow_streaming import faults
 from airflow_streaming.checkpoint.batches import BatchPosition
 from airflow_streaming.compat.run import run_check
 from airflow_streaming.control import contract
-from airflow_streaming.control.contract import ControlFileError
+from airflow_streaming.control import permit as permits
+from airflow_streaming.control.contract import HISTORY_NAME, RECORD_NAME, ControlFileError  # noqa: F401 - re-exported
+from airflow_streaming.control.permit import StepPermit
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import LifecycleError, StreamAlreadyRunningError, StreamingError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook, storage_path
@@ -53,6 +62,7 @@ from airflow_streaming.lifecycle.gate_steps import GateSteps
 from airflow_streaming.control.lifecycle_lock import LifecycleLock, LifecycleLockLost
 from airflow_streaming.lifecycle.record import (
     IN_PLACE_CHANGES,
+    SUPERVISOR_ACTIONS,
     TERMINAL,
     Action,
     LifecycleRecord,
@@ -65,8 +75,6 @@ from airflow_streaming.lifecycle.rollback_steps import RollbackSteps
 from airflow_streaming.lifecycle.run_steps import RunSteps
 from airflow_streaming.lifecycle.stop_steps import StopSteps
 from airflow_streaming.lifecycle.stored import (  # noqa: F401 - re-exported: the public readers of a stream's records
-    HISTORY_NAME,
-    RECORD_NAME,
     _first_batch,
     _same_spec,
     describe,
@@ -112,6 +120,13 @@ class LifecycleOptions:
     stop_timeout: float | None = None
     """Stop: seconds to wait for the graceful stop (default: the spec's ``stop_timeout``)."""
     kill_on_timeout: bool = True
+    await_progress: bool = True
+    """Deploy: wait for the first progress (``False``: the action succeeds once the driver is submitted)."""
+    kill_run_id: str | None = None
+    """Recover: kill this run's recorded driver first (the reconcile core's ``kill_first``: it reported a
+    failure and is still exiting, or it stalled)."""
+    supersede: bool = False
+    """Stop: end any unfinished action (recorded FAILED, superseded) instead of refusing (``stop_all``)."""
     defer: bool = False
     """Deferrable: instead of waiting, save the record, hand the lock over and raise
     :class:`~airflow_streaming.lifecycle.waits.WaitNeeded` (the operator defers to a trigger)."""
@@ -122,7 +137,7 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
 
     :param target: the spec the stream should run afterwards (for a parallel transition: the new stream;
         for a stop: the stream).
-    :param action: deploy, stop, upgrade, restart, rollback, parallel or recover.
+    :param action: deploy, stop, upgrade, restart, rollback, parallel, recover, standby or failover.
     :param current: the spec running now; default: the one recorded at the last submission
         (``deployed.json``). Required for a parallel transition (the old stream).
     :param notify: receives event dicts (UPGRADE_SUCCEEDED / UPGRADE_ROLLED_BACK / FAILED).
@@ -154,13 +169,15 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
         # The record lives with the stream that exists before the action (the old one).
         self.home = SparkStreamHook(current) if current is not None else self.new_hook
         self.storage = self.home.storage
-        self.record_path = f"{self.home.paths.root}/{RECORD_NAME}"
-        self.history_path = f"{self.home.paths.root}/{HISTORY_NAME}"
+        self.record_path = self.home.paths.record
+        self.history_path = self.home.paths.history
         self._given_lock = lock
         self._resume = dict(resume or {})
         """Control dir -> holder id of locks handed to a trigger (a deferred action coming back)."""
         self._locks: list[LifecycleLock] = []
         self.stop_report: dict[str, Any] | None = None
+        self._permits: list[StepPermit] = []
+        self._record: LifecycleRecord | None = None
         self.failure: Exception | None = None
         """The error that ended the action, if one did (a deploy re-raises it: e.g. the driver's own error)."""
 
@@ -186,6 +203,31 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
         log.info("%s %s of %s: %s%s", record.action.value, record.id, record.stream, step.value,
                  f" ({shown})" if shown else "")
 
+    @contextlib.contextmanager
+    def _acting(self, record: LifecycleRecord | None) -> Iterator[None]:
+        """Open a permit for the recorded step of ``record`` (``None``: the record being created) on every
+        stream this action holds the lock of, for the length of the block: the hook's acting primitives and
+        the guarded storage refuse without one (:mod:`airflow_streaming.control.permit`)."""
+        step = record.step.value if record is not None else Step.PLANNED.value
+        record_id = record.id if record is not None else "new"
+        issued = [permits.issue(lock, self.action.value, record_id, step) for lock in self._locks]
+        with contextlib.ExitStack() as stack:
+            for permit in issued:
+                stack.enter_context(permit.open(permit.root, f"{self.action.value} at {step}"))
+            previous, self._permits = self._permits, issued
+            try:
+                yield
+            finally:
+                self._permits = previous
+
+    def permit_of(self, hook: SparkStreamHook) -> StepPermit:
+        """The open permit of the step under way for ``hook``'s stream."""
+        for permit in self._permits:
+            if permit.root == hook.paths.root:
+                return permit
+        raise permits.ActingRefused(f"{self.action.value} of {self.target.name}: no open step permit for "
+                                    f"{hook.paths.root} (a side effect outside a recorded step)")
+
     def _ensure_lock(self) -> None:
         """Stop before any side effect once the lock was lost (it was taken over)."""
         for lock in self._locks:
@@ -208,19 +250,23 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
                 self._locks = [self._given_lock]  # type: ignore[list-item]
             if self.action == Action.PARALLEL:
                 self._locks.append(self._take(self.new_hook))
-            record = self._resume_or_create(self._locks[0])
+            with self._acting(None):
+                record = self._resume_or_create(self._locks[0])
+            self._record = record
             rollback_errors = 0
             while not record.done:
                 self._ensure_lock()
                 handler = getattr(self, f"_{record.step.value.lower()}")
-                try:
-                    handler(record)
-                except (LifecycleLockLost, WaitNeeded):
-                    raise
-                except Exception as exc:  # noqa: BLE001 - every failure ends in a safe, recorded step
-                    rollback_errors += record.step in _ROLLBACK_STEPS
-                    self._on_step_error(record, exc, rollback_errors)
-            self._finish(record)
+                with self._acting(record):
+                    try:
+                        handler(record)
+                    except (LifecycleLockLost, WaitNeeded):
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - every failure ends in a safe, recorded step
+                        rollback_errors += record.step in _ROLLBACK_STEPS
+                        self._on_step_error(record, exc, rollback_errors)
+            with self._acting(record):
+                self._finish(record)
             return record
         except WaitNeeded as wait:
             # Deferrable: the locks go to the trigger (by holder id); the record says what is awaited.
@@ -263,7 +309,7 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
         what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (StreamingError, OSError)) else str(exc)
         expected = isinstance(exc, (StreamingError, OSError, SpecError))
         ends = step not in _ROLLBACK_STEPS and (step in _UNTOUCHED or step == Step.RETIRING or record.action in (
-            Action.DEPLOY, Action.STOP, Action.RECOVER))
+            Action.DEPLOY, Action.STOP, *SUPERVISOR_ACTIONS))
         if ends and expected:  # the action ends FAILED with this error as its outcome: reported once, there
             log.warning("%s %s of %s failed at %s", record.action.value, record.id, record.stream, step.value)
         else:  # the action goes on (rolling back), or a bug: the error and its traceback now
@@ -282,8 +328,8 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
             self._advance(record, Step.ROLLBACK_FAILED, what)
             return
         record.error = f"{record.action.value} failed at {step.value}: {what}"
-        if step in _UNTOUCHED or record.action in (Action.DEPLOY, Action.STOP, Action.RECOVER):
-            if record.action in (Action.DEPLOY, Action.RECOVER) and record.new_run_id:
+        if step in _UNTOUCHED or record.action in (Action.DEPLOY, Action.STOP, *SUPERVISOR_ACTIONS):
+            if record.action in (Action.DEPLOY, Action.RECOVER, Action.STANDBY) and record.new_run_id:
                 self._stop_run(self.new_hook, record.new_run_id)
             self._advance(record, Step.FAILED, what)
             return
@@ -312,8 +358,8 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
         self.history()
         record = self.load_record()
         if record is not None and not record.done:
-            if record.action in (Action.DEPLOY, Action.RECOVER, Action.STOP) and self.action == Action.STOP and \
-                    record.action != Action.STOP:
+            supersedable = record.action in (Action.DEPLOY, Action.STOP, *SUPERVISOR_ACTIONS) or self.options.supersede
+            if supersedable and self.action == Action.STOP and record.action != Action.STOP:
                 record.error = f"abandoned: superseded by a stop ({self.options.owner or 'pid ' + str(os.getpid())})"
                 self._advance(record, Step.FAILED, record.error)
                 self._append_history(record)
@@ -402,6 +448,15 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
 
     # ------------------------------------------------------------------ steps
     def _planned(self, record: LifecycleRecord) -> None:
+        if record.action == Action.FAILOVER:
+            self._record_takeover(record)
+            return
+        if record.action == Action.STANDBY:
+            record.new_run_id = record.new_run_id or contract.new_run_id()
+            self._advance(record, Step.STARTING, f"hot standby run {record.new_run_id}")
+            return
+        if record.action == Action.RECOVER and self.options.kill_run_id:
+            self._kill_before_recovery(record, self.options.kill_run_id)
         if record.action in (Action.PARALLEL, Action.DEPLOY, Action.RECOVER):
             running = self.new_hook.running_driver()
             if running:
@@ -449,11 +504,15 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
         self._gate_verdict(record, report, Step.CHECKED)
 
     def _starting(self, record: LifecycleRecord) -> None:
+        if record.action == Action.STANDBY:
+            self._submit_standby_once(self.new_hook, record.new_run_id, failover=True)
+            self._advance(record, Step.SUCCEEDED, f"hot standby run {record.new_run_id} submitted")
+            return
         try:
             if record.warm_start:
                 if not self.new_hook.processes_of_run(record.new_run_id or ""):
                     raise RuntimeError(f"the standby driver of run {record.new_run_id} is gone")
-                self.new_hook.promote(record.new_run_id or "", self.lock)
+                self.new_hook.promote(self.permit_of(self.new_hook), record.new_run_id or "")
             else:
                 self._submit_once(self.new_hook, record.new_run_id)
         except LifecycleLockLost:
@@ -464,7 +523,7 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
             record.error = f"{self.target.version} did not start: {exc}"
             self._advance(record, Step.ROLLING_BACK, record.error.splitlines()[0])
             return
-        if record.action == Action.RECOVER:
+        if record.action == Action.RECOVER or (record.action == Action.DEPLOY and not self.options.await_progress):
             self._advance(record, Step.SUCCEEDED, f"run {record.new_run_id} submitted")
             return
         next_step = Step.CATCHING_UP if record.action == Action.PARALLEL else Step.PROBATION
@@ -474,14 +533,73 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
         """Submit ``run_id`` unless a driver or record of that run already exists (a resumed step)."""
         assert run_id is not None
         record = hook.driver_record()
-        lock = self.lock if hook is self.home else self._lock_of(hook)
+        permit = self.permit_of(hook)
         if record is not None and record.run_id == run_id:
             log.info("run %s of %s was already submitted: not submitting again", run_id, hook.spec.name)
             return
         if hook.processes_of_run(run_id):  # submitted by a try killed before it wrote the record
-            hook.adopt(run_id, lock)
+            hook.adopt(permit, run_id)
             return
-        hook.submit(run_id=run_id, lock=lock)
+        hook.submit(permit, run_id=run_id)
+
+    def _submit_standby_once(self, hook: SparkStreamHook, run_id: str | None, failover: bool = False) -> None:
+        """Submit the standby ``run_id`` unless its record or its driver already exists (a resumed step)."""
+        assert run_id is not None
+        standby = hook.standby_record()
+        if standby is not None and standby.run_id == run_id:
+            log.info("standby run %s of %s was already submitted: not submitting again", run_id, hook.spec.name)
+            return
+        if hook.processes_of_run(run_id):  # submitted by a try killed before it wrote the record
+            hook.adopt(self.permit_of(hook), run_id, standby=True)
+            return
+        hook.submit(self.permit_of(hook), run_id=run_id, standby=True, failover=failover)
+
+    # ------------------------------------------------------------------ the supervisor's steps
+    def _kill_before_recovery(self, record: LifecycleRecord, run_id: str) -> None:
+        """RECOVER of a driver that is alive but failed or stalled (the reconcile core's ``kill_first``): the
+        kill is noted in the record before it happens; repeated, it signals nothing that is gone."""
+        hook = self.home
+        driver = hook.driver_record()
+        if driver is None or driver.run_id != run_id or hook.target_of(driver).state(driver).gone:
+            return
+        note = f"killing run {run_id} before its restart (it failed or stalled and is still alive)"
+        record.steps.append({"step": "KILLING", "at": time.time(), "detail": note})
+        self.save(record)
+        outcome = hook.kill(self.permit_of(hook), driver)
+        log.warning("killed run %s of %s before its restart: %s", run_id, record.stream, outcome)
+
+    def _record_takeover(self, record: LifecycleRecord) -> None:
+        """FAILOVER: the hot standby took the stream over (the drivers' own compare-and-swaps, decided in the
+        driver): its history entry comes from this record, and its place is freed for a new standby."""
+        hook = self.home
+        driver = hook.driver_record()
+        if driver is None:
+            raise LifecycleError(f"no driver record in {hook.paths.driver}: no takeover to record")
+        state = hook.hot_standby_state() or {}
+        record.old_run_id = state.get("took_over_from") or record.old_run_id
+        record.new_run_id = driver.run_id
+        hook.acknowledge_takeover(self.permit_of(hook), driver.run_id)
+        log.warning("stream %s failed over to its hot standby: run %s took over from run %s", hook.spec.name,
+                    driver.run_id, record.old_run_id)
+        self._advance(record, Step.SUCCEEDED, f"the hot standby run {driver.run_id} took over from run "
+                                              f"{record.old_run_id}")
+
+    def abandon_start(self, reason: str) -> bool:
+        """The task running this deploy is being killed while its new driver starts: note it in the record and
+        ask that driver to stop (a retry resumes the deploy, a stop supersedes it). Only while this runner
+        holds its lock; never raises. Returns whether a stop was requested."""
+        record = self._record
+        if record is None or record.done or record.action not in (Action.DEPLOY, Action.RECOVER) or not self._locks:
+            return False
+        try:
+            with self._acting(record):
+                record.steps.append({"step": "ABANDONED", "at": time.time(), "detail": reason})
+                self.save(record)
+                self.new_hook.request_stop(self.permit_of(self.new_hook))
+            return True
+        except Exception:  # noqa: BLE001 - a kill path logs and never raises
+            log.exception("could not ask the starting driver of %s to stop", record.stream)
+            return False
 
     def _lock_of(self, hook: SparkStreamHook) -> LifecycleLock:
         for lock in self._locks:
@@ -500,13 +618,12 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
         entry = record.history_entry()
         if record.action == Action.PARALLEL and record.step == Step.SUCCEEDED:
             other = append_history(read_history(self.new_hook), {**entry, "stream": self.target.name})
-            self.new_hook.storage.write_atomic(f"{self.new_hook.paths.root}/{HISTORY_NAME}",
-                                               json.dumps(other, indent=1).encode())
+            self.new_hook.storage.write_atomic(self.new_hook.paths.history, json.dumps(other, indent=1).encode())
         if record.step == Step.SUCCEEDED and record.action in IN_PLACE_CHANGES:
             self._prune_snapshots(record)
         kind = {Step.SUCCEEDED: "UPGRADE_SUCCEEDED", Step.ROLLED_BACK: "UPGRADE_ROLLED_BACK",
                 Step.ROLLBACK_FAILED: "FAILED", Step.FAILED: "FAILED"}.get(record.step)
-        if record.action in (Action.DEPLOY, Action.STOP, Action.RECOVER) and record.step == Step.SUCCEEDED:
+        if record.action in (Action.DEPLOY, Action.STOP, *SUPERVISOR_ACTIONS) and record.step == Step.SUCCEEDED:
             kind = None  # routine; the callers report these
         if kind and self.notify is not None:
             running = record.running_version()

@@ -10,6 +10,7 @@ import time
 from airflow_streaming.control import contract
 from airflow_streaming.control.storage import StorageError, describe_os_error
 from airflow_streaming.exceptions import LifecycleError
+from airflow_streaming.hooks.stopping import StopReport
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle import snapshot as snapshots
 from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Step
@@ -26,7 +27,8 @@ class StopSteps:
         timeout = hook.spec.stop_timeout if self.options.stop_timeout is None else self.options.stop_timeout
         if record.stop_requested_at is None:
             self._ensure_lock()
-            record.stopping_run_id = hook.begin_stop()  # the run marker is gone: it stops at a batch boundary
+            # the run marker is gone: it stops at a batch boundary
+            record.stopping_run_id = hook.begin_stop(self.permit_of(hook))
             record.stop_requested_at = time.time()
             self.save(record)
         # A warm upgrade's prepared driver takes over as soon as the old run can commit nothing more (it
@@ -36,8 +38,7 @@ class StopSteps:
             self._await(record, Wait(GONE, hook.spec.to_dict(), record.stopping_run_id,
                                      record.stop_requested_at + timeout,
                                      {"quiesced_is_enough": True} if quiesced_is_enough else {}))
-        report = hook.finish_stop(record.stopping_run_id, record.stop_requested_at, timeout,
-                                  self.options.kill_on_timeout, self.lock, quiesced_is_enough)
+        report = self._finish_stop(hook, record, timeout, self.options.kill_on_timeout, quiesced_is_enough)
         self.stop_report = report.to_dict()
         running = hook.running_driver()
         if running and quiesced_is_enough and record.stopping_run_id and hook.quiesced(record.stopping_run_id):
@@ -98,35 +99,58 @@ class StopSteps:
         hook = self.home
         if record.stop_requested_at is None:
             self._ensure_lock()
-            record.stopping_run_id = hook.begin_stop()
+            record.stopping_run_id = hook.begin_stop(self.permit_of(hook))
             record.stop_requested_at = time.time()
             self.save(record)
         if record.stopping_run_id is not None:
             self._await(record, Wait(GONE, hook.spec.to_dict(), record.stopping_run_id,
                                      record.stop_requested_at + hook.spec.stop_timeout))
-        report = hook.finish_stop(record.stopping_run_id, record.stop_requested_at, hook.spec.stop_timeout,
-                                  True, self.lock)
+        report = self._finish_stop(hook, record, hook.spec.stop_timeout, True)
         if self.home.running_driver():
             raise LifecycleError(f"the old stream {record.stream!r} still runs after the stop; run the action again")
         record.stop_batch = report.position.last_committed if report.position else None
         self._advance(record, Step.SUCCEEDED, f"old stream stopped at batch {record.stop_batch}; "
                       f"{self.target.name} carries on")
 
+    def _finish_stop(self, hook: SparkStreamHook, record: LifecycleRecord, timeout: float, kill_on_timeout: bool,
+                     quiesced_is_enough: bool = False) -> StopReport:
+        """The end of this step's stop: wait until the stop's deadline for its run to exit; past it, kill the run
+        (or, with ``kill_on_timeout`` off, fail the step: :class:`TimeoutError`). The kill is noted in the
+        record before it happens."""
+        driver, stopped = hook.await_stop(record.stopping_run_id, record.stop_requested_at or time.time(), timeout,
+                                          self.lock, quiesced_is_enough)
+        if stopped:
+            return hook.stop_report(driver, record.stop_requested_at or time.time())
+        if not kill_on_timeout:
+            raise TimeoutError(f"stream {hook.spec.name!r} did not stop within {timeout:.0f}s")
+        assert driver is not None
+        log.warning("stream %s did not stop within %.0fs: killing it", hook.spec.name, timeout)
+        record.steps.append({"step": "KILLING", "at": time.time(),
+                             "detail": f"run {driver.run_id} did not stop within {timeout:.0f}s"})
+        self.save(record)
+        note = hook.kill(self.permit_of(hook), driver)
+        return hook.stop_report(driver, record.stop_requested_at or time.time(), killed=True, note=note)
+
     def _stop_run(self, hook: SparkStreamHook, run_id: str | None) -> None:
         """Stop the driver of ``run_id`` (gracefully, then by force) and make sure none of it is left."""
         if not run_id:
             return
-        lock = self._lock_of(hook)
+        permit = self.permit_of(hook)
         record = hook.driver_record()
         if record is not None and record.run_id == run_id:
-            hook.stop(timeout=min(hook.spec.stop_timeout, 60.0), lock=lock)
+            requested_at = time.time()
+            running = hook.begin_stop(permit)
+            driver, stopped = hook.await_stop(running, requested_at, min(hook.spec.stop_timeout, 60.0), self.lock)
+            if not stopped and driver is not None:
+                log.warning("run %s of %s did not stop within its stop timeout: killing it", run_id, hook.spec.name)
+                hook.kill(permit, driver)
         standby = hook.standby_record()
         named = [c for c in (record, standby) if c is not None and c.run_id == run_id]  # e.g. a standby never promoted
         if not named and hook.processes_of_run(run_id):  # submitted, never recorded (its submitter was killed)
             named = [r for r in (hook.unrecorded_record(run_id),) if r is not None]
         for candidate in named:
             if hook.processes_of_run(run_id):
-                hook.target.kill(candidate, 15.0)
+                hook.kill(permit, candidate, 15.0, keep_marker=True)
         left = hook.processes_of_run(run_id)
         if left and not named:
             raise LifecycleError(f"drivers of run {run_id} of {hook.spec.name} run, but no record names them and "

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from airflow_streaming.control.contract import ControlFileError
+from airflow_streaming.control.contract import HISTORY_NAME, RECORD_NAME, ControlFileError
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import LifecycleError, StreamingError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
@@ -15,10 +15,6 @@ from airflow_streaming.lifecycle.record import Action, LifecycleRecord, previous
 from airflow_streaming.lifecycle.trust import same_spec, trusted_spec
 from airflow_streaming.redaction import restore_secrets
 from airflow_streaming.spec import SpecError, StreamSpec
-
-RECORD_NAME = "lifecycle.json"
-HISTORY_NAME = "history.json"
-
 
 _same_spec = same_spec  # the name the runner and its steps use
 

@@ -7,7 +7,6 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
 from airflow_streaming.task_owner import task_owner
 from airflow_streaming.spec import StreamSpec, as_spec
@@ -71,30 +70,23 @@ class SparkStreamDeployOperator(DeferrableLifecycleMixin, BaseOperator):
 
         spec = as_spec(self.spec)
         ti = context["ti"]
-        options = LifecycleOptions(owner=task_owner(ti),
-                                   startup_timeout=self.startup_timeout if self.wait_for_progress else 1e9,
-                                   defer=self.deferrable)
+        options = LifecycleOptions(owner=task_owner(ti), startup_timeout=self.startup_timeout,
+                                   await_progress=self.wait_for_progress, defer=self.deferrable)
         self._spec = spec
-        identity = (deploy_stream(spec, options, resume) if self.wait_for_progress
-                    else self._submit_only(spec, options))
+        identity = deploy_stream(spec, options, resume, started=self._started)
         self.log.info("stream %s %s is running: run %s, app %s, Spark UI %s, log %s", spec.name, spec.version,
                       identity.get("run_id"), identity.get("app_id"), identity.get("spark_ui"), identity.get("log_path"))
         return identity
 
-    def _submit_only(self, spec: StreamSpec, options: Any) -> dict[str, Any]:
-        hook = SparkStreamHook(spec)
-        record = hook.submit(owner=options.owner)
-        return {"stream": spec.name, "version": spec.version, "run_id": record.run_id, "submit_pid": record.submit_pid,
-                "target": record.target, "control_dir": spec.control_dir, "log_path": record.log_path}
+    def _started(self, runner: Any) -> None:
+        self._runner = runner
 
     def on_kill(self) -> None:
-        # Killed while waiting for the start: ask the half-started driver to stop (never raises). The deploy's
-        # record stays unfinished; a retry resumes it, a stop supersedes it. Not when deferrable: its waits run
-        # in the triggerer, so a kill of its worker is a kill of a short step - e.g. Airflow's defer race
-        # (airflow_streaming/defer_race.py) failing a resumed try, whose retry must find the stream still starting.
-        spec = getattr(self, "_spec", None)
-        if spec is not None and not self.deferrable:
-            try:
-                SparkStreamHook(spec).request_stop()
-            except Exception:  # noqa: BLE001
-                self.log.exception("could not request the stop of stream %s", spec.name)
+        # Killed while waiting for the start: the deploy's runner records it and asks the half-started driver
+        # to stop (never raises). The deploy's record stays unfinished; a retry resumes it, a stop supersedes
+        # it. Not when deferrable: its waits run in the triggerer, so a kill of its worker is a kill of a short
+        # step - e.g. Airflow's defer race (airflow_streaming/defer_race.py) failing a resumed try, whose retry
+        # must find the stream still starting.
+        runner = getattr(self, "_runner", None)
+        if runner is not None and not self.deferrable:
+            runner.abandon_start(f"the task {self.task_id} was killed while the stream started")

@@ -81,9 +81,9 @@ class SparkStreamSupervisorOperator(BaseOperator):
         return results
 
     def _supervise_one(self, raw: Any, policy: Any, log_url: Any, context: Context) -> dict[str, Any]:
+        from airflow_streaming.lifecycle.supervisor import supervise
         from airflow_streaming.notifications.delivery import call_notifier
         from airflow_streaming.notifications.gate import NotificationGate
-        from airflow_streaming.supervision.supervisor import supervise
 
         hook = SparkStreamHook(as_spec(raw))
         gate = NotificationGate(hook.storage, f"{hook.paths.root}/notifications.json", self.repeat_window_s)

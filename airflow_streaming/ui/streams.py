@@ -16,7 +16,7 @@ cluster is judged from its control files - the lease it renews and its status he
 from the spec and Airflow's connections).
 
 Reading goes through the existing readers (:class:`~airflow_streaming.hooks.streaming_job.SparkStreamHook`,
-:func:`~airflow_streaming.lifecycle.runner.read_history`, :func:`~airflow_streaming.supervision.ledger_file.load_ledger`,
+:func:`~airflow_streaming.lifecycle.runner.read_history`, :func:`~airflow_streaming.lifecycle.ledger_file.load_ledger`,
 :func:`~airflow_streaming.compat.last_report.read_last_report`). Nothing here raises because of a bad
 file: each part that cannot be read is recorded in :attr:`StreamSnapshot.errors` with the reader's
 own message, and the rest is still shown.
@@ -304,8 +304,8 @@ def read_stream(ref: StreamRef, now: float | None = None) -> StreamSnapshot:
     from airflow_streaming.compat.last_report import read_last_report
     from airflow_streaming.control.contract import StatusDocument
     from airflow_streaming.lifecycle.runner import read_history
-    from airflow_streaming.reconcile.observe import next_step
-    from airflow_streaming.supervision.ledger_file import load_ledger
+    from airflow_streaming.lifecycle.observe import next_step
+    from airflow_streaming.lifecycle.ledger_file import load_ledger
 
     snap = StreamSnapshot(ref=ref, read_at=time.time() if now is None else now)
     hook = page_hook(ref.spec)

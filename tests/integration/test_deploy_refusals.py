@@ -8,13 +8,14 @@ import pytest
 
 from airflow_streaming.control import contract
 from airflow_streaming.exceptions import ApplicationNotFoundError, DriverStartError
+import stream_actions
 
 
 def test_missing_application_fails_before_anything_is_submitted(streams):
     missing = streams.path("apps", "no_such_job.py")
     hook = streams.hook(streams.spec("ghost", missing, []))
     with pytest.raises(ApplicationNotFoundError, match=f"application file {missing} does not exist"):
-        hook.submit()
+        stream_actions.submit(hook)
     # Nothing was written or started: no marker, no driver record, no log.
     assert not os.path.exists(hook.paths.root)
 
@@ -28,7 +29,7 @@ def test_driver_crash_at_start_fails_the_deploy_with_the_drivers_error(streams, 
         "raise RuntimeError('cannot reach the config service at cfg.internal:8443')\n"
     )
     hook = streams.hook(streams.spec("crashy", str(app), []))
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     with pytest.raises(DriverStartError) as err:
         hook.wait_until_ready(record)
     message = str(err.value)

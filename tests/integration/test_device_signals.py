@@ -12,6 +12,7 @@ from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import read_window_counts
 from signals import DEVICES, START, STEP, expected_windows
 from streams import wait_for
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -28,16 +29,16 @@ def test_stateful_job_restart_keeps_state_and_is_exactly_once(streams):
                         malformed_every=25, file_start_index=file_start)
 
     feed(0, 200, "sig", 0)  # event time 0..199 s
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     hook.wait_until_ready(record)
     first = expected_windows(199, 30)
     wait_for(lambda: read_window_counts(out) == first, 120, "phase 1 windows")
-    report = hook.stop()
+    report = stream_actions.stop(hook)
     assert report.graceful and report.position.clean
 
     # Window [3:00, 4:00) holds events from before (180-199 s) and after (200-239 s) the restart.
     feed(200, 200, "sig", 10)  # event time 200..399 s
-    record2 = hook.submit()
+    record2 = stream_actions.submit(hook)
     hook.wait_until_ready(record2)
     final = expected_windows(399, 30)
     wait_for(lambda: read_window_counts(out) == final, 120, "phase 2 windows")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from streams import wait_for
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -43,11 +44,11 @@ def test_secrets_the_jvm_logs_are_masked_in_the_driver_log(streams, tmp_path):
     (source / "a.txt").write_text("one line\n")
     hook = streams.hook(streams.spec("logsecrets", str(script), [str(source), streams.path("out"),
                                                                  streams.path("ckpt-logs")]))
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     hook.wait_until_ready(record)
     log_text = wait_for(lambda: (t := Path(record.log_path).read_text(errors="replace")) and "Bearer" in t and t, 60,
                         "the JVM's log lines in the driver log")
-    assert hook.stop().graceful
+    assert stream_actions.stop(hook).graceful
     log_text = Path(record.log_path).read_text(errors="replace")
     leaked = [s for s in SECRETS if s in log_text]
     assert not leaked, f"in the raw driver log {record.log_path}: {leaked}"

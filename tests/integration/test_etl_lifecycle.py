@@ -11,6 +11,7 @@ from airflow_streaming.exceptions import StreamAlreadyRunningError
 from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import count_quarantined, read_etl_output
 from streams import current_status, totals, wait_for
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -21,13 +22,13 @@ def test_deploy_stop_restart_is_exactly_once(streams):
     inp = streams.path("input", "etl")
     fed = [generate_events(inp, count=300, files=3, malformed_every=20, run="phase1")]
 
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     doc = hook.wait_until_ready(record)
     assert doc.state == contract.RUNNING and doc.app_id and doc.pid != record.submit_pid
 
     # A second deploy of the running stream is refused before anything is submitted.
     with pytest.raises(StreamAlreadyRunningError, match="already running.*Stop it before deploying again"):
-        streams.hook(spec).submit()
+        stream_actions.submit(streams.hook(spec))
     assert hook.driver_record().run_id == record.run_id
 
     lines1 = fed[0].valid + fed[0].malformed
@@ -42,7 +43,7 @@ def test_deploy_stop_restart_is_exactly_once(streams):
 
     # Graceful stop while more input is arriving: it lands on a batch boundary.
     fed.append(generate_events(inp, count=200, files=4, malformed_every=20, run="phase2", file_start_index=10))
-    report = hook.stop()
+    report = stream_actions.stop(hook)
     assert report.graceful and not report.killed and report.exit_code == contract.EXIT_GRACEFUL
     assert report.position.clean, report.to_dict()
     last_committed = report.position.last_committed
@@ -52,14 +53,14 @@ def test_deploy_stop_restart_is_exactly_once(streams):
 
     # Restart from the checkpoint with more input: it continues with the next batch id.
     fed.append(generate_events(inp, count=250, files=2, malformed_every=20, run="phase3", file_start_index=20))
-    record2 = hook.submit()
+    record2 = stream_actions.submit(hook)
     hook.wait_until_ready(record2)
     all_ids = {i for batch in fed for i in batch.event_ids}
     wait_for(lambda: set(read_etl_output(streams.path("output", "etl")).event_ids) >= all_ids, 120,
              "all valid events in the output")
     first_progress = current_status(hook, record2.run_id).queries[0].recent_progress[0]
     assert first_progress["batchId"] == last_committed + 1
-    report2 = hook.stop()
+    report2 = stream_actions.stop(hook)
     assert report2.graceful and report2.position.clean
 
     # Exactly once: every valid record once, nothing else; every malformed line quarantined once.
@@ -107,7 +108,7 @@ def test_a_rollback_that_replays_batches_with_other_boundaries_is_exactly_once(s
         v2_batches, upgrade.stop_batch)  # v2 wrote batches the rollback undid
     all_ids = {i for batch in fed for i in batch.event_ids}
     wait_for(lambda: set(read_etl_output(out).event_ids) >= all_ids, 120, "v1 replayed what v2 had done")
-    report = hook.stop()
+    report = stream_actions.stop(hook)
     assert report.graceful
     output = read_etl_output(out)
     assert output.duplicates == {}, f"{len(output.duplicates)} events written twice across the rollback"

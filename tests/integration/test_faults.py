@@ -32,6 +32,7 @@ from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
 from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import read_etl_output
 from streams import totals, wait_for
+import stream_actions
 
 pytestmark = pytest.mark.spark
 PROJECT = str(Path(__file__).resolve().parents[2])
@@ -58,7 +59,7 @@ def test_storage_errors_on_the_control_directory_never_stop_the_stream(streams, 
     hook = streams.hook(spec)
     inp = streams.path("input", "etl")
     fed = [generate_events(inp, count=200, files=2, run="before")]
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     hook.wait_until_ready(record)
     wait_for(lambda: (totals(hook, record.run_id) or {}).get("input_rows", 0) >= 200, 90, "first input processed")
 
@@ -98,7 +99,7 @@ def test_concurrent_deploys_of_one_stream_start_exactly_one_driver(streams, tmp_
         barrier.wait()
         try:
             hook_copy = type(hook)(spec)
-            outcomes.append(f"submitted {hook_copy.submit().run_id}")
+            outcomes.append(f"submitted {stream_actions.submit(hook_copy).run_id}")
         except (LifecycleLockHeld, StreamAlreadyRunningError) as exc:
             outcomes.append(f"refused: {type(exc).__name__}")
 

@@ -21,6 +21,7 @@ from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import count_quarantined, read_etl_output
 from streams import current_status, wait_for
 from webhdfs_standin import WebHdfsStandIn
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -54,7 +55,7 @@ def test_stream_with_control_files_and_checkpoint_on_webhdfs(nn, streams):
            generate_events(inp, count=80, files=2, malformed_every=20, run="p2", file_start_index=10)]
 
     # ---- deploy -> progress
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     assert record.log_path == hook.driver_log_path(record.run_id) and record.log_path.startswith(
         os.environ["AIRFLOW_STREAMING_LOG_DIR"])
     hook.wait_until_ready(record, timeout=240)
@@ -67,7 +68,7 @@ def test_stream_with_control_files_and_checkpoint_on_webhdfs(nn, streams):
     assert doc.query_checkpoints and list(doc.query_checkpoints.values())[0] == f"{nn.uri}/checkpoints/etl"
 
     # ---- graceful stop at a batch boundary; the checkpoint read over WebHDFS
-    report = hook.stop()
+    report = stream_actions.stop(hook)
     assert report.graceful and not report.killed and report.exit_code == contract.EXIT_GRACEFUL, report.to_dict()
     n = report.position.last_committed
     assert report.position.clean and n is not None and n >= 4  # one file per batch: 5 files
@@ -87,12 +88,12 @@ def test_stream_with_control_files_and_checkpoint_on_webhdfs(nn, streams):
 
     # ---- restart with more input: it continues at n+1
     fed.append(generate_events(inp, count=60, files=2, malformed_every=20, run="p3", file_start_index=20))
-    record2 = hook.submit()
+    record2 = stream_actions.submit(hook)
     hook.wait_until_ready(record2, timeout=240)
     ids = {i for batch in fed for i in batch.event_ids}
     wait_for(lambda: processed_all(hook, record2.run_id, ids, out), 180, "phase 3 in the output")
     assert first_batch(hook, record2.run_id) == n + 1
-    report2 = hook.stop()
+    report2 = stream_actions.stop(hook)
     assert report2.graceful and report2.position.clean and report2.position.last_committed > n
     output = read_etl_output(out)
     assert output.duplicates == {} and set(output.event_ids) == ids and output.rows == sum(b.valid for b in fed)
@@ -103,12 +104,12 @@ def test_stream_with_control_files_and_checkpoint_on_webhdfs(nn, streams):
     assert restored["batch_id"] == n and restored["moved_aside"] == "/checkpoints/etl.rolled-back-t1"
     assert hook.batch_position().last_committed == n
     assert read_batch_ids(nn, "/checkpoints/etl.rolled-back-t1") == report2.position.last_committed
-    record3 = hook.submit()
+    record3 = stream_actions.submit(hook)
     hook.wait_until_ready(record3, timeout=240)
     assert first_batch(hook, record3.run_id) == n + 1
     wait_for(lambda: (hook.status().queries[0].last_batch_id or 0) >= report2.position.last_committed, 180,
              "the replay reached the second run's last batch")
-    report3 = hook.stop()
+    report3 = stream_actions.stop(hook)
     assert report3.graceful and report3.position.last_committed == report2.position.last_committed
 
     # ---- exactly once end to end; nothing the stand-in could not answer

@@ -24,6 +24,7 @@ from signals import DEVICES, START, STEP, expected_windows
 from spark_jobs.event_generator import generate_events
 from streams import wait_for
 from webhdfs_standin import WebHdfsStandIn
+import stream_actions
 
 pytestmark = pytest.mark.spark
 _DATA = re.compile(r"^\d+\.(delta|snapshot)$")
@@ -87,13 +88,13 @@ def test_stateful_hdfs_checkpoint_snapshot_rollback_and_restart(nn, streams, tmp
 
     # ---- v1 on HDFS: 8 batches, then a graceful stop at batch n
     feed(0, 200, 8, 0)
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     hook.wait_until_ready(record, timeout=240)
     first = expected_windows(199, 30)
     wait_for(lambda: window_counts(nn, sink) == first, 180, "phase 1 windows")
     live = nn.local("/checkpoints/signals")
     wait_for(lambda: any(f.endswith(".snapshot") for f in state_files(live)), 60, "a state store .snapshot file")
-    report = hook.stop()
+    report = stream_actions.stop(hook)
     assert report.graceful and report.position.clean
     n = report.position.last_committed
 
@@ -109,11 +110,11 @@ def test_stateful_hdfs_checkpoint_snapshot_rollback_and_restart(nn, streams, tmp
 
     # ---- a second run moves the checkpoint and the sink on (what a new version would do)
     feed(200, 200, 8, 10)
-    record2 = hook.submit()
+    record2 = stream_actions.submit(hook)
     hook.wait_until_ready(record2, timeout=240)
     final = expected_windows(399, 30)
     wait_for(lambda: window_counts(nn, sink) == final, 180, "phase 2 windows")
-    report2 = hook.stop()
+    report2 = stream_actions.stop(hook)
     assert report2.graceful and report2.position.last_committed > n
 
     # ---- roll back to the snapshot: the sink log forgets the second run's batches
@@ -123,11 +124,11 @@ def test_stateful_hdfs_checkpoint_snapshot_rollback_and_restart(nn, streams, tmp
     assert window_counts(nn, sink) == first
 
     # ---- restart from the restored checkpoint: state at n was enough, every window exactly once
-    record3 = hook.submit()
+    record3 = stream_actions.submit(hook)
     hook.wait_until_ready(record3, timeout=240)
     assert hook.status().queries[0].recent_progress[0]["batchId"] == n + 1
     wait_for(lambda: window_counts(nn, sink) == final, 180, "phase 2 windows after the rollback")
     assert final[("2026-01-01T00:03:00", "dev-000")] == 15  # a window open across the snapshot point
-    report3 = hook.stop()
+    report3 = stream_actions.stop(hook)
     assert report3.graceful and window_counts(nn, sink) == final
     assert nn.unsupported == []

@@ -20,6 +20,7 @@ from signals import Feeder, expected_windows
 from spark_jobs.outputs import read_window_counts
 from streams import wait_for
 from webhdfs_standin import WebHdfsStandIn
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -46,7 +47,7 @@ def test_upgrade_rollback_with_control_and_checkpoint_on_webhdfs(nn, streams):
     feeder = Feeder(inp)
     feeder.feed(40)
     hook = streams.hook(v1)
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     hook.wait_until_ready(record, timeout=240)
     feeder.start()
     wait_for(lambda: read_window_counts(out), 150, "v1 writes closed windows")
@@ -70,6 +71,6 @@ def test_upgrade_rollback_with_control_and_checkpoint_on_webhdfs(nn, streams):
     last = feeder.stop()
     expected = expected_windows(last)
     wait_for(lambda: read_window_counts(out) == expected, 180, f"every closed window of events 0..{last} once")
-    report = hook.stop()
+    report = stream_actions.stop(hook)
     assert report.graceful and report.position.clean
     assert nn.unsupported == []

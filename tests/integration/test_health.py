@@ -14,6 +14,7 @@ import pytest
 
 from spark_jobs.event_generator import generate_events
 from streams import wait_for
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -49,7 +50,7 @@ def test_falling_behind_is_reported_then_a_sigkilled_driver_is_failed_within_two
                         spark_conf={"spark.ui.enabled": "true", "spark.ui.port": str(ui_port),
                                     "spark.sql.shuffle.partitions": 2})
     hook = streams.hook(spec)
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     hook.wait_until_ready(record)
     ready_at = time.monotonic()
 
@@ -103,7 +104,7 @@ def test_idle_stream_stays_idle_past_twice_the_stall_limit_under_the_deferrable_
     assert 2 * stall_after <= window, stall_after
     os.makedirs(streams.path("input", "idle"))
     hook = streams.hook(spec)
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     hook.wait_until_ready(record)
     assert hook.health().state.value == "IDLE"
 

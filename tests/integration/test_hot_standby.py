@@ -15,10 +15,11 @@ import pytest
 from airflow_streaming.control import contract
 from airflow_streaming.lifecycle.stored import read_history
 from airflow_streaming.supervision.policy import RestartPolicy
-from airflow_streaming.supervision.supervisor import supervise
+from airflow_streaming.lifecycle.supervisor import supervise
 from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import read_etl_output
 from streams import wait_for
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -47,7 +48,7 @@ def test_a_driver_killed_mid_batch_is_taken_over_by_its_hot_standby_exactly_once
                         hot_standby=True)
     hook = streams.hook(spec)
     fed = generate_events(inp, count=3000, files=30, run="hot")
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     hook.wait_until_ready(record)
     events: list[dict] = []
     standby = prepared(hook, events)
@@ -80,7 +81,7 @@ def test_a_driver_killed_mid_batch_is_taken_over_by_its_hot_standby_exactly_once
     assert second not in (standby, record.run_id)
 
     wait_for(lambda: set(read_etl_output(out).event_ids) >= set(fed.event_ids), 180, "all input processed")
-    assert hook.stop().graceful
+    assert stream_actions.stop(hook).graceful
     wait_for(lambda: not hook.processes_of_run(second), 30, "the hot standby to exit after the stop")
     assert hook.hot_standby_state()["state"] == "EXPIRED"
     output = read_etl_output(out)

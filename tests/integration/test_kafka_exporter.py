@@ -19,6 +19,7 @@ from airflow_streaming.control import contract
 from spark_jobs.event_generator import generate_events
 from spark_jobs.runtime.kafka_exporter import ENV_BOOTSTRAP, ENV_TOPIC, KafkaProgressExporter
 from streams import current_status, totals, wait_for
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -119,10 +120,10 @@ def test_progress_events_reach_kafka(streams, kafka_broker, monkeypatch):
     fed = generate_events(streams.path("input", "etl-kafka"), count=240, files=3, malformed_every=20, run="k1")
     lines = fed.valid + fed.malformed
 
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     hook.wait_until_ready(record)
     wait_for(lambda: (totals(hook, record.run_id) or {}).get("input_rows", 0) >= lines, 120, "input processed")
-    report = hook.stop()
+    report = stream_actions.stop(hook)
     assert report.graceful and report.exit_code == contract.EXIT_GRACEFUL, report.to_dict()
 
     doc = current_status(hook, record.run_id)

@@ -23,6 +23,7 @@ from airflow_streaming.control import contract
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.local import run_processes
 from streams import wait_for
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -177,7 +178,7 @@ def test_secret_conf_reaches_the_driver_but_no_command_line_file_or_status(strea
     hook = streams.hook(spec)
 
     with ProcessScanner(SECRETS) as scanner:
-        record = hook.submit()
+        record = stream_actions.submit(hook)
         doc = hook.wait_until_ready(record)
         assert doc.state == contract.RUNNING
         proof_doc = json.loads(wait_for(lambda: proof.exists() and proof.read_text(), 60, "the script's proof"))

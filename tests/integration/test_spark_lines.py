@@ -27,6 +27,7 @@ from airflow_streaming.health.verdict import HealthState
 from spark_jobs.outputs import read_window_counts
 from signals import Feeder, expected_windows
 from streams import wait_for
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -46,13 +47,13 @@ def test_a_stateful_stream_on_this_line_is_watched_stopped_read_and_gated(stream
             "--watermark", "30 seconds"]
     spec = streams.spec("signals", "device_signals", args, spark_runtime=release)
     hook = streams.hook(spec)
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     hook.wait_until_ready(record)
     feeder.start()
     wait_for(lambda: read_window_counts(out), 150, f"Spark {release} writes closed windows")
     wait_for(lambda: hook.health().state == HealthState.HEALTHY, 60, f"a HEALTHY verdict of the Spark {release} driver")
 
-    report = hook.stop()
+    report = stream_actions.stop(hook)
     assert report.graceful and hook.batch_position().clean, report.to_dict()
     stopped_at = hook.batch_position().last_committed
     gate = run_check(spec.with_version("v1-again"), allow_warnings=False)
@@ -64,14 +65,14 @@ def test_a_stateful_stream_on_this_line_is_watched_stopped_read_and_gated(stream
         assert gate["verdict"] == "COMPATIBLE_WITH_WARNINGS", gate["findings"]
         assert (gate["dry_run"] or {}).get("status") == "partial", gate["dry_run"]
 
-    again = hook.submit()
+    again = stream_actions.submit(hook)
     hook.wait_until_ready(again)
     wait_for(lambda: (hook.batch_position().last_committed or 0) > stopped_at, 120, "the restart commits a batch")
     last = feeder.stop()
     expected = expected_windows(last)
     wait_for(lambda: read_window_counts(out) == expected, 150,
              f"every closed window of events 0..{last} written exactly once on Spark {release}")
-    hook.stop()
+    stream_actions.stop(hook)
 
 
 def _installed() -> str | None:

@@ -28,6 +28,7 @@ from standalone_cluster import fetch_json as _json
 from standalone_cluster import free_port
 from standalone_cluster import standalone_cluster as running_cluster
 from streams import current_status, totals, wait_for
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -62,7 +63,7 @@ def test_cluster_mode_deploy_stop_restart_kill_find_is_exactly_once(standalone_c
                     "spark.executor.memory": "512m", **class_archive_conf(), "spark.hadoop.airflow.streaming.test.password": SECRET})
     hook = streams.hook(spec)
 
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     assert record.target == "standalone-cluster" and record.submit_pid is None
     assert record.handle["submission_id"].startswith("driver-") and record.handle["rest_url"] == cluster.rest
     doc = hook.wait_until_ready(record)
@@ -96,7 +97,7 @@ def test_cluster_mode_deploy_stop_restart_kill_find_is_exactly_once(standalone_c
 
     # Graceful stop through the run marker (never through the target), while more input arrives.
     fed.append(generate_events(inp, count=200, files=4, malformed_every=20, run="c2", file_start_index=10))
-    report = hook.stop()
+    report = stream_actions.stop(hook)
     assert report.graceful and not report.killed and report.exit_code == contract.EXIT_GRACEFUL, report.to_dict()
     assert report.position.clean
     assert hook.target_of(record).state(record).cluster_state == "FINISHED"
@@ -104,7 +105,7 @@ def test_cluster_mode_deploy_stop_restart_kill_find_is_exactly_once(standalone_c
 
     # Restart from the checkpoint: it continues with the next batch id.
     fed.append(generate_events(inp, count=250, files=2, malformed_every=20, run="c3", file_start_index=20))
-    record2 = hook.submit()
+    record2 = stream_actions.submit(hook)
     doc2 = hook.wait_until_ready(record2)
     all_ids = {i for batch in fed for i in batch.event_ids}
     wait_for(lambda: set(read_etl_output(streams.path("output", "etl")).event_ids) >= all_ids, 180,
@@ -113,7 +114,7 @@ def test_cluster_mode_deploy_stop_restart_kill_find_is_exactly_once(standalone_c
 
     # Hard kill through the REST API: the driver is KILLED and its Python process goes too.
     started = time.monotonic()
-    outcome = hook.kill(record2)
+    outcome = stream_actions.kill(hook, record2)
     assert f"kill of {record2.handle['submission_id']}" in outcome and "KILLED" in outcome, outcome
     assert "launch command on the worker carries the run id" in outcome
     assert hook.target_of(record2).state(record2).liveness == Liveness.GONE
@@ -122,12 +123,12 @@ def test_cluster_mode_deploy_stop_restart_kill_find_is_exactly_once(standalone_c
 
     # Restart after the kill: the lease came free, the stream resumes; more input, then a graceful stop.
     fed.append(generate_events(inp, count=150, files=2, malformed_every=20, run="c4", file_start_index=30))
-    record3 = hook.submit()
+    record3 = stream_actions.submit(hook)
     hook.wait_until_ready(record3)
     all_ids = {i for batch in fed for i in batch.event_ids}
     wait_for(lambda: set(read_etl_output(streams.path("output", "etl")).event_ids) >= all_ids, 180,
              "phase 4 in the output")
-    report3 = hook.stop()
+    report3 = stream_actions.stop(hook)
     assert report3.graceful and report3.position.clean, report3.to_dict()
 
     # Nothing lost, nothing duplicated; every malformed line quarantined once.

@@ -16,6 +16,7 @@ from airflow_streaming.hooks.spark_master import app_state
 from spark_jobs.event_generator import generate_events
 from standalone_cluster import class_archive_conf, class_archive_option
 from streams import wait_for
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -69,7 +70,7 @@ def test_liveness_comes_from_the_master_and_a_killed_driver_is_failed(streams, s
                                         "spark.cores.max": "1", "spark.executor.memory": "512m",
                                         **class_archive_conf()})
     hook = streams.hook(spec)
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     doc = hook.wait_until_ready(record)
     assert doc.app_id.startswith("app-"), doc.app_id  # a standalone application, not local-*
     cluster = app_state(standalone["ui"], doc.app_id)

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from airflow_streaming.hooks.streaming_job import LAUNCHER, SparkStreamHook
+import stream_actions
 
 
 def _command_parts(cmd: list[str]) -> dict[str, str]:
@@ -58,7 +59,7 @@ def test_missing_spark_submit_is_named_and_nothing_is_submitted(streams, monkeyp
     monkeypatch.setattr(shutil_module, "which",
                         lambda name, *a, **k: None if name == "spark-submit" else real_which(name, *a, **k))
     with pytest.raises(ApplicationNotFoundError, match="spark-submit is not on PATH") as raised:
-        hook.submit()
+        stream_actions.submit(hook)
     assert 'pip install "airflow-streaming[pyspark]" "pyspark==' in str(raised.value)  # the extra, pinned
     assert "nothing was submitted" in str(raised.value)
     assert hook.driver_record() is None and not hook.storage.exists(hook.paths.marker)

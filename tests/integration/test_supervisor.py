@@ -10,10 +10,11 @@ import time
 import pytest
 
 from airflow_streaming.supervision.policy import RestartPolicy
-from airflow_streaming.supervision.supervisor import load_ledger, supervise
+from airflow_streaming.lifecycle.supervisor import load_ledger, supervise
 from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import read_etl_output
 from streams import wait_for
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -28,7 +29,7 @@ def test_driver_killed_mid_batch_is_restarted_from_its_checkpoint_exactly_once(s
     fed = generate_events(inp, count=4000, files=20, run="sup")
     # Deployed as "v2" (say, by an upgrade) while the supervisor is still given the original spec.
     assert spec.version != "v2"
-    record = streams.hook(spec.with_version("v2")).submit()
+    record = stream_actions.submit(streams.hook(spec.with_version("v2")))
     hook.wait_until_ready(record)
     # Kill -9 while a batch is in flight.
     wait_for(lambda: (d := hook.status()) and d.queries and d.queries[0].status.get("isTriggerActive"), 60,
@@ -55,7 +56,7 @@ def test_driver_killed_mid_batch_is_restarted_from_its_checkpoint_exactly_once(s
                          "a supervisor pass reporting RECOVERED", interval=2)
     assert recovered.action == "RECOVERED" and events[-1]["kind"] == "RECOVERED"
     assert {e["kind"] for e in events[1:-1]} <= {"UNHEALTHY"}, [e["kind"] for e in events]
-    assert hook.stop().graceful
+    assert stream_actions.stop(hook).graceful
     output = read_etl_output(out)
     assert output.duplicates == {} and output.rows == fed.valid  # nothing lost, nothing duplicated
     assert load_ledger(hook).failures and record.run_id in load_ledger(hook).handled_run_ids
@@ -70,7 +71,7 @@ def test_driver_killed_while_starting_is_restarted_within_two_passes_exactly_onc
                                                  streams.path("quarantine", "start"), "--max-files-per-trigger", "2"])
     hook = streams.hook(spec)
     fed = generate_events(inp, count=600, files=6, run="start")
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     time.sleep(1.0)
     os.killpg(record.submit_pid, signal.SIGKILL)  # the JVM is still starting: no status yet
     assert hook.status() is None, "the kill landed after the first status: not the phase under test"
@@ -90,7 +91,7 @@ def test_driver_killed_while_starting_is_restarted_within_two_passes_exactly_onc
     new_record = hook.driver_record()
     hook.wait_until_ready(new_record)
     wait_for(lambda: set(read_etl_output(out).event_ids) >= set(fed.event_ids), 180, "all input processed")
-    assert hook.stop().graceful
+    assert stream_actions.stop(hook).graceful
     output = read_etl_output(out)
     assert output.duplicates == {} and output.rows == fed.valid  # nothing lost, nothing duplicated
 
@@ -114,14 +115,14 @@ def test_deterministic_failure_is_not_retried_and_gives_up_once(streams, tmp_pat
     v2.write_text(AGG.format(aggs='F.count("*").alias("n"), F.sum("signal").alias("s")'))
     generate_events(src, count=50, run="one")
     hook1 = streams.hook(streams.spec("agg", str(v1), [src, ckpt]))
-    record = hook1.submit()
+    record = stream_actions.submit(hook1)
     hook1.wait_until_ready(record)
     wait_for(lambda: (hook1.status().totals["batches"] >= 1), 60, "v1 batch")
-    assert hook1.stop().graceful
+    assert stream_actions.stop(hook1).graceful
 
     generate_events(src, count=50, run="two")
     hook = streams.hook(streams.spec("agg", str(v2), [src, ckpt]))  # an incompatible redeploy
-    bad = hook.submit()
+    bad = stream_actions.submit(hook)
     wait_for(lambda: hook.health().state.value == "FAILED", 120, "the incompatible version to fail")
     events: list[dict] = []
     passes = [supervise(hook, POLICY, events.append) for _ in range(2)]
@@ -173,7 +174,7 @@ def test_supervisor_dag_notifies_a_real_webhook_once_per_state_change(streams, t
                        "raise ModuleNotFoundError(\"No module named 'orders_schema'\")\n")
         spec = streams.spec("crashloop", str(app), [])
         hook = streams.hook(spec)
-        record = hook.submit()
+        record = stream_actions.submit(hook)
         wait_for(lambda: hook.health().state.value == "FAILED", 120, "the crash at start")
         dags = tmp_path / "dags"
         dags.mkdir()
@@ -222,7 +223,7 @@ def test_attempts_exhausted_give_up_and_a_healthy_period_resets_the_counter(stre
         wait_for(lambda: hook.health().state.value == "FAILED", 120, f"failure {n}")
 
     generate_events(src, count=10, run="ok0")
-    first = hook.submit()
+    first = stream_actions.submit(hook)
     hook.wait_until_ready(first)
     fail_current_run(1)
     flag.unlink()  # the sink is back before the restart replays the failed batch
@@ -275,9 +276,9 @@ def test_one_bad_stream_does_not_blind_the_supervisor(tmp_path, airflow_db):
         record = {"run_id": "20260101T000000Z-0000aaaa", "stream": "s1", "version": "v1",
                   "application": "device_signals", "host": "elsewhere", "command": "c", "log_path": "l",
                   "submitted_at": 1.0, "checkpoint_location": "/x", "target": "local", "handle": {}}
-        hook.storage.write_atomic(hook.paths.driver, json.dumps(record).encode())
+        hook.storage.unguarded.write_atomic(hook.paths.driver, json.dumps(record).encode())
     ledger = f"{bad_hook.paths.root}/supervisor.json"
-    bad_hook.storage.write_atomic(ledger, b"{not json")
+    bad_hook.storage.unguarded.write_atomic(ledger, b"{not json")
     specs = [str(tmp_path / "missing-spec.yaml"), bad_spec.to_dict(), good_spec.to_dict()]
     dags = tmp_path / "dags"
     dags.mkdir()

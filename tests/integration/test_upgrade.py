@@ -18,6 +18,7 @@ from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
 from spark_jobs.outputs import committed_sink_files, read_window_counts
 from signals import Feeder, expected_windows, window_of
 from streams import wait_for
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -40,7 +41,7 @@ def start_v1(streams):
     feeder.feed(40)  # event time 0..39 s before the first start
     v1 = signals_spec(streams, "device_signals", "v1")
     hook = streams.hook(v1)
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     hook.wait_until_ready(record)
     feeder.start()
     return feeder, v1, hook, record
@@ -135,7 +136,7 @@ def test_parallel_transition_for_an_incompatible_change_ends_with_only_the_new_s
     feeder.feed(40)
     v1 = signals_spec(streams, "device_signals", "v1", master="local[1]")
     old = streams.hook(v1)
-    r1 = old.submit()
+    r1 = stream_actions.submit(old)
     old.wait_until_ready(r1)
     feeder.start()
     # The retired stream's output is checked below: let it close a window first (on a loaded machine

@@ -8,6 +8,7 @@ from airflow_streaming.control import contract
 from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import committed_sink_files
 from streams import current_status, totals, wait_for
+import stream_actions
 
 pytestmark = pytest.mark.spark
 
@@ -33,7 +34,7 @@ def test_unmodified_user_script_reports_status_and_stops_gracefully(streams, tmp
     source, sink, ckpt = streams.path("in"), streams.path("out"), streams.path("user-ckpt")
     fed = generate_events(source, count=120, files=2, run="user")
     hook = streams.hook(streams.spec("userjob", str(script), [source, sink, ckpt]))
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     hook.wait_until_ready(record)
     wait_for(lambda: (totals(hook, record.run_id) or {}).get("input_rows", 0) >= 120, 90, "user query progress")
     doc = current_status(hook, record.run_id)
@@ -43,7 +44,7 @@ def test_unmodified_user_script_reports_status_and_stops_gracefully(streams, tmp
     # The lease protects the user's stream as well.
     assert "holds the lease" in (hook.running_driver() or "")
 
-    report = hook.stop()
+    report = stream_actions.stop(hook)
     assert report.graceful and report.exit_code == contract.EXIT_GRACEFUL
     doc = hook.status()
     assert doc.state == contract.STOPPED and doc.exit["reason"] == "graceful stop"

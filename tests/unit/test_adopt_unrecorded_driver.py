@@ -25,6 +25,7 @@ from airflow_streaming.control.lifecycle_lock import LifecycleLock
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import Liveness
 from airflow_streaming.targets.local import run_processes
+import stream_actions
 
 RUN = "20261126T000000Z-ad0b7ed0"
 
@@ -50,7 +51,7 @@ def hook(tmp_path, monkeypatch):
 def submitted_unrecorded(hook: SparkStreamHook, lock: LifecycleLock, standby: bool = False) -> None:
     before = hook.standby_record() if standby else hook.driver_record()
     with pytest.raises(OSError):
-        hook.submit(run_id=RUN, standby=standby, lock=lock)
+        stream_actions.submit(hook, run_id=RUN, standby=standby, lock=lock)
     deadline = time.monotonic() + 10
     while not run_processes(RUN) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -65,7 +66,7 @@ def lock_of(hook: SparkStreamHook) -> LifecycleLock:
 def test_a_submitted_unrecorded_driver_is_adopted_and_can_then_be_killed(hook):
     lock = lock_of(hook)
     submitted_unrecorded(hook, lock)
-    record = hook.adopt(RUN, lock)
+    record = stream_actions.adopt(hook, RUN, lock)
     (root,) = [p for p in run_processes(RUN)]
     assert record.handle == {"pid": root.pid, "start_time": contract.process_start_time(root.pid)}
     assert hook.driver_record() == record and hook.deployed()["run_id"] == RUN
@@ -78,30 +79,30 @@ def test_a_submitted_unrecorded_driver_is_adopted_and_can_then_be_killed(hook):
 def test_a_standby_submitted_unrecorded_is_adopted_as_the_standby_and_promoted(hook):
     lock = lock_of(hook)
     submitted_unrecorded(hook, lock, standby=True)
-    record = hook.adopt(RUN, lock, standby=True)
+    record = stream_actions.adopt(hook, RUN, lock, standby=True)
     assert hook.standby_record() == record and hook.driver_record() is None  # not the stream's driver yet
-    assert hook.promote(RUN, lock).run_id == RUN and hook.driver_record().run_id == RUN
+    assert stream_actions.promote(hook, RUN, lock).run_id == RUN and hook.driver_record().run_id == RUN
 
 
 def test_a_standby_is_never_adopted_beside_another_live_standby(hook):
     lock = lock_of(hook)
     other = RUN.replace("ad0b7ed0", "0ther0ne")
     submitted_unrecorded(hook, lock, standby=True)
-    hook.submit(run_id=other, standby=True, lock=lock)  # no fault for this run id: recorded
+    stream_actions.submit(hook, run_id=other, standby=True, lock=lock)  # no fault for this run id: recorded
     with pytest.raises(StreamAlreadyRunningError, match="already has a standby driver"):
-        hook.adopt(RUN, lock, standby=True)
+        stream_actions.adopt(hook, RUN, lock, standby=True)
     assert hook.standby_record().run_id == other
 
 
 def test_never_adopted_beside_a_driver_that_holds_the_lease(hook):
     lock = lock_of(hook)
     submitted_unrecorded(hook, lock)
-    contract.acquire_lease(hook.storage, hook.paths, RUN.replace("ad0b7ed0", "0ther0ne"), 60.0)  # a live holder
+    contract.acquire_lease(hook.storage.unguarded, hook.paths, RUN.replace("ad0b7ed0", "0ther0ne"), 60.0)  # a live holder
     with pytest.raises(StreamAlreadyRunningError, match="not adopting the unrecorded driver"):
-        hook.adopt(RUN, lock)
+        stream_actions.adopt(hook, RUN, lock)
     assert hook.driver_record() is None
     # A standby runs beside the active driver by design: that one is adopted.
-    assert hook.adopt(RUN, lock, standby=True).run_id == RUN
+    assert stream_actions.adopt(hook, RUN, lock, standby=True).run_id == RUN
 
 
 def test_a_driver_the_target_cannot_single_out_is_refused_and_nothing_recorded(hook):
@@ -113,5 +114,5 @@ def test_a_driver_the_target_cannot_single_out_is_refused_and_nothing_recorded(h
         time.sleep(0.05)
     assert len(run_processes(RUN)) == 2
     with pytest.raises(DriverStartError, match="cannot tell which driver it is"):
-        hook.adopt(RUN, lock)
+        stream_actions.adopt(hook, RUN, lock)
     assert hook.driver_record() is None and hook.unrecorded_record(RUN) is None

@@ -278,9 +278,8 @@ def test_a_killed_deploy_asks_its_driver_to_stop_only_when_it_waits_in_the_worke
     from airflow_streaming.operators import deploy
 
     stopped: list[str] = []
-    monkeypatch.setattr(deploy, "SparkStreamHook", lambda spec: SimpleNamespace(request_stop=lambda: stopped.append(spec)))
     for deferrable in (False, True):
         op = SparkStreamDeployOperator(task_id=f"k{deferrable}", spec={}, deferrable=deferrable)
-        op._spec = f"spec-{deferrable}"
+        op._started(SimpleNamespace(abandon_start=lambda reason, d=deferrable: stopped.append(f"spec-{d}")))
         op.on_kill()
     assert stopped == ["spec-False"]

@@ -32,6 +32,7 @@ from airflow_streaming.lifecycle.runner import LifecycleError, LifecycleOptions,
 from airflow_streaming.spec import StreamSpec
 
 from control_fixtures import deployed_stream, spec_under, tree_digest
+import stream_actions
 
 
 # --------------------------------------------------------------------------- the error rule
@@ -65,14 +66,14 @@ def test_only_a_confirmed_absence_is_absent(tmp_path, inject):
 
 def test_unreadable_control_files_give_unknown_health_and_the_supervisor_does_not_act(tmp_path, inject):
     from airflow_streaming.supervision.policy import RestartPolicy
-    from airflow_streaming.supervision.supervisor import supervise
+    from airflow_streaming.lifecycle.supervisor import supervise
 
     spec, hook = deployed_stream(tmp_path)
     record = contract.DriverRecord(run_id="20260101T000000Z-0000aaaa", stream="s1", version="v1",
                                    application="device_signals", host="h", command="c", log_path="l",
                                    submitted_at=1.0, checkpoint_location=spec.checkpoint_location,
                                    handle={"pid": 1, "start_time": 1.0})
-    hook.storage.write_atomic(hook.paths.driver, record.to_json())
+    hook.storage.unguarded.write_atomic(hook.paths.driver, record.to_json())
     for point, match in (("storage.read", "status.json"), ("storage.read", "driver.json")):
         inject([{"point": point, "match": match, "action": "error", "errno": "EIO"}])
         verdict = hook.health()
@@ -151,7 +152,7 @@ def test_the_lock_is_renewed_while_its_holder_waits(tmp_path):
 
 def test_an_action_whose_lock_was_taken_over_stops_before_its_next_side_effect(tmp_path):
     spec, hook = deployed_stream(tmp_path)
-    hook.storage.write_atomic(hook.paths.marker, b'{"run_id": "20260101T000000Z-0000aaaa"}')
+    hook.storage.unguarded.write_atomic(hook.paths.marker, b'{"run_id": "20260101T000000Z-0000aaaa"}')
     v2 = spec.with_version("v2", application="device_signals_v2")
     taken_over = {}
 
@@ -160,7 +161,7 @@ def test_an_action_whose_lock_was_taken_over_stops_before_its_next_side_effect(t
         path = f"{hook.paths.root}/lifecycle.lock"
         other = {"action": "supervise", "owner": "another worker", "pid": 1, "host": "other-host",
                  "acquired_at": time.time(), "renewed_at": time.time(), "ttl": 120.0}
-        hook.storage.write_atomic(path, json.dumps(other).encode())
+        hook.storage.unguarded.write_atomic(path, json.dumps(other).encode())
         taken_over["bytes"] = hook.storage.read_bytes(path)
         return {"verdict": "COMPATIBLE", "findings": []}
 
@@ -190,11 +191,11 @@ time.sleep(120)
 
 def test_a_stop_during_an_upgrade_is_refused_never_half_applied(tmp_path):
     spec, hook = deployed_stream(tmp_path)
-    hook.storage.write_atomic(hook.paths.marker, b'{"run_id": "r-new"}')
+    hook.storage.unguarded.write_atomic(hook.paths.marker, b'{"run_id": "r-new"}')
     record = {"stream": "s1", "action": "upgrade", "step": "PROBATION", "id": "u1", "from_spec": spec.to_dict(),
               "to_spec": spec.with_version("v2", application="device_signals_v2").to_dict(),
               "steps": [{"step": "PLANNED", "at": 1.0, "detail": None}], "new_run_id": "r-new"}
-    hook.storage.write_atomic(f"{hook.paths.root}/lifecycle.json", json.dumps(record).encode())
+    hook.storage.unguarded.write_atomic(f"{hook.paths.root}/lifecycle.json", json.dumps(record).encode())
     project = str(Path(__file__).resolve().parents[2])
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, project, hook.paths.root], stdout=subprocess.PIPE,
                               text=True)
@@ -203,7 +204,7 @@ def test_a_stop_during_an_upgrade_is_refused_never_half_applied(tmp_path):
         with pytest.raises(LifecycleLockHeld, match=r"held by upgrade \(owner upgrade task \(probation\)"):
             stop_stream(spec)
         with pytest.raises(LifecycleLockHeld):
-            hook.stop()
+            stream_actions.stop(hook)
     finally:
         holder.kill()
         holder.wait()
@@ -219,7 +220,7 @@ def test_a_stop_during_an_upgrade_is_refused_never_half_applied(tmp_path):
 
 def test_an_upgrade_refuses_when_the_checkpoint_of_a_stream_that_ran_is_missing(tmp_path):
     spec, hook = deployed_stream(tmp_path, with_checkpoint=False)  # e.g. the volume is not mounted
-    hook.storage.write_atomic(hook.paths.marker, b"{}")
+    hook.storage.unguarded.write_atomic(hook.paths.marker, b"{}")
     called = []
     options = LifecycleOptions(check=lambda *a: called.append(a) or {"verdict": "COMPATIBLE", "findings": []})
     record = LifecycleRunner(spec.with_version("v2", application="device_signals_v2"), Action.UPGRADE, options).run()
@@ -251,7 +252,7 @@ def test_only_a_stream_that_never_ran_skips_the_gate_and_the_record_says_so(tmp_
 def test_an_action_refuses_to_overwrite_an_unreadable_control_file(tmp_path, name):
     spec, hook = deployed_stream(tmp_path)
     path = f"{hook.paths.root}/{name}"
-    hook.storage.write_atomic(path, b'[{"id": "u0", "outcome": "SUCC')  # truncated by a crash or a full disk
+    hook.storage.unguarded.write_atomic(path, b'[{"id": "u0", "outcome": "SUCC')  # truncated by a crash or a full disk
     before = tree_digest(hook.paths.root)
     with pytest.raises(ControlFileError) as info:
         LifecycleRunner(spec.with_version("v2", application="device_signals_v2"), Action.UPGRADE).run()
@@ -263,15 +264,15 @@ def test_an_action_refuses_to_overwrite_an_unreadable_control_file(tmp_path, nam
 
 def test_the_supervisor_refuses_an_unreadable_ledger_and_keeps_it(tmp_path):
     from airflow_streaming.supervision.policy import RestartPolicy
-    from airflow_streaming.supervision.supervisor import supervise
+    from airflow_streaming.lifecycle.supervisor import supervise
 
     spec, hook = deployed_stream(tmp_path)
     record = contract.DriverRecord(run_id="20260101T000000Z-0000aaaa", stream="s1", version="v1",
                                    application="device_signals", host="h", command="c", log_path="l",
                                    submitted_at=1.0, checkpoint_location=spec.checkpoint_location)
-    hook.storage.write_atomic(hook.paths.driver, record.to_json())
+    hook.storage.unguarded.write_atomic(hook.paths.driver, record.to_json())
     ledger = f"{hook.paths.root}/supervisor.json"
-    hook.storage.write_atomic(ledger, b'{"gave_up": tr')
+    hook.storage.unguarded.write_atomic(ledger, b'{"gave_up": tr')
     with pytest.raises(ControlFileError, match=f"{ledger} is unreadable.*restart ledger.*mv {ledger}"):
         supervise(hook, RestartPolicy(), lambda e: None)
     assert hook.storage.read_bytes(ledger) == b'{"gave_up": tr'
@@ -279,7 +280,7 @@ def test_the_supervisor_refuses_an_unreadable_ledger_and_keeps_it(tmp_path):
 
 def test_a_full_disk_while_saving_the_record_leaves_the_last_record_to_resume_from(tmp_path, inject):
     spec, hook = deployed_stream(tmp_path)
-    hook.storage.write_atomic(hook.paths.marker, b"{}")
+    hook.storage.unguarded.write_atomic(hook.paths.marker, b"{}")
     inject([{"point": "storage.write", "match": "lifecycle.json", "action": "error", "errno": "ENOSPC"}])
     with pytest.raises(StorageError, match="No space left on device.*free space"):
         LifecycleRunner(spec.with_version("v2", application="device_signals_v2"), Action.UPGRADE).run()
@@ -295,31 +296,31 @@ def test_stop_kill_and_supervisor_never_signal_a_process_that_is_not_the_recorde
     """driver.json names a pid that now belongs to an unrelated live process group (after a reboot or a
     pid wrap): with its real start time even. Stop, kill and the supervisor leave it alive and say why."""
     from airflow_streaming.supervision.policy import RestartPolicy
-    from airflow_streaming.supervision.supervisor import supervise
+    from airflow_streaming.lifecycle.supervisor import supervise
 
     victim = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
         spec, hook = deployed_stream(tmp_path)
         spec = StreamSpec.from_dict({**spec.to_dict(), "application": str(tmp_path / "gone_job.py")})
         hook = SparkStreamHook(spec)
-        hook.storage.write_atomic(hook.deployed_path, json.dumps({"run_id": "r-old", "at": 1.0,
+        hook.storage.unguarded.write_atomic(hook.deployed_path, json.dumps({"run_id": "r-old", "at": 1.0,
                                                                   "spec": sealed(spec.to_dict())}).encode())
         record = contract.DriverRecord(
             run_id="20260101T000000Z-0000aaaa", stream="s1", version="v1", application=spec.application,
             host=os.uname().nodename, command="spark-submit ...", log_path=str(tmp_path / "l.log"), submitted_at=1.0,
             checkpoint_location=spec.checkpoint_location,
             handle={"pid": victim.pid, "start_time": contract.process_start_time(victim.pid)})
-        hook.storage.write_atomic(hook.paths.driver, record.to_json())
-        hook.storage.write_atomic(hook.paths.marker, b'{"run_id": "20260101T000000Z-0000aaaa"}')
+        hook.storage.unguarded.write_atomic(hook.paths.driver, record.to_json())
+        hook.storage.unguarded.write_atomic(hook.paths.marker, b'{"run_id": "20260101T000000Z-0000aaaa"}')
         doc = hook.status()
         doc.state, doc.exit, doc.heartbeat_at = contract.RUNNING, None, time.time() - 600  # it died, long ago
-        contract.write_status(hook.storage, hook.paths, doc)
+        contract.write_status(hook.storage.unguarded, hook.paths, doc)
 
         state = hook.target_of(record).state(record)
         assert state.gone and f"pid {victim.pid} runs 'sleep 300'" in state.detail, state.detail
         report = stop_stream(spec)
         assert report["was_running"] is False and victim.poll() is None
-        outcome = hook.kill(record, grace=1)
+        outcome = stream_actions.kill(hook, record, grace=1)
         assert "nothing was signalled" in outcome and "does not carry '20260101T000000Z-0000aaaa'" in outcome
         assert victim.poll() is None
         verdict = hook.health()

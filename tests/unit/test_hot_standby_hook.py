@@ -1,4 +1,4 @@
-"""The hot standby seen from Airflow (hooks/hot_standby.py, reconcile/observe.py): real processes on the
+"""The hot standby seen from Airflow (hooks/hot_standby.py, lifecycle/observe.py): real processes on the
 local target and real control files, no JVM.
 
 The spec's ``cluster.spark_binary`` is a stand-in spark-submit (a shell script that execs a sleeping
@@ -24,9 +24,10 @@ from airflow_streaming.exceptions import StreamAlreadyRunningError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.reconcile.decision import Act
 from airflow_streaming.reconcile.observation import Liveness, Standby
-from airflow_streaming.reconcile.observe import STANDBY_RETRY_S, TAKEOVER_WINDOW_S, next_step, observe
+from airflow_streaming.lifecycle.observe import STANDBY_RETRY_S, TAKEOVER_WINDOW_S, next_step, observe
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.supervision.policy import RestartPolicy
+import stream_actions
 
 POLICY = RestartPolicy(backoff_initial_s=0)
 
@@ -53,10 +54,10 @@ def lock_of(hook: SparkStreamHook) -> LifecycleLock:
 
 
 def active_and_standby(hook: SparkStreamHook, runs: list[str]):
-    active = hook.submit()
+    active = stream_actions.submit(hook)
     runs.append(active.run_id)
     with lock_of(hook) as lock:
-        standby = hook.prepare_hot_standby(lock)
+        standby = stream_actions.prepare_hot_standby(hook, lock)
     runs.append(standby.run_id)
     return active, standby
 
@@ -69,7 +70,7 @@ def test_a_hot_standby_is_recorded_alive_and_never_doubled(hook):
     assert (state["run_id"], state["state"], state["failover"], state["alive"]) == (standby.run_id, "SUBMITTED",
                                                                                     True, True)
     with lock_of(hook) as lock, pytest.raises(StreamAlreadyRunningError, match="already has a standby"):
-        hook.prepare_hot_standby(lock)
+        stream_actions.prepare_hot_standby(hook, lock)
     # It took nothing of the active run's: record, marker, deployment.
     assert hook.driver_record() == active
     assert contract.read_marker(hook.storage, hook.paths)["run_id"] == active.run_id
@@ -78,8 +79,9 @@ def test_a_hot_standby_is_recorded_alive_and_never_doubled(hook):
 def test_an_upgrades_standby_retires_the_hot_standby_and_leaves_the_active_run(hook):
     hook, runs = hook
     active, standby = active_and_standby(hook, runs)
-    with lock_of(hook) as lock:
-        upgrade = hook.submit(standby=True, lock=lock)  # a warm upgrade prepares its own standby
+    with lock_of(hook) as lock:  # a warm upgrade's PREPARING step: retire the hot standby, prepare its own
+        assert stream_actions.retire_hot_standby(hook, "an upgrade", lock=lock) is not None
+        upgrade = stream_actions.submit(hook, standby=True, lock=lock)
     runs.append(upgrade.run_id)
     assert not hook.processes_of_run(standby.run_id)
     assert hook.standby_record() == upgrade and hook.hot_standby_state() is None  # not a hot standby
@@ -92,19 +94,19 @@ def test_a_standby_that_became_the_driver_never_blocks_the_next_one(hook):
     it runs as the stream's driver: before, a second warm upgrade in a row was refused ("already has a
     standby driver"), and no hot standby could be prepared beside it."""
     hook, runs = hook
-    active = hook.submit()
+    active = stream_actions.submit(hook)
     runs.append(active.run_id)
-    hook.storage.write_atomic(hook.paths.standby_driver, active.to_json())  # as promote() leaves it
+    hook.storage.unguarded.write_atomic(hook.paths.standby_driver, active.to_json())  # as promote() leaves it
     with lock_of(hook) as lock:
-        standby = hook.prepare_hot_standby(lock)
+        standby = stream_actions.prepare_hot_standby(hook, lock)
     runs.append(standby.run_id)
     assert hook.processes_of_run(active.run_id) and hook.processes_of_run(standby.run_id)
-    assert hook.retire_hot_standby("test") is not None
-    hook.storage.write_atomic(hook.paths.standby_driver, active.to_json())
-    assert hook.retire_hot_standby("test") is None  # the recorded driver is never killed from here
+    assert stream_actions.retire_hot_standby(hook, "test") is not None
+    hook.storage.unguarded.write_atomic(hook.paths.standby_driver, active.to_json())
+    assert stream_actions.retire_hot_standby(hook, "test") is None  # the recorded driver is never killed from here
     assert hook.processes_of_run(active.run_id)
     with lock_of(hook) as lock:  # the next warm upgrade's standby
-        upgrade = hook.submit(standby=True, lock=lock)
+        upgrade = stream_actions.submit(hook, standby=True, lock=lock)
     runs.append(upgrade.run_id)
     assert hook.standby_record() == upgrade and hook.processes_of_run(active.run_id)
 
@@ -116,14 +118,14 @@ def crashed(hook: SparkStreamHook, runs: list[str], renewed_ago: float = 1.0):
     start = process_start_time(proc.pid)
     proc.wait()
     renewed = time.time() - renewed_ago
-    hook.storage.write_atomic(hook.paths.lease, Lease(active.run_id, proc.pid, start, socket.gethostname(), renewed,
+    hook.storage.unguarded.write_atomic(hook.paths.lease, Lease(active.run_id, proc.pid, start, socket.gethostname(), renewed,
                                                       renewed, 120).to_json())
     hook.target.kill(active, 5)
     return active, standby
 
 
 def standby_ready(hook: SparkStreamHook, run_id: str) -> None:
-    hook.storage.write_atomic(hook.paths.standby, json.dumps(
+    hook.storage.unguarded.write_atomic(hook.paths.standby, json.dumps(
         {"run_id": run_id, "state": "READY", "failover": True, "at": time.time()}).encode())
 
 
@@ -146,20 +148,20 @@ def test_a_takeover_is_observed_recorded_once_and_a_new_standby_wanted(hook):
     hook, runs = hook
     active, standby = crashed(hook, runs)
     standby_ready(hook, standby.run_id)
-    judged = takeover.judge(hook.storage, hook.paths, standby.run_id, "v1")
+    judged = takeover.judge(hook.storage.unguarded, hook.paths, standby.run_id, "v1")
     assert judged.act == "take_over"
     own = hook.storage.read_bytes(hook.paths.standby_driver)
     pid = hook.standby_record().submit_pid  # the standby's process stands in for its Python driver
-    assert takeover.take_over(hook.storage, hook.paths, judged, standby.run_id, "v1", own, 120.0, pid,
+    assert takeover.take_over(hook.storage.unguarded, hook.paths, judged, standby.run_id, "v1", own, 120.0, pid,
                               process_start_time(pid), socket.gethostname()) is not None
-    hook.storage.write_atomic(hook.paths.standby, json.dumps(
+    hook.storage.unguarded.write_atomic(hook.paths.standby, json.dumps(
         {"run_id": standby.run_id, "state": takeover.TOOK_OVER, "failover": True, "took_over_from": active.run_id,
          "at": time.time()}).encode())
     seen = observe(hook, POLICY, holding_lock=True)
     assert seen.observation.standby == Standby.TOOK_OVER and seen.observation.liveness == Liveness.ALIVE
     decision = seen.decide(POLICY)
     assert (decision.act, decision.event) == (Act.RECORD_FAILOVER, "FAILED_OVER")
-    hook.acknowledge_takeover(standby.run_id)
+    stream_actions.acknowledge_takeover(hook, standby.run_id)
     assert hook.standby_record() is None and hook.hot_standby_state() is None
     assert hook.driver_record().run_id == standby.run_id  # the record stays: it is the driver now
     assert observe(hook, POLICY, holding_lock=True).observation.standby == Standby.MISSING
@@ -171,13 +173,13 @@ def test_a_standby_that_failed_while_preparing_is_prepared_again_only_after_a_wh
     active, standby = active_and_standby(hook, runs)
     hook.target.kill(standby, 5)
     failed_at = time.time()
-    hook.storage.write_atomic(hook.paths.standby, json.dumps(
+    hook.storage.unguarded.write_atomic(hook.paths.standby, json.dumps(
         {"run_id": standby.run_id, "state": "FAILED", "failover": True, "at": failed_at,
          "error": {"error_class": "OutOfMemoryError", "message": "Java heap space"}}).encode())
     status = contract.StatusDocument(stream="s1", version="v1", run_id=active.run_id, state=contract.RUNNING, pid=1,
                                      host=socket.gethostname(), started_at=failed_at, heartbeat_at=time.time(),
                                      ready=True)
-    contract.write_status(hook.storage, hook.paths, status)
+    contract.write_status(hook.storage.unguarded, hook.paths, status)
     soon = observe(hook, POLICY, now=failed_at + 60, holding_lock=True)
     assert soon.observation.standby == Standby.READY and "failed while preparing" in soon.observation.detail
     later = observe(hook, POLICY, now=failed_at + STANDBY_RETRY_S + 1, holding_lock=True)

@@ -31,6 +31,7 @@ from airflow_streaming.targets.kubernetes import (
 )
 from standins import fake_spark_submit
 from standins.kube_api import KubeApiStandIn, make_self_signed_cert
+import stream_actions
 
 SECRET = "k8s-s3cr3t-c0ffee"
 TOKEN = "sa-token-5f5e0d1c2b"
@@ -105,7 +106,7 @@ def test_phase_mapping(phase, expected):
 
 def test_submission_argv_pod_labels_and_no_secret(tmp_path, api, tls, token_file, submit_record):
     hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file))
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     (call,) = calls(submit_record)
     argv = call["argv"]
     assert argv[:4] == ["--master", f"k8s://{api.url}", "--deploy-mode", "cluster"]
@@ -133,22 +134,22 @@ def test_submission_argv_pod_labels_and_no_secret(tmp_path, api, tls, token_file
 def test_runtime_in_the_image_or_an_upload_path_is_required(tmp_path, api, tls, token_file, submit_record):
     hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={}))
     with pytest.raises(ValueError, match="spark.kubernetes.file.upload.path"):
-        hook.submit()
+        stream_actions.submit(hook)
     hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={},
                                      runtime_path="/opt/airflow-streaming"))
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     argv = calls(submit_record)[-1]["argv"]
     assert "--py-files" not in argv and "--properties-file" not in argv
     assert argv[argv.index("--stream") - 1] == "local:///opt/airflow-streaming/spark_jobs/launch.py"
     assert record.handle["pod"] == driver_pod_name("etl", record.run_id)
     with pytest.raises(ValueError, match="cluster.image"):
-        SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, name="noimage", image=None)).submit()
+        stream_actions.submit(SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, name="noimage", image=None)))
 
 
 def test_state_kill_find_and_logs_through_the_pod_api(tmp_path, api, tls, token_file, submit_record, caplog):
     hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file))
     other_hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, name="other"))
-    record, other = hook.submit(), other_hook.submit()
+    record, other = stream_actions.submit(hook), stream_actions.submit(other_hook)
     target = hook.target_of(record)
     assert target.state(record).liveness == Liveness.ALIVE and target.state(record).cluster_state == "Pending"
     api.set_phase("streams", record.handle["pod"], "Running")
@@ -165,7 +166,7 @@ def test_state_kill_find_and_logs_through_the_pod_api(tmp_path, api, tls, token_
     assert hook.log_tail(record.run_id, lines=2).splitlines() == [
         f"driver log line 99 of {record.handle['pod']}", f"driver log line 100 of {record.handle['pod']}"]
     with caplog.at_level(logging.DEBUG):
-        outcome = hook.kill(record, grace=7)
+        outcome = stream_actions.kill(hook, record, grace=7)
     assert "deleted driver pod" in outcome and "NotFound" in outcome, outcome
     assert api.deletions == [("streams", record.handle["pod"], 7)]
     assert target.state(record).liveness == Liveness.GONE  # 404
@@ -182,7 +183,7 @@ def test_state_kill_find_and_logs_through_the_pod_api(tmp_path, api, tls, token_
 
 def test_tls_token_and_unreachable_api_are_unknown_never_gone(tmp_path, api, tls, token_file, submit_record):
     hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file))
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     storage, paths = hook.storage, hook.paths
 
     def target(**settings) -> KubernetesClusterTarget:
@@ -217,7 +218,7 @@ def test_secret_conf_goes_in_a_secret_of_the_run_never_in_the_drivers_configmap(
     hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={
         "spark.hadoop.fs.s3a.secret.key": SECRET, "spark.kubernetes.file.upload.path": "s3a://bucket/uploads"}))
     with caplog.at_level(logging.DEBUG):
-        record = hook.submit()
+        record = stream_actions.submit(hook)
     pod = record.handle["pod"]
     name = conf_secret_name(pod)
 
@@ -235,7 +236,7 @@ def test_secret_conf_goes_in_a_secret_of_the_run_never_in_the_drivers_configmap(
     assert SECRET not in record.command and SECRET not in caplog.text
     assert "secret conf entries in Kubernetes Secret" in record.command
 
-    hook.kill(record, grace=1)
+    stream_actions.kill(hook, record, grace=1)
     assert ("streams", name) not in api.objects["secrets"]  # gone with the run
 
 
@@ -244,11 +245,11 @@ def test_a_failed_submission_deletes_the_runs_secret_and_another_runs_secret_is_
     hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file))
     monkeypatch.setenv("FAKE_SPARK_SUBMIT_EXIT", "1")
     with pytest.raises(Exception, match="spark-submit exit code 1"):
-        hook.submit()
+        stream_actions.submit(hook)
     assert api.objects["secrets"] == {}  # created before spark-submit, deleted after its failure
     monkeypatch.delenv("FAKE_SPARK_SUBMIT_EXIT")
 
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     other = replace(record, run_id="20990101T000000Z-00000000")  # a record of another run naming this pod
     target = hook.target_of(record)
     assert target._delete_conf_secret("streams", record.handle["pod"], other.run_id) is False
@@ -272,7 +273,7 @@ def test_a_kubeconfig_gives_the_credentials_for_the_specs_api_server_only(tmp_pa
     """The official client's kubeconfig support (here a token user; exec plugins and client certificates work
     the same way): the API server stays the spec's, the kubeconfig only says how to talk to it."""
     hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file))
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     config = kubeconfig(tmp_path / "kubeconfig", api.url, tls[0], TOKEN)
     settings = {"image": "i", "namespace": "streams", "kubeconfig": config, "kube_context": "streams"}
     target = KubernetesClusterTarget(hook.storage, hook.paths, settings, master=f"k8s://{api.url}")

@@ -220,7 +220,7 @@ def test_supervise_skips_a_stream_whose_lifecycle_lock_another_process_holds(tmp
     from airflow_streaming.hooks.streaming_job import SparkStreamHook
     from airflow_streaming.spec import StreamSpec
     from airflow_streaming.supervision.policy import RestartPolicy
-    from airflow_streaming.supervision.supervisor import supervise
+    from airflow_streaming.lifecycle.supervisor import supervise
 
     spec = StreamSpec(name="s1", application="events_etl", checkpoint_location=str(tmp_path / "ckpt"),
                       control_location=str(tmp_path / "control"))

@@ -45,7 +45,7 @@ def test_advance_through_an_upgrade_records_every_step():
 
 
 @pytest.mark.parametrize("current, bad", [
-    (Step.PLANNED, Step.SUCCEEDED),
+    (Step.PLANNED, Step.ROLLING_BACK),
     (Step.SNAPSHOTTED, Step.PROBATION),
     (Step.RETIRING, Step.ROLLING_BACK),
     (Step.RESTORED, Step.ROLLED_BACK),

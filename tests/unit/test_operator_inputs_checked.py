@@ -34,6 +34,7 @@ from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import LaunchPlan
 from airflow_streaming.targets.local import LocalTarget
 from airflow_streaming.targets.runtime_bundle import bundle_path
+import stream_actions
 
 RUN = "20261125T000000Z-0000tmpx"
 
@@ -77,7 +78,7 @@ def test_a_connection_cannot_choose_the_program_the_workers_run(tmp_path, monkey
         {"conn_type": "spark", "host": "local[1]", "extra": {"spark-binary": binary}}))
     hook = SparkStreamHook(_spec(tmp_path))
     with pytest.raises(SparkBinaryNotAllowedError) as err:
-        hook.submit()
+        stream_actions.submit(hook)
     message = str(err.value)
     assert "'spark_inputs'" in message and "spark-binary" in message and "spark3-submit" in message
     assert "Nothing was submitted" in message and isinstance(err.value, ValueError)  # a retry cannot fix it

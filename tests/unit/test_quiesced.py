@@ -32,22 +32,22 @@ def test_quiesced_only_when_the_run_stopped_gracefully_and_gave_its_lease_back(t
     leases = (None, RUN_ID, OTHER, "garbage")
     seen = set()
     for state, exit_, holder, status_run in itertools.product(states, exits, leases, (RUN_ID, OTHER)):
-        contract.write_status(hook.storage, hook.paths, contract.StatusDocument(
+        contract.write_status(hook.storage.unguarded, hook.paths, contract.StatusDocument(
             stream="s1", version="v1", run_id=status_run, state=state, pid=1, host="h", started_at=1.0,
             heartbeat_at=2.0, exit=exit_))
         if holder is None:
-            hook.storage.delete(hook.paths.lease)
+            hook.storage.unguarded.delete(hook.paths.lease)
         elif holder == "garbage":
-            hook.storage.write_atomic(hook.paths.lease, b"{not json")
+            hook.storage.unguarded.write_atomic(hook.paths.lease, b"{not json")
         else:
-            hook.storage.write_atomic(hook.paths.lease, _lease(holder).to_json())
+            hook.storage.unguarded.write_atomic(hook.paths.lease, _lease(holder).to_json())
         expected = (status_run == RUN_ID and state == contract.STOPPED and exit_ is not None
                     and exit_["code"] == contract.EXIT_GRACEFUL and holder in (None, OTHER))
         assert hook.quiesced(RUN_ID) is expected, (state, exit_, holder, status_run)
         seen.add(expected)
     assert seen == {True, False}
-    hook.storage.write_atomic(hook.paths.status, b"\x00garbage")
-    hook.storage.delete(hook.paths.lease)
+    hook.storage.unguarded.write_atomic(hook.paths.status, b"\x00garbage")
+    hook.storage.unguarded.delete(hook.paths.lease)
     assert hook.quiesced(RUN_ID) is False  # an unreadable status: wait for the process instead
 
 

@@ -16,7 +16,7 @@ from airflow_streaming.control import contract
 from airflow_streaming.control.process import process_start_time
 from airflow_streaming.reconcile.decision import Act
 from airflow_streaming.reconcile.observation import ActionState, Desired, Lease, Liveness, RecordState, RunStatus
-from airflow_streaming.reconcile.observe import next_step, observe
+from airflow_streaming.lifecycle.observe import next_step, observe
 from airflow_streaming.supervision.policy import RestartPolicy
 from control_fixtures import deployed_stream
 
@@ -47,7 +47,7 @@ def submitted(hook, run_id: str, pid: int, start: float | None, submitted_at: fl
         run_id=run_id, stream="s1", version="v1", application="device_signals", host=socket.gethostname(),
         command=f"spark-submit ... --run-id {run_id}", log_path="l", submitted_at=submitted_at or time.time(),
         checkpoint_location=hook.spec.checkpoint_location, handle={"pid": pid, "start_time": start})
-    hook.storage.write_atomic(hook.paths.driver, record.to_json())
+    hook.storage.unguarded.write_atomic(hook.paths.driver, record.to_json())
 
 
 def test_a_driver_killed_before_its_first_status_is_observed_gone_and_restarted(tmp_path, dead_pid):
@@ -81,14 +81,14 @@ def test_an_unfinished_recovery_is_abandoned_when_its_lock_is_free_and_under_way
     _, hook = deployed_stream(tmp_path)
     submitted(hook, NEW_RUN, *dead_pid)
     record = {"id": "a1", "stream": "s1", "action": "recover", "step": "STARTING", "steps": []}
-    hook.storage.write_atomic(f"{hook.paths.root}/lifecycle.json", json.dumps(record).encode())
+    hook.storage.unguarded.write_atomic(f"{hook.paths.root}/lifecycle.json", json.dumps(record).encode())
     o = observe(hook, POLICY).observation
     assert o.action == ActionState.ABANDONED_RECOVER and "recover a1 at STARTING" in o.step
     assert observe(hook, POLICY).decide(POLICY).act == Act.RESUME
     now = time.time()
     holder = {"action": "recover", "owner": "bob", "pid": live_pid[0], "pid_start_time": live_pid[1],
               "host": socket.gethostname(), "acquired_at": now, "renewed_at": now, "ttl": 600.0}
-    hook.storage.write_atomic(f"{hook.paths.root}/{LOCK_NAME}", json.dumps(holder).encode())
+    hook.storage.unguarded.write_atomic(f"{hook.paths.root}/{LOCK_NAME}", json.dumps(holder).encode())
     o = observe(hook, POLICY).observation
     assert o.action == ActionState.UNDER_WAY
     assert observe(hook, POLICY, holding_lock=True).observation.action == ActionState.ABANDONED_RECOVER
@@ -99,7 +99,7 @@ def test_a_stop_action_makes_the_stream_stopped_by_the_user(tmp_path, dead_pid):
     _, hook = deployed_stream(tmp_path)
     submitted(hook, NEW_RUN, *dead_pid)
     record = {"id": "s1", "stream": "s1", "action": "stop", "step": "SUCCEEDED", "steps": []}
-    hook.storage.write_atomic(f"{hook.paths.root}/lifecycle.json", json.dumps(record).encode())
+    hook.storage.unguarded.write_atomic(f"{hook.paths.root}/lifecycle.json", json.dumps(record).encode())
     seen = observe(hook, POLICY)
     assert seen.observation.desired == Desired.STOPPED
     assert seen.decide(POLICY).act == Act.NOTHING
@@ -110,7 +110,7 @@ def test_another_runs_fresh_lease_is_seen_and_blocks_a_restart(tmp_path, dead_pi
     submitted(hook, NEW_RUN, *dead_pid)
     lease = contract.Lease(run_id="20260103T000000Z-0000cccc", pid=live_pid[0], pid_start_time=live_pid[1],
                            host=socket.gethostname(), acquired_at=time.time(), renewed_at=time.time(), ttl=120.0)
-    hook.storage.write_atomic(hook.paths.lease, lease.to_json())
+    hook.storage.unguarded.write_atomic(hook.paths.lease, lease.to_json())
     o = observe(hook, POLICY).observation
     assert o.lease == Lease.OTHER_RUN, o
     assert observe(hook, POLICY).decide(POLICY).act != Act.RESTART
@@ -119,7 +119,7 @@ def test_another_runs_fresh_lease_is_seen_and_blocks_a_restart(tmp_path, dead_pi
 def test_garbage_and_unreadable_files_are_values_of_the_observation(tmp_path, dead_pid, inject):
     _, hook = deployed_stream(tmp_path)
     submitted(hook, NEW_RUN, *dead_pid)
-    hook.storage.write_atomic(hook.paths.status, b'{"stream": "s1", "run_')
+    hook.storage.unguarded.write_atomic(hook.paths.status, b'{"stream": "s1", "run_')
     assert observe(hook, POLICY).observation.status == RunStatus.GARBAGE
     inject([{"point": "storage.read", "match": "driver.json", "action": "error", "errno": "EIO"}])
     o = observe(hook, POLICY).observation

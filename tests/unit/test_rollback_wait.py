@@ -33,7 +33,7 @@ def test_restarting_old_defers_instead_of_holding_the_worker(tmp_path):
             command=f"spark-submit --run-id {OLD_RUN}", log_path="l", submitted_at=time.time(),
             checkpoint_location=spec.checkpoint_location,
             handle={"pid": proc.pid, "start_time": process_start_time(proc.pid)})
-        hook.storage.write_atomic(hook.paths.driver, record.to_json())
+        hook.storage.unguarded.write_atomic(hook.paths.driver, record.to_json())
         runner = LifecycleRunner(spec.with_version("v2", application="device_signals_v2"), Action.UPGRADE,
                                  LifecycleOptions(defer=True, poll_s=0.2))
         runner._locks = [LifecycleLock.acquire(hook.storage, hook.paths.root, "upgrade")]
@@ -46,7 +46,8 @@ def test_restarting_old_defers_instead_of_holding_the_worker(tmp_path):
 
         def run() -> None:
             try:
-                runner._restarting_old(action)
+                with runner._acting(action):  # the runner opens the step's permit around each step
+                    runner._restarting_old(action)
                 outcome.append(None)
             except BaseException as exc:  # noqa: BLE001 - the outcome is the test's
                 outcome.append(exc)

@@ -25,6 +25,7 @@ from airflow_streaming.targets.standalone import StandaloneClusterTarget
 from airflow_streaming.targets.yarn import YarnClusterTarget
 from standins import StandInServer
 from standins.yarn_fixtures import rm, submit_record  # noqa: F401 - fixtures
+import stream_actions
 
 KEYTAB = b"\x05\x02\x00\x00\x00\x3bkeytab-bytes-of-etl@EXAMPLE.COM\x00\x01"
 KEYTAB_B64 = base64.b64encode(KEYTAB).decode()
@@ -148,7 +149,7 @@ def test_yarn_connection_lands_on_spark_submit_and_the_resourcemanager(tmp_path,
         "yarn_resourcemanager_webapp_address": rm.url.removeprefix("http://")})
     hook = SparkStreamHook(stream(tmp_path, conn_id))
     with caplog.at_level(logging.DEBUG):
-        record = hook.submit()
+        record = stream_actions.submit(hook)
         assert hook.driver_liveness()[0] == Liveness.ALIVE
 
     assert isinstance(hook.target, YarnClusterTarget) and hook.target.rm_urls == [rm.url]
@@ -207,7 +208,7 @@ def test_standalone_connection_rest_scheme_and_port_are_where_the_submission_goe
                            extra={"deploy-mode": "cluster", "rest-port": str(port)})
         hook = SparkStreamHook(stream(tmp_path, conn_id))
         assert hook.target.rest_urls == [f"http://127.0.0.1:{port}"]
-        record = hook.submit()
+        record = stream_actions.submit(hook)
         assert record.handle["submission_id"] == "driver-20261123000000-0000"
         assert [(m, p) for m, p, _, _ in master.requests] == [("POST", "/v1/submissions/create")]
 

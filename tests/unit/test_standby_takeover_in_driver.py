@@ -23,7 +23,7 @@ from airflow_streaming.control.lifecycle_lock import LOCK_NAME, LifecycleLock
 from airflow_streaming.control.process import process_start_time
 from airflow_streaming.reconcile.decision import Act
 from airflow_streaming.reconcile.observation import Standby
-from airflow_streaming.reconcile.observe import observe
+from airflow_streaming.lifecycle.observe import observe
 from airflow_streaming.sealing import sealed
 from airflow_streaming.supervision.policy import RestartPolicy
 from control_fixtures import RUN_ID, deployed_stream
@@ -50,9 +50,9 @@ def crashed(tmp_path):
     spec, hook = deployed_stream(tmp_path, with_checkpoint=False)
     doc = json.loads(hook.storage.read_bytes(hook.deployed_path))
     doc["spec"] = sealed({**spec.to_dict(), "hot_standby": True})
-    hook.storage.write_atomic(hook.deployed_path, json.dumps(doc).encode())
-    contract.write_marker(hook.storage, hook.paths, RUN_ID, "v1")
-    contract.write_status(hook.storage, hook.paths, contract.StatusDocument(  # it was running when it crashed
+    hook.storage.unguarded.write_atomic(hook.deployed_path, json.dumps(doc).encode())
+    contract.write_marker(hook.storage.unguarded, hook.paths, RUN_ID, "v1")
+    contract.write_status(hook.storage.unguarded, hook.paths, contract.StatusDocument(  # it was running when it crashed
         stream="s1", version="v1", run_id=RUN_ID, state=contract.RUNNING, pid=1, host=socket.gethostname(),
         started_at=1.0, heartbeat_at=time.time(), ready=True))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -63,11 +63,11 @@ def crashed(tmp_path):
                               host=socket.gethostname(), command=f"spark-submit ... --run-id {run_id}", log_path="l",
                               submitted_at=time.time(), checkpoint_location=spec.checkpoint_location, target="local",
                               handle={"pid": dead.pid, "start_time": start})
-        hook.storage.write_atomic(path, record.to_json())
+        hook.storage.unguarded.write_atomic(path, record.to_json())
     now = time.time()
-    hook.storage.write_atomic(hook.paths.lease, Lease(RUN_ID, dead.pid, start, socket.gethostname(), now, now,
+    hook.storage.unguarded.write_atomic(hook.paths.lease, Lease(RUN_ID, dead.pid, start, socket.gethostname(), now, now,
                                                       120).to_json())
-    hook.storage.write_atomic(hook.paths.standby, json.dumps(
+    hook.storage.unguarded.write_atomic(hook.paths.standby, json.dumps(
         {"run_id": STANDBY, "state": "READY", "failover": True, "at": now}).encode())
     return spec, hook
 
@@ -127,7 +127,7 @@ def test_a_standby_without_its_own_record_takes_the_lock_again_only_after_a_whil
     from spark_jobs.runtime.launcher import Driver, parse_args
 
     spec, hook = crashed
-    hook.storage.delete(hook.paths.standby_driver)
+    hook.storage.unguarded.delete(hook.paths.standby_driver)
     before = files(hook)
     taken = []
     real_acquire = LifecycleLock.acquire
@@ -141,7 +141,7 @@ def test_a_standby_without_its_own_record_takes_the_lock_again_only_after_a_whil
     time.sleep(0.35)
     assert standby.failover_check() is None and len(taken) == 2
     assert files(hook) == before and hook.storage.read_bytes(f"{hook.paths.root}/{LOCK_NAME}") is None
-    hook.storage.write_atomic(hook.paths.standby_driver, DriverRecord(
+    hook.storage.unguarded.write_atomic(hook.paths.standby_driver, DriverRecord(
         run_id=STANDBY, stream="s1", version="v1", application="device_signals", host=socket.gethostname(),
         command=f"spark-submit ... --run-id {STANDBY}", log_path="l", submitted_at=time.time(),
         checkpoint_location=spec.checkpoint_location, target="local", handle={"pid": 1, "start_time": None}).to_json())

@@ -71,7 +71,7 @@ class Listener:
 
 
 def _write(hook: SparkStreamHook, name: str, doc: object) -> None:
-    hook.storage.write_atomic(f"{hook.paths.root}/{name}", json.dumps(doc).encode())
+    hook.storage.unguarded.write_atomic(f"{hook.paths.root}/{name}", json.dumps(doc).encode())
 
 
 def _attacker_script(tmp_path: Path) -> tuple[str, Path]:
@@ -220,7 +220,7 @@ def test_a_forged_deployed_spec_is_not_what_a_supervisor_restart_runs(tmp_path):
     from airflow_streaming.control import contract
     from airflow_streaming.control.process import process_start_time
     from airflow_streaming.supervision.policy import RestartPolicy
-    from airflow_streaming.supervision.supervisor import supervise
+    from airflow_streaming.lifecycle.supervisor import supervise
 
     spec, hook = deployed_stream(tmp_path)
     evil, pwned = _attacker_script(tmp_path)
@@ -232,7 +232,7 @@ def test_a_forged_deployed_spec_is_not_what_a_supervisor_restart_runs(tmp_path):
         run_id=run_id, stream="s1", version="v1", application=spec.application, host=socket.gethostname(),
         command=f"spark-submit ... --run-id {run_id}", log_path="l", submitted_at=time.time(),
         checkpoint_location=spec.checkpoint_location, handle={"pid": proc.pid, "start_time": start})
-    hook.storage.write_atomic(hook.paths.driver, record.to_json())
+    hook.storage.unguarded.write_atomic(hook.paths.driver, record.to_json())
     _write(hook, "deployed.json", {"run_id": run_id, "at": 1.0, "spec": {**spec.to_dict(), "application": evil}})
     with pytest.raises(ControlFileError, match=r"deployed\.json: the spec stored for version 'v1' is not sealed"):
         supervise(hook, RestartPolicy(backoff_initial_s=0), lambda event: None)

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import stream_actions
 
 from airflow_streaming.control import contract
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
@@ -203,10 +204,12 @@ def test_the_deployer_is_sealed_into_deployed_json_and_kept_by_later_actions(tmp
         return json.loads(Path(hook.deployed_path).read_text())
 
     owner = "team_a.etl.deploy run manual__2026 try 1"
-    hook._record_deployment(record, SimpleNamespace(holder={"action": "deploy", "owner": owner}))
+    with stream_actions.step_permit(hook, "deploy", owner=owner) as permit:
+        hook._record_deployment(record, permit)
     assert deployer_of(deployed(), "s1") == owner
     # A restart by a shared supervisor DAG keeps the deployer.
-    hook._record_deployment(record, SimpleNamespace(holder={"action": "recover", "owner": "supervisor.sup run r try 1"}))
+    with stream_actions.step_permit(hook, "recover", owner="supervisor.sup run r try 1") as permit:
+        hook._record_deployment(record, permit)
     assert deployer_of(deployed(), "s1") == owner
     # Forged (the driver rewrites it) or copied from another stream: not trusted.
     doc = deployed()

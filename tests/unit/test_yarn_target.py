@@ -22,6 +22,7 @@ from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import Liveness
 from airflow_streaming.targets.yarn import YarnClusterTarget, liveness_of, rm_url_from_yarn_site, run_tag
 from standins.yarn_fixtures import rm, submit_record  # noqa: F401 - fixtures
+import stream_actions
 
 SECRET = "s3cr3t-yarn-value-9f2"
 
@@ -53,7 +54,7 @@ def yarn_spec(tmp_path: Path, rm_url: str, name: str = "etl", **cluster) -> Stre
 def test_submission_is_spark_submit_in_cluster_mode_with_the_run_tag_and_no_secret_on_argv(tmp_path, rm,
                                                                                           submit_record):
     hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
-    record = hook.submit()
+    record = stream_actions.submit(hook)
 
     (call,) = calls(submit_record)
     argv = call["argv"]
@@ -99,7 +100,7 @@ def test_state_mapping(state, expected):
 
 def test_state_follows_the_resourcemanager_and_an_unreachable_rm_is_unknown(tmp_path, rm, submit_record):
     hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     target = hook.target_of(record)
     app_id = record.handle["app_id"]
     assert target.state(record).liveness == Liveness.ALIVE and target.state(record).cluster_state == "ACCEPTED"
@@ -119,8 +120,8 @@ def test_state_follows_the_resourcemanager_and_an_unreachable_rm_is_unknown(tmp_
 def test_kill_acts_only_on_the_recorded_run_and_sends_the_rm_kill(tmp_path, rm, submit_record):
     hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
     other_hook = SparkStreamHook(yarn_spec(tmp_path, rm.url, name="other"))
-    record = hook.submit()
-    other = other_hook.submit()
+    record = stream_actions.submit(hook)
+    other = stream_actions.submit(other_hook)
     for app in rm.apps:
         rm.set_state(app, "RUNNING")
     target = hook.target_of(record)
@@ -130,7 +131,7 @@ def test_kill_acts_only_on_the_recorded_run_and_sends_the_rm_kill(tmp_path, rm, 
     assert outcome.startswith("refusing to kill") and f"do not carry run {record.run_id}" in outcome, outcome
     assert rm.apps[other.handle["app_id"]]["state"] == "RUNNING" and rm.kills == []
 
-    outcome = hook.kill(record, grace=5)
+    outcome = stream_actions.kill(hook, record, grace=5)
     assert "accepted" in outcome and "KILLED" in outcome, outcome
     assert rm.kills == [(record.handle["app_id"], target.user)]  # PUT .../state with user.name
     assert target.state(record).gone and rm.apps[other.handle["app_id"]]["state"] == "RUNNING"
@@ -140,7 +141,7 @@ def test_kill_acts_only_on_the_recorded_run_and_sends_the_rm_kill(tmp_path, rm, 
 
 def test_find_uses_the_run_tag_and_an_unreachable_rm_raises(tmp_path, rm, submit_record):
     hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     assert len(hook.processes_of_run(record.run_id)) == 1
     assert hook.processes_of_run("20990101T000000Z-deadbeef") == []
     # adopt: the run's one application by its tag, as if the record had never been written.
@@ -159,7 +160,7 @@ def test_a_failed_spark_submit_names_its_output_submits_nothing_and_shows_no_sec
     monkeypatch.setenv("FAKE_SPARK_SUBMIT_EXIT", "1")
     hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
     with caplog.at_level(logging.DEBUG), pytest.raises(DriverStartError) as info:
-        hook.submit()
+        stream_actions.submit(hook)
     message = str(info.value)
     assert "spark-submit exit code 1" in message and "stand-in failure" in message and "HADOOP_CONF_DIR" in message
     assert SECRET not in message and SECRET not in caplog.text
@@ -169,8 +170,8 @@ def test_a_failed_spark_submit_names_its_output_submits_nothing_and_shows_no_sec
 
 
 def test_cluster_python_is_the_drivers_python(tmp_path, rm, submit_record):
-    record = SparkStreamHook(yarn_spec(tmp_path, rm.url, python="./venv/bin/python",
-                                        archives=["hdfs:///envs/streams.tar.gz#venv"])).submit()
+    record = stream_actions.submit(SparkStreamHook(yarn_spec(tmp_path, rm.url, python="./venv/bin/python",
+                                        archives=["hdfs:///envs/streams.tar.gz#venv"])))
     argv = calls(submit_record)[0]["argv"]
     conf = conf_of(argv)
     assert conf["spark.pyspark.python"] == conf["spark.yarn.appMasterEnv.PYSPARK_PYTHON"] == "./venv/bin/python"
@@ -181,13 +182,13 @@ def test_cluster_python_is_the_drivers_python(tmp_path, rm, submit_record):
 def test_yarn_reattempts_are_refused_the_supervisor_is_the_one_restarter(tmp_path, rm, submit_record):
     hook = SparkStreamHook(yarn_spec(tmp_path, rm.url, max_app_attempts=3))
     with pytest.raises(ValueError, match="two restarts"):
-        hook.submit()
+        stream_actions.submit(hook)
     assert not submit_record.exists()
 
 
 def test_urls_and_log_tail_come_from_the_rm_and_the_nodemanager(tmp_path, rm, submit_record):
     hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
-    record = hook.submit()
+    record = stream_actions.submit(hook)
     target = hook.target_of(record)
     app_id = record.handle["app_id"]
     links = target.urls(record)
@@ -212,14 +213,14 @@ def test_resourcemanager_url_from_yarn_site(tmp_path, monkeypatch):
 
 
 def test_a_record_is_checked_where_its_driver_runs_whatever_the_spec_says_now(tmp_path, rm, submit_record):
-    record = SparkStreamHook(yarn_spec(tmp_path, rm.url)).submit()
+    record = stream_actions.submit(SparkStreamHook(yarn_spec(tmp_path, rm.url)))
     rm.set_state(record.handle["app_id"], "RUNNING")
     # The spec moved to local mode (and names no RM): the YARN driver is still seen, and killed, through
     # the ResourceManager named in its handle - never judged "gone" by a local pid check.
     local = SparkStreamHook(replace(yarn_spec(tmp_path, rm.url), master="local[2]", deploy_mode=None, cluster={}))
     assert local.driver_liveness()[0] == Liveness.ALIVE
     assert local.target_of(record).kind == "yarn"
-    assert "accepted" in local.kill(record, grace=5)
+    assert "accepted" in stream_actions.kill(local, record, grace=5)
     assert rm.apps[record.handle["app_id"]]["state"] == "KILLED"
 
 
@@ -227,7 +228,7 @@ def test_a_user_script_is_shipped_with_the_application(tmp_path, rm, submit_reco
     script = tmp_path / "my_job.py"
     script.write_text("print('job')\n")
     spec = replace(yarn_spec(tmp_path, rm.url), application=str(script), application_args=("--x", "1"))
-    SparkStreamHook(spec).submit()
+    stream_actions.submit(SparkStreamHook(spec))
     argv = calls(submit_record)[0]["argv"]
     assert conf_of(argv)["spark.yarn.dist.files"] == str(script)
     # In the application master's container the script sits in the working directory.
@@ -246,7 +247,7 @@ def test_a_gate_driver_is_a_cluster_submission_that_touches_none_of_the_streams_
     hook.storage.makedirs(hook.paths.root)
     lock = LifecycleLock.acquire(hook.storage, hook.paths.root, "upgrade", "test")
     try:
-        gate = hook.submit_gate("gate-u1", lock, dry_run=dry_run)
+        gate = stream_actions.submit_gate(hook, "gate-u1", lock, dry_run=dry_run)
     finally:
         lock.release()
     (call,) = calls(submit_record)
@@ -274,10 +275,10 @@ def test_a_gate_driver_submitted_but_never_recorded_is_found_by_its_tag_and_ende
     hook.storage.makedirs(hook.paths.root)
     lock = LifecycleLock.acquire(hook.storage, hook.paths.root, "upgrade", "test")
     try:
-        first, second = hook.submit_gate("gate-u1", lock), hook.submit_gate("gate-u2", lock)
+        first, second = stream_actions.submit_gate(hook, "gate-u1", lock), stream_actions.submit_gate(hook, "gate-u2", lock)
     finally:
         lock.release()
-    hook.storage.delete(hook.paths.gate_driver)  # as if the record had never been written
+    hook.storage.unguarded.delete(hook.paths.gate_driver)  # as if the record had never been written
     for app in rm.apps:
         rm.set_state(app, "RUNNING")
     assert not GateSteps._gate_driver_gone(hook, "gate-u1")
@@ -285,7 +286,8 @@ def test_a_gate_driver_submitted_but_never_recorded_is_found_by_its_tag_and_ende
     assert GateSteps._gate_driver_gone(hook, "gate-u1")
 
     monkeypatch.setattr(SparkStreamHook, "wait_gone", lambda self, record, timeout: False)  # did not exit
-    GateSteps._end_gate_driver(hook, "gate-u2")
+    with stream_actions.step_permit(hook, "upgrade") as permit:
+        GateSteps._end_gate_driver(hook, "gate-u2", permit)
     assert [app for app, _ in rm.kills] == [second.handle["app_id"]]
 
 
@@ -299,7 +301,7 @@ def test_the_gates_wait_ends_when_its_recorded_driver_ends_without_an_answer(tmp
     hook.storage.makedirs(hook.paths.root)
     lock = LifecycleLock.acquire(hook.storage, hook.paths.root, "upgrade", "test")
     try:
-        gate = hook.submit_gate("gate-u1", lock)
+        gate = stream_actions.submit_gate(hook, "gate-u1", lock)
     finally:
         lock.release()
     wait = Wait(FILE, hook.spec.to_dict(), None, time.time() + 600,
@@ -311,5 +313,5 @@ def test_the_gates_wait_ends_when_its_recorded_driver_ends_without_an_answer(tmp
     rm.set_state(gate.handle["app_id"], "FAILED", "FAILED")
     assert wait_over(Wait.from_dict(wait.to_dict()))
     assert not wait_over(other)  # another gate's wait: its driver is not the recorded one
-    hook.storage.write_atomic(hook.paths.gate_report, json.dumps({"id": "gate-u2", "error": "x"}).encode())
+    hook.storage.unguarded.write_atomic(hook.paths.gate_report, json.dumps({"id": "gate-u2", "error": "x"}).encode())
     assert wait_over(other)  # its answer

@@ -18,7 +18,7 @@ from airflow_streaming.control import contract, takeover
 from airflow_streaming.control.contract import ControlFileError, StatusDocument
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.control.lifecycle_lock import LOCK_NAME, is_stale, parse_holder
-from airflow_streaming.lifecycle.record import TERMINAL, Action, Step
+from airflow_streaming.lifecycle.record import SUPERVISOR_ACTIONS, TERMINAL, Action, Step
 from airflow_streaming.reconcile.decision import Decision, decide
 from airflow_streaming.reconcile.observation import (
     ActionState,
@@ -224,7 +224,7 @@ def _desired(hook: Any, holding_lock: bool, notes: list[str], now: float,
     step = f"{last.get('action')} {last.get('id')} at {last.get('step')}"
     if not holding_lock and not _lock_free(hook, now):
         return desired, ActionState.UNDER_WAY, step
-    if last.get("action") == Action.RECOVER.value:
+    if last.get("action") in {a.value for a in SUPERVISOR_ACTIONS}:  # the supervisor resumes its own action
         return desired, ActionState.ABANDONED_RECOVER, step
     return desired, ActionState.ABANDONED_OTHER, step
 
@@ -242,7 +242,7 @@ def next_step(hook: Any, policy: RestartPolicy | None = None) -> dict[str, Any]:
     ``describe``): ``{"act", "reason", "event"}``, and ``"standby"`` (the hot standby as the reconcile
     core sees it: ``MISSING``, ``READY``, ``TAKING_OVER``, ``TOOK_OVER``) when the deployed spec wants
     one. Reads the ledger itself; never raises."""
-    from airflow_streaming.supervision.ledger_file import load_ledger
+    from airflow_streaming.lifecycle.ledger_file import load_ledger
 
     try:
         ledger = load_ledger(hook)

@@ -10,7 +10,10 @@ Safety:
   restarts and rollbacks) makes concurrent passes - and a pass during an upgrade - take turns: a pass
   that finds it held skips the stream;
 - what to do is decided by :func:`airflow_streaming.reconcile.decision.decide` over one
-  :func:`~airflow_streaming.reconcile.observe.observe` of the stream; this module only carries it out;
+  :func:`~airflow_streaming.lifecycle.observe.observe` of the stream; this module only carries it out,
+  and every change it makes is a lifecycle action run under the pass's lock (a ``recover`` - killing a
+  failed or stalled driver first when the decision says so -, a ``standby``, a ``failover``), with its
+  record and history entry: the pass itself starts, stops, kills and writes no stream file;
 - a failed run is restarted once (the ledger records it as handled) and a new submission replaces the
   driver record, so a repeated pass sees the new run;
 - the deploy refuses while any driver of the stream is alive (lease / process group): never two drivers.
@@ -18,7 +21,6 @@ Safety:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -26,14 +28,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_streaming.reconcile.observe import Observed, observe
-from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.control.lifecycle_lock import LifecycleLock, LifecycleLockHeld
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
+from airflow_streaming.lifecycle.ledger_file import load_ledger, save_ledger
+from airflow_streaming.lifecycle.observe import Observed, observe
+from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Step
+from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
+from airflow_streaming.lifecycle.trust import trusted_spec
 from airflow_streaming.reconcile.decision import Act, Decision
 from airflow_streaming.reconcile.observation import Health, Observation
 from airflow_streaming.redaction import restore_secrets
 from airflow_streaming.spec import StreamSpec
-from airflow_streaming.supervision.ledger_file import load_ledger, save_ledger
 from airflow_streaming.supervision.policy import RestartPolicy, note_healthy, record_give_up, record_restart
 
 log = logging.getLogger(__name__)
@@ -118,20 +123,22 @@ def _supervise_locked(hook: SparkStreamHook, policy: RestartPolicy, notify: Call
         if ledger.to_dict() != before:  # a healthy stream's pass writes nothing (1,000 streams: 1,000 fsyncs saved)
             save_ledger(hook, ledger)
     if decision.act == Act.RECORD_FAILOVER:
-        _record_failover(hook, seen, now)
+        failover = _act(hook, lock, Action.FAILOVER)
+        if failover.step != Step.SUCCEEDED:
+            result.action, result.reason = "NOTHING", failover.error or "the takeover could not be recorded"
+            return result
         emit("FAILED_OVER", health_reasons=reasons)
-        result.action = "FAILED_OVER"
+        result.action, result.new_run_id = "FAILED_OVER", failover.new_run_id
         return result
     if decision.act == Act.PREPARE_STANDBY:
         if decision.event == "RECOVERED":
             emit("RECOVERED")
-        try:
-            standby = _deployed_hook(hook).prepare_hot_standby(lock)
-        except Exception as exc:  # noqa: BLE001 - the running stream is untouched; the next pass tries again
-            log.error("could not prepare the hot standby of %s: %s", hook.spec.name, exc)
-            result.action, result.reason = "STANDBY_FAILED", f"the hot standby could not be prepared: {exc}"
+        standby = _act(hook, lock, Action.STANDBY)
+        if standby.step != Step.SUCCEEDED:  # the running stream is untouched; the next pass tries again
+            log.error("could not prepare the hot standby of %s: %s", hook.spec.name, standby.error)
+            result.action, result.reason = "STANDBY_FAILED", f"the hot standby could not be prepared: {standby.error}"
             return result
-        result.action, result.new_run_id = "STANDBY_PREPARED", standby.run_id
+        result.action, result.new_run_id = "STANDBY_PREPARED", standby.new_run_id
         return result
     if decision.act == Act.NOTHING:
         if decision.event == "RECOVERED":
@@ -157,13 +164,14 @@ def _supervise_locked(hook: SparkStreamHook, policy: RestartPolicy, notify: Call
         result.action = "GAVE_UP"
         return result
     # RESTART or RESUME: through the lifecycle (same lock, a record and a history entry like every
-    # other change). A RECOVER action never submits a run twice, so a resumed one is safe.
-    if decision.kill_first and seen.record is not None:
-        outcome = hook.kill(seen.record)
-        log.warning("killed run %s of %s before its restart: %s", run_id, hook.spec.name, outcome)
+    # other change). A RECOVER action never submits a run twice, so a resumed one is safe; the kill of a
+    # failed or stalled driver that is still alive is its first, recorded step.
     emit("RESTARTING", attempt=seen.attempt, max_attempts=seen.max_attempts, next_attempt_in_s=0,
          health_reasons=reasons)
-    recovery = _recover(hook, lock)
+    if decision.act == Act.RESUME:
+        recovery = _resume(hook, lock)
+    else:
+        recovery = _act(hook, lock, Action.RECOVER, kill_run_id=run_id if decision.kill_first else None)
     if decision.act == Act.RESTART:
         record_restart(ledger, run_id, seen.failed_at, seen.error_class)
         save_ledger(hook, ledger)
@@ -178,47 +186,25 @@ def _supervise_locked(hook: SparkStreamHook, policy: RestartPolicy, notify: Call
 
 def _deployed_spec(hook: SparkStreamHook) -> StreamSpec:
     """What is deployed (an upgrade may have moved the stream past the spec this pass was given)."""
-    from airflow_streaming.lifecycle.trust import trusted_spec
-
     deployed = (hook.deployed() or {}).get("spec")
     if deployed:  # a file a driver can write: used only when sealed by this deployment or the caller's own spec
         deployed = trusted_spec(deployed, hook.deployed_path, hook.spec)
     return StreamSpec.from_dict(restore_secrets(deployed, hook.spec)) if deployed else hook.spec
 
 
-def _deployed_hook(hook: SparkStreamHook) -> SparkStreamHook:
-    spec = _deployed_spec(hook)
-    return hook if spec == hook.spec else SparkStreamHook(spec)
-
-
-def _recover(hook: SparkStreamHook, lock: LifecycleLock) -> Any:
-    """Run (or resume) the RECOVER action of what is deployed."""
-    from airflow_streaming.lifecycle.record import Action as LifecycleAction
-    from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
-
-    runner = LifecycleRunner(_deployed_spec(hook), LifecycleAction.RECOVER,
-                             LifecycleOptions(owner=lock.holder.get("owner")), lock=lock)
+def _act(hook: SparkStreamHook, lock: LifecycleLock, action: Action, kill_run_id: str | None = None) -> LifecycleRecord:
+    """Run one of the supervisor's actions (recover, standby, failover) on what is deployed, under the pass's
+    lock: a lifecycle action with its record and history entry, like every other change to a stream."""
+    runner = LifecycleRunner(_deployed_spec(hook), action,
+                             LifecycleOptions(owner=lock.holder.get("owner"), kill_run_id=kill_run_id), lock=lock)
     return runner.run()
 
 
-def _record_failover(hook: SparkStreamHook, seen: Observed, now: float) -> None:
-    """One history entry for the hot standby's takeover, then its place freed for a new standby."""
-    from airflow_streaming.lifecycle.record import append_history
-    from airflow_streaming.lifecycle.stored import HISTORY_NAME, read_history
-
-    record = seen.record
-    assert record is not None
-    state = hook.hot_standby_state() or {}
-    entry = {"id": f"failover-{record.run_id}", "action": "failover", "stream": hook.spec.name,
-             "from_version": record.version, "to_version": record.version, "outcome": "SUCCEEDED",
-             "started_at": state.get("at") or now, "ended_at": now, "owner": "hot standby",
-             "old_run_id": state.get("took_over_from"), "new_run_id": record.run_id,
-             "running_version": record.version, "error": None}
-    history = append_history(read_history(hook), entry)
-    hook.storage.write_atomic(f"{hook.paths.root}/{HISTORY_NAME}", json.dumps(history, indent=1).encode())
-    hook.acknowledge_takeover(record.run_id)
-    log.warning("stream %s failed over to its hot standby: run %s took over from run %s", hook.spec.name,
-                record.run_id, state.get("took_over_from"))
+def _resume(hook: SparkStreamHook, lock: LifecycleLock) -> LifecycleRecord:
+    """Resume the supervisor's own action that a pass left unfinished (it died mid-way), from its recorded step."""
+    last = hook.lifecycle_record() or {}
+    action = Action(last.get("action")) if last.get("action") in {a.value for a in Action} else Action.RECOVER
+    return _act(hook, lock, action)
 
 
 def _notify(result: PassResult, notify: Callable[[dict[str, Any]], None], event: dict[str, Any]) -> None:
