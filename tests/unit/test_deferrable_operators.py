@@ -275,8 +275,6 @@ def test_a_deferrable_task_that_sets_no_retries_gets_two_and_its_own_or_its_dags
 def test_a_killed_deploy_asks_its_driver_to_stop_only_when_it_waits_in_the_worker(monkeypatch):
     """Blocking: a kill while waiting for the start stops the half-started driver. Deferrable: a kill of the
     worker is a kill of a short step (Airflow's defer race fails resumed tries): the stream is left starting."""
-    from airflow_streaming.operators import deploy
-
     stopped: list[str] = []
     for deferrable in (False, True):
         op = SparkStreamDeployOperator(task_id=f"k{deferrable}", spec={}, deferrable=deferrable)
