@@ -73,7 +73,7 @@ class StreamRegistry:
             assert record is None or not hook.alive(record), f"driver {record.submit_pid} survived cleanup"
             standby = hook.standby_record()  # a standby (an upgrade's, or the hot standby) left behind
             if standby is not None and hook.processes_of_run(standby.run_id):
-                hook.target_of(standby).kill(standby, 5)
+                stream_actions.kill(hook, standby, 5, keep_marker=True)
             assert standby is None or not hook.processes_of_run(standby.run_id), \
                 f"standby {standby.run_id} survived cleanup"
 

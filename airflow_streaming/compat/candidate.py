@@ -204,7 +204,7 @@ def capture_query(spark: Any, application: str, args: list[str], stream: str, ch
 
     with capturing_writes() as captured:
         if application in BUNDLED_JOBS:
-            from spark_jobs.runtime.bundled_job import JobContext, bundled_writer
+            from airflow_streaming.bundled_job import JobContext, bundled_writer
 
             ctx = JobContext(stream, "candidate", checkpoint, trigger_seconds)
             with contextlib.suppress(QueryCaptured):

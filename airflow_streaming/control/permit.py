@@ -112,13 +112,26 @@ def open_permit(root: str) -> StepPermit | None:
 
 def require(path: str, what: str) -> StepPermit:
     """The open permit for the stream whose control directory holds ``path``; :class:`ActingRefused` if none."""
-    root = posixpath.dirname(path)
+    return _require(posixpath.dirname(path), what, path)
+
+
+def require_for_stream(root: str, what: str) -> StepPermit:
+    """The open permit for the stream whose control directory is ``root``; :class:`ActingRefused` if none."""
+    return _require(root, what, root)
+
+
+def _require(root: str, what: str, where: str) -> StepPermit:
     permit = open_permit(root)
     if permit is None:
-        raise ActingRefused(f"{what} {path} outside a recorded lifecycle step: every change to a stream is a step of "
-                            "a lifecycle action under its lock (airflow_streaming.lifecycle.runner)")
+        raise ActingRefused(f"{what} {where} outside a recorded lifecycle step: every change to a stream is a step "
+                            "of a lifecycle action under its lock (airflow_streaming.lifecycle.runner)")
     permit.check(root, what)
     return permit
+
+
+def guards(storage: ControlStorage) -> bool:
+    """Whether ``storage`` is a guarded one (the Airflow side's: the hook's)."""
+    return isinstance(storage, GuardedStorage)
 
 
 def is_acting_file(path: str) -> bool:
@@ -199,5 +212,5 @@ class GuardedStorage(ControlStorage):
         return getattr(self.inner, name)
 
 
-__all__ = ["ACTING_FILES", "ActingRefused", "GuardedStorage", "StepPermit", "is_acting_file", "issue", "open_permit",
-           "require"]
+__all__ = ["ACTING_FILES", "ActingRefused", "GuardedStorage", "StepPermit", "guards", "is_acting_file", "issue",
+           "open_permit", "require", "require_for_stream"]

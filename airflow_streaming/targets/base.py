@@ -17,11 +17,13 @@ works from any host. The target is for what the marker cannot do (a driver that 
 from __future__ import annotations
 
 import abc
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from airflow_streaming.control import permit
 from airflow_streaming.control.contract import ControlPaths, DriverRecord
 from airflow_streaming.control.storage import ControlStorage
 from airflow_streaming.reconcile.observation import Liveness  # also importable from here
@@ -67,10 +69,33 @@ class DriverState:
         return self.liveness == Liveness.GONE
 
 
+def _for_a_step(method: Callable[..., Any], what: str) -> Callable[..., Any]:
+    """``method`` (a target's ``submit`` or ``kill``) refused without an open step permit for the target's
+    stream, when the target works on the Airflow side's guarded storage (the hook's)."""
+    @functools.wraps(method)
+    def acting(self: DriverTarget, *args: Any, **kwargs: Any) -> Any:
+        if permit.guards(self.storage):
+            permit.require_for_stream(self.paths.root, what)
+        return method(self, *args, **kwargs)
+
+    acting.__wrapped_for_a_step__ = True  # type: ignore[attr-defined]
+    return acting
+
+
 class DriverTarget(abc.ABC):
-    """A place where drivers run (see the module docstring). One instance serves one stream."""
+    """A place where drivers run (see the module docstring). One instance serves one stream.
+
+    A target's ``submit`` and ``kill`` start and signal drivers: on the Airflow side (a target over the
+    hook's guarded storage) they run only inside a recorded lifecycle step (:mod:`airflow_streaming.control.permit`)."""
 
     kind: str = "abstract"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, what in (("submit", "submission of a driver of"), ("kill", "kill of a driver of")):
+            method = cls.__dict__.get(name)
+            if method is not None and not getattr(method, "__wrapped_for_a_step__", False):
+                setattr(cls, name, _for_a_step(method, what))
 
     def __init__(self, storage: ControlStorage, paths: ControlPaths, settings: dict[str, Any] | None = None):
         self.storage = storage

@@ -36,7 +36,7 @@ from airflow_streaming.control.contract import (
     StatusDocument,
 )
 from airflow_streaming.control.storage import StorageError
-from spark_jobs.runtime.bundled_job import JobContext, bundled_writer, query_name
+from airflow_streaming.bundled_job import JobContext, bundled_writer, query_name
 from spark_jobs.runtime.driver_session import DriverSession, forget_secret_properties, secret_conf_from_environment
 from spark_jobs.runtime.gate_driver import run_gate_only
 from spark_jobs.runtime.hadoop_storage import driver_storage

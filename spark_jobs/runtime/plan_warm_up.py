@@ -67,7 +67,7 @@ def _scratch_uri(control_dir: str, path: str) -> str:
 def warm_up_plan(spark: Any, ns: Any) -> float | None:
     """Replay the last committed batch of ``ns.checkpoint`` with the job's plan into a ``noop`` sink.
     Returns the seconds it took, ``None`` when skipped; never raises (a warm-up only)."""
-    from spark_jobs.runtime.bundled_job import JobContext, bundled_writer, query_name
+    from airflow_streaming.bundled_job import JobContext, bundled_writer, query_name
     from spark_jobs.runtime.hadoop_storage import driver_storage
 
     if not ns.job:

@@ -28,7 +28,7 @@ from airflow_streaming.control.contract import EXIT_GRACEFUL, EXIT_STARTUP_FAILE
 from airflow_streaming.control.process import process_start_time
 from airflow_streaming.control.storage import ControlStorage, StorageError
 from airflow_streaming.control.takeover import TOOK_OVER
-from spark_jobs.runtime.bundled_job import JobContext, bundled_writer
+from airflow_streaming.bundled_job import JobContext, bundled_writer
 
 log = logging.getLogger("airflow_streaming.runtime")
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.spark
 MAKE_CHECKPOINT = '''
 import sys
 from pyspark.sql import SparkSession
-from spark_jobs.runtime.bundled_job import JobContext, bundled_writer
+from airflow_streaming.bundled_job import JobContext, bundled_writer
 spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
          .config("spark.sql.shuffle.partitions", "2").getOrCreate())
 job, ckpt, args = sys.argv[1], sys.argv[2], sys.argv[3:]

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from spark_jobs.runtime.bundled_job import JobContext, bundled_writer
+from airflow_streaming.bundled_job import JobContext, bundled_writer
 from spark_jobs.runtime.plan_warm_up import MAX_BYTES_CONF, warm_up_plan
 from webhdfs_standin import WebHdfsStandIn
 

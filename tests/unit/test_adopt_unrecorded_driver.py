@@ -72,7 +72,7 @@ def test_a_submitted_unrecorded_driver_is_adopted_and_can_then_be_killed(hook):
     assert hook.driver_record() == record and hook.deployed()["run_id"] == RUN
     assert hook.target_of(record).state(record).liveness == Liveness.ALIVE
     assert "adopted driver" in record.command and record.log_path == hook.driver_log_path(RUN)
-    hook.target.kill(record, 5.0)
+    stream_actions.kill(hook, record, 5.0, lock=lock, keep_marker=True)
     assert hook.processes_of_run(RUN) == []
 
 
@@ -108,7 +108,8 @@ def test_never_adopted_beside_a_driver_that_holds_the_lease(hook):
 def test_a_driver_the_target_cannot_single_out_is_refused_and_nothing_recorded(hook):
     lock = lock_of(hook)
     submitted_unrecorded(hook, lock)
-    twin = hook.target.submit(hook.launch_plan(RUN))  # a second, unrelated process of the same run
+    with stream_actions.step_permit(hook, lock=lock):
+        twin = hook.target.submit(hook.launch_plan(RUN))  # a second, unrelated process of the same run
     deadline = time.monotonic() + 10
     while twin["pid"] not in {p.pid for p in run_processes(RUN)} and time.monotonic() < deadline:
         time.sleep(0.05)

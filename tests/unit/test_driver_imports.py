@@ -37,7 +37,9 @@ DRIVER_SIDE = ("airflow_streaming", "airflow_streaming.checkpoint", "airflow_str
                # runtime tree in a stream version's own Spark runtime (runtime_bundle.EXTRA_ROOTS), reports it
                "airflow_streaming.pyspark_install",
                # the spec's check of spark_runtime (the lines and releases a version may name)
-               "airflow_streaming.spark_lines")
+               "airflow_streaming.spark_lines",
+               # a bundled job's query as the runtime runs it (the driver starts it, the gate plans it)
+               "airflow_streaming.bundled_job")
 #: Never on the driver side: Airflow, HTTP client libraries, pydantic, ORMs, cloud SDKs.
 FORBIDDEN = ("airflow", "pydantic", "requests", "httpx", "urllib3", "aiohttp", "sqlalchemy", "hdfs",
              "kubernetes", "psutil", "tenacity", "flask", "fastapi", "starlette")

@@ -46,7 +46,7 @@ def hook(tmp_path):
     for run in runs:
         for record in (hook.driver_record(), hook.standby_record()):
             if record is not None and record.run_id == run:
-                hook.target_of(record).kill(record, 5)
+                stream_actions.kill(hook, record, 5, keep_marker=True)
 
 
 def lock_of(hook: SparkStreamHook) -> LifecycleLock:
@@ -120,7 +120,7 @@ def crashed(hook: SparkStreamHook, runs: list[str], renewed_ago: float = 1.0):
     renewed = time.time() - renewed_ago
     hook.storage.unguarded.write_atomic(hook.paths.lease, Lease(active.run_id, proc.pid, start, socket.gethostname(), renewed,
                                                       renewed, 120).to_json())
-    hook.target.kill(active, 5)
+    stream_actions.kill(hook, active, 5, keep_marker=True)
     return active, standby
 
 
@@ -171,7 +171,7 @@ def test_a_standby_that_failed_while_preparing_is_prepared_again_only_after_a_wh
     """A standby that cannot start (no memory for a second driver) is not started again on every pass."""
     hook, runs = hook
     active, standby = active_and_standby(hook, runs)
-    hook.target.kill(standby, 5)
+    stream_actions.kill(hook, standby, 5, keep_marker=True)
     failed_at = time.time()
     hook.storage.unguarded.write_atomic(hook.paths.standby, json.dumps(
         {"run_id": standby.run_id, "state": "FAILED", "failover": True, "at": failed_at,

@@ -160,7 +160,8 @@ def test_state_kill_find_and_logs_through_the_pod_api(tmp_path, api, tls, token_
 
     # A record of this run pointing at the other run's pod: refused, nothing deleted.
     forged = replace(record, handle={**record.handle, "pod": other.handle["pod"]})
-    outcome = target.kill(forged, grace=7)
+    with stream_actions.step_permit(hook):  # a kill is a lifecycle step's
+        outcome = target.kill(forged, grace=7)
     assert outcome.startswith("refusing to delete pod") and api.deletions == [], outcome
 
     assert hook.log_tail(record.run_id, lines=2).splitlines() == [
@@ -171,7 +172,8 @@ def test_state_kill_find_and_logs_through_the_pod_api(tmp_path, api, tls, token_
     assert api.deletions == [("streams", record.handle["pod"], 7)]
     assert target.state(record).liveness == Liveness.GONE  # 404
     assert hook.processes_of_run(record.run_id) == []
-    assert target.kill(record, grace=1).startswith("nothing to kill")
+    with stream_actions.step_permit(hook):  # a kill is a lifecycle step's
+        assert target.kill(record, grace=1).startswith("nothing to kill")
     assert ("streams", other.handle["pod"]) in api.pods
     api.set_phase("streams", other.handle["pod"], "Failed", "Error")
     assert other_hook.target_of(other).state(other).liveness == Liveness.GONE
@@ -205,7 +207,8 @@ def test_tls_token_and_unreachable_api_are_unknown_never_gone(tmp_path, api, tls
     down = replace(record, handle={**record.handle, "api_server": closed})
     state = target().state(down)
     assert state.liveness == Liveness.UNKNOWN and closed in state.detail
-    assert target().kill(down, grace=1).startswith("cannot kill")
+    with stream_actions.step_permit(hook):  # a kill is a lifecycle step's
+        assert target().kill(down, grace=1).startswith("cannot kill")
     with pytest.raises(StreamStateUnknownError):
         target(api_server=closed).find(record.run_id)
     assert TOKEN not in state.detail
@@ -255,7 +258,8 @@ def test_a_failed_submission_deletes_the_runs_secret_and_another_runs_secret_is_
     assert target._delete_conf_secret("streams", record.handle["pod"], other.run_id) is False
     assert ("streams", conf_secret_name(record.handle["pod"])) in api.objects["secrets"]
     api.pods.pop(("streams", record.handle["pod"]))  # the pod went without its owned Secret (no GC ran)
-    assert target.kill(record, grace=1).startswith("nothing to kill")
+    with stream_actions.step_permit(hook):  # a kill is a lifecycle step's
+        assert target.kill(record, grace=1).startswith("nothing to kill")
     assert api.objects["secrets"] == {}
 
 

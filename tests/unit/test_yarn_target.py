@@ -127,7 +127,8 @@ def test_kill_acts_only_on_the_recorded_run_and_sends_the_rm_kill(tmp_path, rm, 
     target = hook.target_of(record)
 
     forged = replace(record, handle={**record.handle, "app_id": other.handle["app_id"]})
-    outcome = target.kill(forged, grace=2)
+    with stream_actions.step_permit(hook):  # a kill is a lifecycle step's
+        outcome = target.kill(forged, grace=2)
     assert outcome.startswith("refusing to kill") and f"do not carry run {record.run_id}" in outcome, outcome
     assert rm.apps[other.handle["app_id"]]["state"] == "RUNNING" and rm.kills == []
 
@@ -135,7 +136,8 @@ def test_kill_acts_only_on_the_recorded_run_and_sends_the_rm_kill(tmp_path, rm, 
     assert "accepted" in outcome and "KILLED" in outcome, outcome
     assert rm.kills == [(record.handle["app_id"], target.user)]  # PUT .../state with user.name
     assert target.state(record).gone and rm.apps[other.handle["app_id"]]["state"] == "RUNNING"
-    assert target.kill(record, grace=1).startswith("nothing to kill")
+    with stream_actions.step_permit(hook):  # a kill is a lifecycle step's
+        assert target.kill(record, grace=1).startswith("nothing to kill")
     assert not hook.storage.exists(hook.paths.marker)
 
 

@@ -1,8 +1,9 @@
 """A bundled job's query as the runtime runs it: what the job knows of its stream and its writer.
 
 Shared by the driver (:mod:`spark_jobs.runtime.launcher`, which starts the query) and the
-compatibility check (:mod:`airflow_streaming.compat.candidate`, which only plans it); it imports
-nothing of either, so the two do not import each other.
+compatibility check (:mod:`airflow_streaming.compat.candidate`, which only plans it): a pure module of
+the ground floor (the standard library only; the job's module is loaded by name), which both import, so
+neither imports the other.
 """
 
 from __future__ import annotations
