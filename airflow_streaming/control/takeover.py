@@ -48,7 +48,7 @@ class Judgement:
     marker_raw: bytes | None = None
 
 
-def judge(storage: ControlStorage, paths: ControlPaths, me: str, version: str,
+def judge_takeover(storage: ControlStorage, paths: ControlPaths, me: str, version: str,
           now: float | None = None) -> Judgement:
     """Whether the hot standby ``me`` (of ``version``) takes over now (see the module docstring).
 

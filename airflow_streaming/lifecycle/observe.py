@@ -34,7 +34,7 @@ from airflow_streaming.reconcile.observation import (
     Standby,
 )
 from airflow_streaming.supervision.classification import FailureKind, classify
-from airflow_streaming.supervision.policy import Action as BudgetAction
+from airflow_streaming.supervision.policy import BudgetAction
 from airflow_streaming.supervision.policy import RestartLedger, RestartPolicy, restart_budget
 
 _TERMINAL_STEPS = frozenset(s.value for s in TERMINAL)
@@ -72,9 +72,10 @@ class Observed:
 
 
 def observe(hook: Any, policy: RestartPolicy | None = None, ledger: RestartLedger | None = None,
-            now: float | None = None, holding_lock: bool = False) -> Observed:
+            now: float | None = None, holding_lock: bool = False, wait_within_s: float = 0.0) -> Observed:
     """One observation of ``hook``'s stream. ``holding_lock``: the caller holds the stream's lifecycle
-    lock, so an unfinished action is abandoned (nobody else can be running it)."""
+    lock, so an unfinished action is abandoned (nobody else can be running it). ``wait_within_s``: a backoff
+    no longer than this is ``BACKOFF_SHORT`` (the caller may wait it out)."""
     now = time.time() if now is None else now
     policy = policy or RestartPolicy()
     ledger = ledger or RestartLedger()
@@ -129,14 +130,20 @@ def observe(hook: Any, policy: RestartPolicy | None = None, ledger: RestartLedge
     observation = Observation(
         desired=desired, action=action, record=record_state, liveness=liveness, status=status, health=health,
         start_overdue=start_overdue, failure=failure,
-        budget={BudgetAction.WAIT: Budget.BACKOFF, BudgetAction.GIVE_UP: Budget.EXHAUSTED}.get(
-            budget.action, Budget.AVAILABLE),
+        budget=_budget(budget, wait_within_s),
         gave_up=ledger.gave_up, recovering=bool(ledger.failures) and ledger.healthy_since is None, lease=lease,
         standby=standby, run_id=record.run_id if record is not None else None, step=step,
         detail="; ".join(n for n in notes if n))
     return Observed(observation, record, doc, verdict, failed_at, error.get("error_class"), budget.reason,
                     budget.attempt, budget.max_attempts,
                     budget.wait_s if budget.action == BudgetAction.WAIT else None)
+
+
+def _budget(budget: Any, wait_within_s: float) -> Budget:
+    if budget.action == BudgetAction.WAIT:
+        short = budget.wait_s is not None and budget.wait_s <= wait_within_s
+        return Budget.BACKOFF_SHORT if short else Budget.BACKOFF
+    return Budget.EXHAUSTED if budget.action == BudgetAction.GIVE_UP else Budget.AVAILABLE
 
 
 def _run_status(doc: StatusDocument) -> RunStatus:

@@ -24,6 +24,7 @@ from airflow_streaming.lifecycle.runner import (
     resume_target,
 )
 from airflow_streaming.lifecycle.trust import trusted_spec
+from airflow_streaming.reconcile.change import Change, choose_change
 from airflow_streaming.redaction import redact, restore_secrets
 from airflow_streaming.spec import SpecError, StreamSpec
 
@@ -111,13 +112,13 @@ def operate(state: DesiredState, stream: str, action: str, version: str | None =
     # upgrade
     wanted = version or target.version
     spec = target.spec_for(wanted)
-    if current_version is None:
+    change = choose_change(wanted, spec.name, current_version, hook.spec.name, target.transition_for(wanted))
+    if change == Change.DEPLOY:
         raise SpecError("action", f"stream {stream!r} was never deployed: deploy it first")
-    if wanted == current_version and spec.name == hook.spec.name:
+    if change == Change.UNCHANGED:
         return {"stream": stream, "outcome": "UNCHANGED", "version": wanted}
-    if target.transition_for(wanted) == "parallel":
-        return _run(LifecycleRunner(spec, Action.PARALLEL, options, current=hook.spec, notify=notify, resume=resume))
-    return _run(LifecycleRunner(spec, Action.UPGRADE, options, current=hook.spec, notify=notify, resume=resume))
+    kind = Action.PARALLEL if change == Change.PARALLEL else Action.UPGRADE
+    return _run(LifecycleRunner(spec, kind, options, current=hook.spec, notify=notify, resume=resume))
 
 
 def deploy_stream(spec: StreamSpec, options: LifecycleOptions | None = None,
@@ -196,7 +197,8 @@ def apply_pending(state: DesiredState, owner: str | None = None,
         started = time.time()
         entry: dict[str, Any] = {"stream": change.stream, "from": change.from_version, "to": change.to_version,
                                  "transition": change.transition}
-        action = "deploy" if change.from_version is None else "upgrade"
+        action = "deploy" if choose_change(change.to_version, "", change.from_version, "",
+                                           change.transition) == Change.DEPLOY else "upgrade"
         try:
             result = operate(state, change.stream, action, change.to_version, owner=owner, notify=notify)
             entry["outcome"] = result.get("outcome", "DEPLOYED")

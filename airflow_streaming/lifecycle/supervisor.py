@@ -97,11 +97,10 @@ def _supervise_locked(hook: SparkStreamHook, policy: RestartPolicy, notify: Call
                       now: float | None, max_wait_s: float, lock: LifecycleLock) -> PassResult:
     now = time.time() if now is None else now
     ledger = load_ledger(hook)
-    seen = observe(hook, policy, ledger, now, holding_lock=True)
+    seen = observe(hook, policy, ledger, now, holding_lock=True, wait_within_s=max_wait_s)
     decision = seen.decide(policy)
-    if (decision.act == Act.OBSERVE and decision.event == "FAILED" and seen.backoff_s is not None
-            and seen.backoff_s <= max_wait_s):
-        time.sleep(seen.backoff_s)  # a short backoff: wait it out in this pass
+    if decision.act == Act.WAIT:  # a short backoff: waited out in this pass, then one more look
+        time.sleep(seen.backoff_s or 0.0)
         now = time.time()
         seen = observe(hook, policy, ledger, now, holding_lock=True)
         decision = seen.decide(policy)

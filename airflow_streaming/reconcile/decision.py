@@ -16,7 +16,8 @@ wins; ``docs/reconcile.md`` lists the resulting table):
    driver that reported its failure);
 6. wanted running and proven gone: restart, within the restart policy; where the policy forbids it
    (attempts exhausted, a deterministic failure, gave up earlier, another run holds the lease, a
-   stop made outside the lifecycle), a notification that says why. *Never a silent NOTHING* - but
+   stop made outside the lifecycle), a notification that says why; a short backoff is waited out
+   (``WAIT``), a longer one observed. *Never a silent NOTHING* - but
    for a crash that the stream's hot standby is taking over (bounded: ``TAKEOVER_WINDOW_S``).
 
 A stream with a hot standby (``StreamSpec.hot_standby``): a takeover by the standby is recorded and
@@ -59,6 +60,9 @@ class Act(str, Enum):
     """Resume the abandoned recovery from its recorded step (it never submits a run twice)."""
     GIVE_UP = "GIVE_UP"
     """Record in the ledger that the supervisor gave up, and notify."""
+    WAIT = "WAIT"
+    """A short backoff before the next restart: wait it out (``Observed.backoff_s``), then observe and decide
+    again, once (the supervisor's pass)."""
     REPORT = "REPORT"
     """Change nothing; notify a person (the event says why)."""
     PREPARE_STANDBY = "PREPARE_STANDBY"
@@ -201,6 +205,9 @@ def _failed(o: Observation, what: str, kill_first: bool) -> Decision:
         return Decision(Act.GIVE_UP, f"{what}; restart attempts exhausted", "GAVE_UP")
     if o.budget == Budget.BACKOFF:
         return Decision(Act.OBSERVE, f"{what}; backing off before the next restart", "FAILED")
+    if o.budget == Budget.BACKOFF_SHORT:
+        return Decision(Act.WAIT, f"{what}; backing off briefly before the next restart: waited out, then looked "
+                                  "at again", "FAILED")
     return Decision(Act.RESTART, f"{what}; restarting from the checkpoint", "RESTARTING", kill_first=kill_first)
 
 

@@ -100,6 +100,8 @@ class Budget(str, Enum):
 
     AVAILABLE = "AVAILABLE"
     BACKOFF = "BACKOFF"
+    BACKOFF_SHORT = "BACKOFF_SHORT"
+    """Backing off, for no longer than the observer may wait (the supervisor pass's ``max_wait_s``)."""
     EXHAUSTED = "EXHAUSTED"
 
 

@@ -16,7 +16,7 @@ from airflow_streaming.exceptions import StreamFailedError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec, as_spec
 from airflow_streaming.task_failures import fail_fast_on_permanent_errors
-from airflow_streaming.triggers.health import MODES, REPORT, WATCH, SparkStreamHealthTrigger, decide
+from airflow_streaming.triggers.health import MODES, REPORT, WATCH, SparkStreamHealthTrigger, health_event
 from airflow_streaming.ui.links import STREAM_LINKS
 
 DEFAULT_FAIL_ON = ("FALLING_BEHIND", "STALLED", "FAILED", "STOPPED")
@@ -129,7 +129,7 @@ class SparkStreamHealthSensor(BaseSensorOperator):
         with fail_fast_on_permanent_errors():
             spec = as_spec(self.spec)
             verdict = self._verdict(spec)
-            event = decide(self.health_mode, verdict, started, time.time(), self.watch_seconds, self.fail_on)
+            event = health_event(self.health_mode, verdict, started, time.time(), self.watch_seconds, self.fail_on)
             self._log_verdict(verdict)
             if event is not None:
                 return self._finish(event)
@@ -140,7 +140,7 @@ class SparkStreamHealthSensor(BaseSensorOperator):
     def poke(self, context: Context) -> PokeReturnValue:
         with fail_fast_on_permanent_errors():
             verdict = self._verdict(as_spec(self.spec))
-            event = decide(self.health_mode, verdict, self._started_at(context), time.time(), self.watch_seconds,
+            event = health_event(self.health_mode, verdict, self._started_at(context), time.time(), self.watch_seconds,
                            self.fail_on)
             self._log_verdict(verdict)
             if event is None:

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import Field
 
 from airflow_streaming.models import Model
-from airflow_streaming.supervision.classification import Classification, FailureKind
+
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class RestartPolicy:
         return min(self.backoff_initial_s * self.backoff_multiplier ** max(attempt - 1, 0), self.backoff_max_s)
 
 
-class Action(str, Enum):
+class BudgetAction(str, Enum):
     RESTART = "RESTART"
     WAIT = "WAIT"
     GIVE_UP = "GIVE_UP"
@@ -72,8 +72,8 @@ class RestartLedger(Model):
 
 
 @dataclass(frozen=True)
-class Decision:
-    action: Action
+class RestartBudget:
+    action: BudgetAction
     reason: str
     attempt: int | None = None
     max_attempts: int | None = None
@@ -92,34 +92,20 @@ def note_healthy(ledger: RestartLedger, policy: RestartPolicy, now: float) -> bo
     return False
 
 
-def decide(policy: RestartPolicy, ledger: RestartLedger, classification: Classification, run_id: str,
-           failed_at: float, now: float) -> Decision:
-    """What to do about the failure of ``run_id`` observed at ``now`` (pure; the caller records it)."""
-    if run_id in ledger.handled_run_ids:
-        return Decision(Action.NOTHING, f"run {run_id} was already handled")
-    if ledger.gave_up:
-        return Decision(Action.NOTHING, "the supervisor already gave up on this stream")
-    if classification.kind == FailureKind.NOT_A_FAILURE:
-        return Decision(Action.NOTHING, classification.reason)
-    if classification.kind == FailureKind.DETERMINISTIC:
-        return Decision(Action.GIVE_UP, f"deterministic failure, not retried: {classification.reason}")
-    return restart_budget(policy, ledger, failed_at, now)
-
-
-def restart_budget(policy: RestartPolicy, ledger: RestartLedger, failed_at: float, now: float) -> Decision:
+def restart_budget(policy: RestartPolicy, ledger: RestartLedger, failed_at: float, now: float) -> RestartBudget:
     """Whether one more restart is allowed now: RESTART, WAIT (backing off, ``wait_s`` left) or GIVE_UP
     (attempts within the validity interval exhausted). Only counts; says nothing of the failure's kind."""
     recent = [t for t in ledger.failures if failed_at - t <= policy.validity_interval_s]
     attempt = len(recent) + 1
     if attempt > policy.max_attempts:
-        return Decision(Action.GIVE_UP, f"{len(recent)} restarts within {policy.validity_interval_s:.0f}s "
+        return RestartBudget(BudgetAction.GIVE_UP, f"{len(recent)} restarts within {policy.validity_interval_s:.0f}s "
                                         f"(max {policy.max_attempts})", len(recent), policy.max_attempts)
     wait = policy.backoff(attempt)
     remaining = failed_at + wait - now
     if remaining > 0:
-        return Decision(Action.WAIT, f"backing off {wait:.0f}s before attempt {attempt}", attempt,
+        return RestartBudget(BudgetAction.WAIT, f"backing off {wait:.0f}s before attempt {attempt}", attempt,
                         policy.max_attempts, remaining)
-    return Decision(Action.RESTART, f"restart attempt {attempt} of {policy.max_attempts}", attempt,
+    return RestartBudget(BudgetAction.RESTART, f"restart attempt {attempt} of {policy.max_attempts}", attempt,
                     policy.max_attempts, 0.0)
 
 

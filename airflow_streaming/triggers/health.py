@@ -25,9 +25,9 @@ def poll_once(spec_dict: dict[str, Any]) -> dict[str, Any]:
     return hook_for(spec_dict).health().to_dict()
 
 
-def decide(mode: str, verdict: dict[str, Any], started: float, now: float, watch_seconds: float,
+def health_event(mode: str, verdict: dict[str, Any], started: float, now: float, watch_seconds: float,
            fail_on: tuple[str, ...]) -> dict[str, Any] | None:
-    """The event to fire for this verdict, or ``None`` to keep polling. Pure."""
+    """The health sensor's event for this verdict (its mode's condition met), or ``None`` to keep polling. Pure."""
     state = verdict["state"]
     if mode == REPORT:
         return {"status": "report", "verdict": verdict}
@@ -83,7 +83,7 @@ class SparkStreamHealthTrigger(BaseTrigger):
             if verdict["state"] != last_state:
                 self.log.info("stream %s: %s", self.spec.get("name"), verdict["state"])
                 last_state = verdict["state"]
-            event = decide(self.mode, verdict, self.started, time.time(), self.watch_seconds, self.fail_on)
+            event = health_event(self.mode, verdict, self.started, time.time(), self.watch_seconds, self.fail_on)
             if event is not None:
                 yield TriggerEvent(event)
                 return

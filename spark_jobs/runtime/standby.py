@@ -79,7 +79,7 @@ class Standby:
 
         ns = self.ns
         try:
-            judged = takeover.judge(self.storage, self.paths, ns.run_id, ns.version)
+            judged = takeover.judge_takeover(self.storage, self.paths, ns.run_id, ns.version)
         except StorageError as exc:
             log.warning("hot standby: cannot read the control files (looking again): %s", exc)
             return None
@@ -97,7 +97,7 @@ class Standby:
             log.warning("hot standby: cannot take the lifecycle lock (looking again): %s", exc)
             return None
         try:
-            judged = takeover.judge(self.storage, self.paths, ns.run_id, ns.version)  # again, under the lock
+            judged = takeover.judge_takeover(self.storage, self.paths, ns.run_id, ns.version)  # again, under the lock
             if judged.act != "take_over":
                 return "exit" if judged.act == "exit" else None
             own = self.storage.read_bytes(self.paths.standby_driver)

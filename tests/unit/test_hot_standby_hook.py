@@ -148,7 +148,7 @@ def test_a_takeover_is_observed_recorded_once_and_a_new_standby_wanted(hook):
     hook, runs = hook
     active, standby = crashed(hook, runs)
     standby_ready(hook, standby.run_id)
-    judged = takeover.judge(hook.storage.unguarded, hook.paths, standby.run_id, "v1")
+    judged = takeover.judge_takeover(hook.storage.unguarded, hook.paths, standby.run_id, "v1")
     assert judged.act == "take_over"
     own = hook.storage.read_bytes(hook.paths.standby_driver)
     pid = hook.standby_record().submit_pid  # the standby's process stands in for its Python driver

@@ -84,6 +84,8 @@ def _violations(o: Observation, policy: Policy) -> list[str]:
     # The policy forbids: deterministic failures, exhausted attempts, an earlier give-up, a backoff.
     if d.act == Act.RESTART and (o.failure != Failure.TRANSIENT or o.budget != Budget.AVAILABLE or o.gave_up):
         bad.append("a restart the restart policy forbids")
+    if d.act == Act.WAIT and not (o.budget == Budget.BACKOFF_SHORT and d.event == "FAILED"):
+        bad.append("a wait that is not a short backoff of a notified failure")
     if d.act == Act.GIVE_UP and d.event != "GAVE_UP":
         bad.append("a give-up without its notification")
     if d.act == Act.RESTART and d.event != "RESTARTING":
@@ -154,6 +156,7 @@ def test_a_driver_killed_while_starting_is_restarted_not_left_unknown():
 @pytest.mark.parametrize("budget,failure,act,event", [
     (Budget.AVAILABLE, Failure.TRANSIENT, Act.RESTART, "RESTARTING"),
     (Budget.BACKOFF, Failure.TRANSIENT, Act.OBSERVE, "FAILED"),
+    (Budget.BACKOFF_SHORT, Failure.TRANSIENT, Act.WAIT, "FAILED"),
     (Budget.EXHAUSTED, Failure.TRANSIENT, Act.GIVE_UP, "GAVE_UP"),
     (Budget.AVAILABLE, Failure.DETERMINISTIC, Act.GIVE_UP, "GAVE_UP"),
     (Budget.AVAILABLE, Failure.NOT_A_FAILURE, Act.REPORT, "UNHEALTHY"),

@@ -6,16 +6,15 @@ import pytest
 
 from airflow_streaming.supervision.classification import FailureKind, classify
 from airflow_streaming.supervision.policy import (
-    Action,
+    BudgetAction as Action,
     RestartLedger,
     RestartPolicy,
-    decide,
     note_healthy,
-    record_give_up,
     record_restart,
+    restart_budget,
 )
 
-TRANSIENT = classify("SPARK_EXECUTOR_LOST", "executor lost", 3)
+
 POLICY = RestartPolicy(max_attempts=3, validity_interval_s=600, backoff_initial_s=10, backoff_multiplier=2,
                        backoff_max_s=25, reset_after_healthy_s=300)
 
@@ -47,26 +46,26 @@ def test_backoff_is_exponential_with_a_cap():
 
 def test_restart_waits_for_the_backoff_then_restarts():
     ledger = RestartLedger()
-    waiting = decide(POLICY, ledger, TRANSIENT, "run-1", failed_at=1000, now=1004)
+    waiting = restart_budget(POLICY, ledger, failed_at=1000, now=1004)
     assert waiting.action == Action.WAIT and waiting.attempt == 1 and waiting.wait_s == pytest.approx(6)
-    go = decide(POLICY, ledger, TRANSIENT, "run-1", failed_at=1000, now=1010)
+    go = restart_budget(POLICY, ledger, failed_at=1000, now=1010)
     assert go.action == Action.RESTART and (go.attempt, go.max_attempts) == (1, 3)
 
 
 def test_attempts_exhausted_within_the_validity_interval_give_up():
     ledger = RestartLedger()
     for i, t in enumerate((1000, 1100, 1200)):
-        assert decide(POLICY, ledger, TRANSIENT, f"run-{i}", t, t + 100).action == Action.RESTART
+        assert restart_budget(POLICY, ledger, t, t + 100).action == Action.RESTART
         record_restart(ledger, f"run-{i}", t, "X")
-    gave_up = decide(POLICY, ledger, TRANSIENT, "run-3", 1300, 1400)
+    gave_up = restart_budget(POLICY, ledger, 1300, 1400)
     assert gave_up.action == Action.GIVE_UP and "3 restarts within 600s" in gave_up.reason
 
 
 def test_failures_older_than_the_validity_interval_do_not_count():
     ledger = RestartLedger(failures=[0, 100, 200])
-    decision = decide(POLICY, ledger, TRANSIENT, "run-9", failed_at=900, now=1000)
+    decision = restart_budget(POLICY, ledger, failed_at=900, now=1000)
     assert decision.action == Action.RESTART and decision.attempt == 1  # 900 - 200 = 700 s > 600 s: none count
-    assert decide(POLICY, RestartLedger(failures=[850, 860, 870]), TRANSIENT, "r", 900, 1000).action == Action.GIVE_UP
+    assert restart_budget(POLICY, RestartLedger(failures=[850, 860, 870]), 900, 1000).action == Action.GIVE_UP
 
 
 def test_counter_resets_after_a_healthy_period():
@@ -74,24 +73,12 @@ def test_counter_resets_after_a_healthy_period():
     assert not note_healthy(ledger, POLICY, 1300)
     assert not note_healthy(ledger, POLICY, 1599)
     assert note_healthy(ledger, POLICY, 1600) and ledger.failures == []
-    assert decide(POLICY, ledger, TRANSIENT, "run-x", 1700, 1720).attempt == 1
+    assert restart_budget(POLICY, ledger, 1700, 1720).attempt == 1
 
 
-def test_a_handled_run_is_never_restarted_twice():
-    ledger = RestartLedger()
-    assert decide(POLICY, ledger, TRANSIENT, "run-1", 1000, 1010).action == Action.RESTART
-    record_restart(ledger, "run-1", 1000, "X")
-    again = decide(POLICY, ledger, TRANSIENT, "run-1", 1000, 1011)
-    assert again.action == Action.NOTHING and "already handled" in again.reason
-
-
-def test_deterministic_failure_gives_up_at_once_and_stays_given_up():
-    ledger = RestartLedger()
-    det = classify("STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", "", 3)
-    decision = decide(POLICY, ledger, det, "run-1", 1000, 1000)
-    assert decision.action == Action.GIVE_UP and "not retried" in decision.reason
-    record_give_up(ledger, "run-1", "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE")
-    assert decide(POLICY, ledger, TRANSIENT, "run-2", 2000, 2100).action == Action.NOTHING
+# Which failures are restarted at all (deterministic ones, a stream the supervisor gave up on, another run's
+# lease) is the reconcile core's rule (reconcile/decision.py, tests/unit/test_reconcile_*.py): the policy only
+# counts attempts and backs off.
 
 
 def test_ledger_round_trip_and_policy_validation():

@@ -53,7 +53,7 @@ def stream(tmp_path, dead_process):
 
 
 def take(storage, paths, me=STANDBY, version="v1", own=None):
-    judged = takeover.judge(storage, paths, me, version)
+    judged = takeover.judge_takeover(storage, paths, me, version)
     if judged.act != "take_over":
         return judged, None
     own = own if own is not None else storage.read_bytes(paths.standby_driver)
@@ -77,7 +77,7 @@ def test_a_crashed_run_is_taken_over_lease_record_and_marker(stream):
     assert contract.read_marker(storage, paths)["took_over_from"] == ACTIVE
     assert storage.read_bytes(paths.driver) == storage.read_bytes(paths.standby_driver)
     # Done once: the next look finds itself promoted.
-    assert takeover.judge(storage, paths, STANDBY, "v1").act == "wait"
+    assert takeover.judge_takeover(storage, paths, STANDBY, "v1").act == "wait"
 
 
 def test_a_live_holder_is_never_taken_over(stream):
@@ -141,7 +141,7 @@ def test_a_stop_an_action_or_garbage_is_never_taken_over(stream, change, act, wh
                                    "lease taken"])
 def test_files_that_move_between_the_judgement_and_the_takeover_win(stream, moved):
     storage, paths = stream
-    judged = takeover.judge(storage, paths, STANDBY, "v1")
+    judged = takeover.judge_takeover(storage, paths, STANDBY, "v1")
     assert judged.act == "take_over"
     if moved == "marker removed (a stop)":
         contract.request_stop(storage, paths)
@@ -168,8 +168,8 @@ def test_of_two_standbys_racing_exactly_one_takes_over(stream):
     storage, paths = stream
     standbys = [STANDBY, OTHER]
     for me in standbys:
-        assert takeover.judge(storage, paths, me, "v1").act == "take_over"
-    judgements = {me: takeover.judge(storage, paths, me, "v1") for me in standbys}  # both judged first
+        assert takeover.judge_takeover(storage, paths, me, "v1").act == "take_over"
+    judgements = {me: takeover.judge_takeover(storage, paths, me, "v1") for me in standbys}  # both judged first
     won: dict[str, object] = {}
     barrier = threading.Barrier(2)
 
@@ -196,7 +196,7 @@ def test_a_storage_error_mid_takeover_gives_everything_back(stream, failing, mon
     from airflow_streaming.control.storage import StorageError
 
     storage, paths = stream
-    judged = takeover.judge(storage, paths, STANDBY, "v1")
+    judged = takeover.judge_takeover(storage, paths, STANDBY, "v1")
     before = {p: storage.read_bytes(p) for p in (paths.marker, paths.driver)}
     real = storage.compare_and_swap
 
