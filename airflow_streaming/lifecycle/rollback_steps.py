@@ -44,7 +44,7 @@ class RollbackSteps:
         if record.snapshot is not None:
             report = snapshots.restore_snapshot(snapshots.SnapshotManifest.from_dict(record.snapshot),
                                                 f".rolled-back-{record.id}", resolve=self.home.storage_of,
-                                                snapshot_storage=self.storage)
+                                                snapshot_storage=self.storage.unguarded)
             detail = f"checkpoint restored to batch {report['batch_id']}" + (
                 ", file sink log restored" if report.get("sink_metadata_restored") else "")
         self._advance(record, Step.RESTORED, detail)

@@ -75,9 +75,9 @@ class StopSteps:
         snapshot_dir = self._snapshot_dir(record)
         try:
             manifest = snapshots.take_snapshot(location, snapshot_dir, record.sink_path, resolve=self.home.storage_of,
-                                               snapshot_storage=self.storage)
+                                               snapshot_storage=self.storage.unguarded)
         except OSError as exc:
-            snapshots.discard_incomplete(snapshot_dir, self.storage)
+            snapshots.discard_incomplete(snapshot_dir, self.storage.unguarded)
             cause = exc if isinstance(exc, StorageError) else describe_os_error(snapshot_dir, exc,
                                                                                  "write the snapshot into")
             raise LifecycleError(f"the snapshot failed: {exc.strerror or exc}: {cause}") from exc
