@@ -48,16 +48,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_streaming import faults
-from airflow_streaming.checkpoint.batches import BatchPosition
 from airflow_streaming.compat.run import run_check
-from airflow_streaming.control import contract
 from airflow_streaming.control import permit as permits
 from airflow_streaming.control.contract import HISTORY_NAME, RECORD_NAME, ControlFileError  # noqa: F401 - re-exported
 from airflow_streaming.control.permit import StepPermit
 from airflow_streaming.control.storage import StorageError
-from airflow_streaming.exceptions import LifecycleError, StreamAlreadyRunningError, StreamingError
-from airflow_streaming.hooks.streaming_job import SparkStreamHook, storage_path
-from airflow_streaming.lifecycle import snapshot as snapshots
+from airflow_streaming.exceptions import LifecycleError, StreamingError
+from airflow_streaming.hooks.streaming_job import SparkStreamHook
+from airflow_streaming.lifecycle.checkpoint_evidence import CheckpointEvidence
 from airflow_streaming.lifecycle.gate_steps import GateSteps
 from airflow_streaming.control.lifecycle_lock import LifecycleLock, LifecycleLockLost
 from airflow_streaming.lifecycle.record import (
@@ -73,6 +71,7 @@ from airflow_streaming.lifecycle.record import (
 )
 from airflow_streaming.lifecycle.rollback_steps import RollbackSteps
 from airflow_streaming.lifecycle.run_steps import RunSteps
+from airflow_streaming.lifecycle.start_steps import REMOTE_TARGETS, StartSteps  # noqa: F401 - re-exported
 from airflow_streaming.lifecycle.stop_steps import StopSteps
 from airflow_streaming.lifecycle.stored import (  # noqa: F401 - re-exported: the public readers of a stream's records
     _first_batch,
@@ -96,10 +95,6 @@ _UNTOUCHED = frozenset({Step.PLANNED, Step.CHECKED, Step.PREPARING})
 #: Steps of a rollback: an error is retried, then ROLLBACK_FAILED (a person must look).
 _ROLLBACK_STEPS = frozenset({Step.ROLLING_BACK, Step.RESTORED, Step.RESTARTING_OLD})
 ROLLBACK_ATTEMPTS = 3
-
-
-#: Targets whose drivers run off the Airflow worker: a cold gate runs as a short driver on the target.
-REMOTE_TARGETS = frozenset({"standalone-cluster", "yarn", "kubernetes"})
 
 
 @dataclass(frozen=True)
@@ -132,7 +127,7 @@ class LifecycleOptions:
     :class:`~airflow_streaming.lifecycle.waits.WaitNeeded` (the operator defers to a trigger)."""
 
 
-class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
+class LifecycleRunner(CheckpointEvidence, StartSteps, GateSteps, StopSteps, RunSteps, RollbackSteps):
     """Runs (or resumes) one action for the stream named by ``target``.
 
     :param target: the spec the stream should run afterwards (for a parallel transition: the new stream;
@@ -392,198 +387,7 @@ class LifecycleRunner(GateSteps, StopSteps, RunSteps, RollbackSteps):
         faults.hit("runner.step", f"{record.action.value}:{record.step.value};")
         return record
 
-    def _sink_path(self) -> str | None:
-        """The file sink's directory, from the running query's last progress (``FileSink[path]``)."""
-        try:
-            doc = self.home.status()
-        except (ControlFileError, StorageError):
-            return None
-        for query in doc.queries if doc is not None else []:
-            for progress in reversed(query.recent_progress):
-                path = snapshots.sink_path_from_description((progress.get("sink") or {}).get("description"))
-                if path:
-                    return path
-        return None
-
-    # ------------------------------------------------------------------ checkpoint evidence
-    def _ran_evidence(self) -> str | None:
-        """Why we know the stream has run on its checkpoint (committed batches recorded somewhere), or
-        ``None`` for a stream that has never run."""
-        try:
-            doc = self.home.status()
-        except (ControlFileError, StorageError) as exc:
-            return f"its status document cannot be read ({exc})"
-        if doc is not None and doc.last_batch_id() is not None:
-            return f"status.json of run {doc.run_id} records committed batch {doc.last_batch_id()}"
-        for entry in reversed(self.history()):
-            for key in ("last_batch_before", "first_batch_after"):
-                if isinstance(entry.get(key), int):
-                    return f"history.json records batch {entry[key]} ({entry.get('action')} {entry.get('id')})"
-        if doc is not None and doc.queries:
-            return f"the query of run {doc.run_id} started on it (status.json)"
-        return None
-
-    def _checkpoint_position(self, record: LifecycleRecord, purpose: str) -> tuple[BatchPosition | None, str | None]:
-        """``(position, refusal)``: the checkpoint's position, or why the action must not go on.
-
-        A checkpoint that is missing, empty or unreadable while the stream has run (see
-        :meth:`_ran_evidence`) refuses: the gate and the snapshot are never skipped silently."""
-        location = self.home.checkpoint_locations()[0]
-        try:
-            exists = self.home.checkpoint_exists(location)
-            position = self.home.batch_position(location) if exists else None
-        except StorageError as exc:
-            return None, (f"the checkpoint {location} cannot be read ({exc}): {purpose} cannot run. Check that its "
-                          "storage is mounted and readable, then run the action again")
-        if position is not None and position.last_committed is not None:
-            return position, None
-        evidence = self._ran_evidence()
-        if evidence is None:
-            return position, None
-        found = "does not exist" if position is None else "has no committed batch"
-        return None, (f"the checkpoint {location} {found}, but the stream has run on it ({evidence}): {purpose} "
-                      f"cannot run. Is the checkpoint storage mounted, and is checkpoint_location right? Check "
-                      f"{storage_path(location)}; restore it from a snapshot under "
-                      f"{self.home.paths.root}/snapshots if it was lost. Nothing was changed")
-
-    # ------------------------------------------------------------------ steps
-    def _planned(self, record: LifecycleRecord) -> None:
-        if record.action == Action.FAILOVER:
-            self._record_takeover(record)
-            return
-        if record.action == Action.STANDBY:
-            record.new_run_id = record.new_run_id or contract.new_run_id()
-            self._advance(record, Step.STARTING, f"hot standby run {record.new_run_id}")
-            return
-        if record.action == Action.RECOVER and self.options.kill_run_id:
-            self._kill_before_recovery(record, self.options.kill_run_id)
-        if record.action in (Action.PARALLEL, Action.DEPLOY, Action.RECOVER):
-            running = self.new_hook.running_driver()
-            if running:
-                raise StreamAlreadyRunningError(f"stream {self.target.name!r} is already running: {running}. "
-                                                "Stop it before deploying again.")
-            record.new_run_id = contract.new_run_id()
-            self._advance(record, Step.STARTING, f"stream {self.target.name} run {record.new_run_id}")
-            return
-        if record.action == Action.STOP:
-            self._advance(record, Step.STOPPING)
-            return
-        position, refusal = self._checkpoint_position(record, "the compatibility gate")
-        if refusal:
-            record.error = refusal
-            self._advance(record, Step.REFUSED, refusal)
-            return
-        if position is None or position.last_committed is None:
-            self._advance(record, Step.CHECKED, "the stream never ran (no committed batch recorded, none in the "
-                          "checkpoint): no compatibility gate needed")
-            return
-        if _same_spec(record.from_spec, self.target):
-            self._advance(record, Step.CHECKED, "same spec: no compatibility change to check")
-            return
-        if record.warm_start and self.options.check is run_check:
-            # The gate runs inside the prepared driver: its session and the candidate's code are up there.
-            record.gate_in_standby = True
-            record.new_run_id = record.new_run_id or contract.new_run_id()
-            self._advance(record, Step.PREPARING, f"standby run {record.new_run_id}; the compatibility gate runs "
-                                                  "inside it before anything is stopped")
-            return
-        try:
-            if self.options.check is run_check and (self.new_hook.target.kind in REMOTE_TARGETS
-                                                    or self.new_hook.spark_runtime() is not None):
-                # A gate driver on the stream's target, in the candidate's own Spark runtime when it names one:
-                # the Spark that will resume the checkpoint is the one that answers.
-                report = self._target_gate(record)
-            elif self.options.defer and self.options.check is run_check:
-                report = self._detached_gate(record)
-            else:
-                report = self.options.check(self._gate_spec(), record.allow_warnings, self.options.dry_run)
-        except StreamingError as exc:  # the check could not run: nothing was touched, nothing may go ahead
-            record.error = str(exc)
-            self._advance(record, Step.REFUSED, record.error.splitlines()[0])
-            return
-        self._gate_verdict(record, report, Step.CHECKED)
-
-    def _starting(self, record: LifecycleRecord) -> None:
-        if record.action == Action.STANDBY:
-            self._submit_standby_once(self.new_hook, record.new_run_id, failover=True)
-            self._advance(record, Step.SUCCEEDED, f"hot standby run {record.new_run_id} submitted")
-            return
-        try:
-            if record.warm_start:
-                if not self.new_hook.processes_of_run(record.new_run_id or ""):
-                    raise RuntimeError(f"the standby driver of run {record.new_run_id} is gone")
-                self.new_hook.promote(self.permit_of(self.new_hook), record.new_run_id or "")
-            else:
-                self._submit_once(self.new_hook, record.new_run_id)
-        except LifecycleLockLost:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any start failure rolls back
-            if record.action in (Action.DEPLOY, Action.RECOVER):
-                raise
-            record.error = f"{self.target.version} did not start: {exc}"
-            self._advance(record, Step.ROLLING_BACK, record.error.splitlines()[0])
-            return
-        if record.action == Action.RECOVER or (record.action == Action.DEPLOY and not self.options.await_progress):
-            self._advance(record, Step.SUCCEEDED, f"run {record.new_run_id} submitted")
-            return
-        next_step = Step.CATCHING_UP if record.action == Action.PARALLEL else Step.PROBATION
-        self._advance(record, next_step, f"run {record.new_run_id} submitted")
-
-    def _submit_once(self, hook: SparkStreamHook, run_id: str | None) -> None:
-        """Submit ``run_id`` unless a driver or record of that run already exists (a resumed step)."""
-        assert run_id is not None
-        record = hook.driver_record()
-        permit = self.permit_of(hook)
-        if record is not None and record.run_id == run_id:
-            log.info("run %s of %s was already submitted: not submitting again", run_id, hook.spec.name)
-            return
-        if hook.processes_of_run(run_id):  # submitted by a try killed before it wrote the record
-            hook.adopt(permit, run_id)
-            return
-        hook.submit(permit, run_id=run_id)
-
-    def _submit_standby_once(self, hook: SparkStreamHook, run_id: str | None, failover: bool = False) -> None:
-        """Submit the standby ``run_id`` unless its record or its driver already exists (a resumed step)."""
-        assert run_id is not None
-        standby = hook.standby_record()
-        if standby is not None and standby.run_id == run_id:
-            log.info("standby run %s of %s was already submitted: not submitting again", run_id, hook.spec.name)
-            return
-        if hook.processes_of_run(run_id):  # submitted by a try killed before it wrote the record
-            hook.adopt(self.permit_of(hook), run_id, standby=True)
-            return
-        hook.submit(self.permit_of(hook), run_id=run_id, standby=True, failover=failover)
-
-    # ------------------------------------------------------------------ the supervisor's steps
-    def _kill_before_recovery(self, record: LifecycleRecord, run_id: str) -> None:
-        """RECOVER of a driver that is alive but failed or stalled (the reconcile core's ``kill_first``): the
-        kill is noted in the record before it happens; repeated, it signals nothing that is gone."""
-        hook = self.home
-        driver = hook.driver_record()
-        if driver is None or driver.run_id != run_id or hook.target_of(driver).state(driver).gone:
-            return
-        note = f"killing run {run_id} before its restart (it failed or stalled and is still alive)"
-        record.steps.append({"step": "KILLING", "at": time.time(), "detail": note})
-        self.save(record)
-        outcome = hook.kill(self.permit_of(hook), driver)
-        log.warning("killed run %s of %s before its restart: %s", run_id, record.stream, outcome)
-
-    def _record_takeover(self, record: LifecycleRecord) -> None:
-        """FAILOVER: the hot standby took the stream over (the drivers' own compare-and-swaps, decided in the
-        driver): its history entry comes from this record, and its place is freed for a new standby."""
-        hook = self.home
-        driver = hook.driver_record()
-        if driver is None:
-            raise LifecycleError(f"no driver record in {hook.paths.driver}: no takeover to record")
-        state = hook.hot_standby_state() or {}
-        record.old_run_id = state.get("took_over_from") or record.old_run_id
-        record.new_run_id = driver.run_id
-        hook.acknowledge_takeover(self.permit_of(hook), driver.run_id)
-        log.warning("stream %s failed over to its hot standby: run %s took over from run %s", hook.spec.name,
-                    driver.run_id, record.old_run_id)
-        self._advance(record, Step.SUCCEEDED, f"the hot standby run {driver.run_id} took over from run "
-                                              f"{record.old_run_id}")
-
+    # ------------------------------------------------------------------ a deploy's task killed
     def abandon_start(self, reason: str) -> bool:
         """The task running this deploy is being killed while its new driver starts: note it in the record and
         ask that driver to stop (a retry resumes the deploy, a stop supersedes it). Only while this runner
