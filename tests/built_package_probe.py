@@ -18,7 +18,6 @@ import sys
 import sysconfig
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
-import stream_actions
 
 #: Modules that import an optional extra's package (slack, http): importable only with that extra.
 OPTIONAL = {"airflow_streaming.notifications.slack_provider": "airflow.providers.slack",
@@ -85,7 +84,9 @@ def client_only_refusals(work: Path) -> dict[str, str]:
                                  "--quarantine", str(work / "q")]}
     hook = SparkStreamHook(StreamSpec.from_dict(spec))
     try:
-        stream_actions.submit(hook)
+        from airflow_streaming.lifecycle.operations import deploy_stream
+
+        deploy_stream(hook.spec)  # the product's deploy: refused before its lock, record or submission
     except ApplicationNotFoundError as exc:
         deploy = str(exc)
     else:
