@@ -131,4 +131,4 @@ def _give_back(storage: ControlStorage, paths: ControlPaths, lease: Lease, own_r
             pass
 
 
-__all__ = ["TOOK_OVER", "Judgement", "judge", "take_over"]
+__all__ = ["TOOK_OVER", "Judgement", "judge_takeover", "take_over"]
