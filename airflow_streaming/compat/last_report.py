@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any
 
-from airflow_streaming.control.contract import ControlFileError
+from airflow_streaming.control.contract import ControlFileError, parse_json_object
 from airflow_streaming.control.storage import ControlStorage, StorageError
 
 log = logging.getLogger(__name__)
@@ -59,12 +59,9 @@ def read_last_report(storage: ControlStorage, control_dir: str) -> dict[str, Any
     raw = storage.read_bytes(path)
     if raw is None:
         return None
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ControlFileError(f"{path} is not valid JSON ({exc}); it only records the last compatibility "
-                               f"report: move it aside (mv {path} {path}.bad)") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("report"), dict):
+    doc = parse_json_object(path, raw, "it only records the last compatibility report: move it aside "
+                                       f"(mv {path} {path}.bad)")
+    if not isinstance(doc.get("report"), dict):
         raise ControlFileError(f"{path}: expected {{'at', 'report', ...}}, got {str(doc)[:100]}; move it aside "
                                f"(mv {path} {path}.bad)")
     return doc

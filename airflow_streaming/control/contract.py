@@ -165,19 +165,47 @@ class ControlFileError(ValueError):
     """A control file exists but cannot be understood; the message names the file."""
 
 
-def _loads(path: str, data: bytes) -> dict[str, Any]:
+def _json_value(data: bytes | str) -> Any:
+    """The JSON value in UTF-8 bytes (or text); a ``ValueError`` when they are not JSON."""
+    return json.loads(data if isinstance(data, str) else data.decode("utf-8"))
+
+
+def _unreadable(path: str, why: str, advice: str) -> ControlFileError:
+    return ControlFileError(f"{path} is unreadable ({why}); {advice}" if advice else f"{path}: {why}")
+
+
+def parse_json(path: str, data: bytes | str, advice: str = "") -> Any:
+    """The JSON value in a control file's bytes (or text); :class:`ControlFileError` naming ``path`` when
+    they are not UTF-8 JSON. ``advice``: see :func:`parse_json_object`."""
     try:
-        value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ControlFileError(f"{path}: not valid JSON ({exc})") from exc
+        return _json_value(data)
+    except ValueError as exc:  # UnicodeDecodeError, json.JSONDecodeError
+        raise _unreadable(path, f"not valid JSON ({exc})", advice) from exc
+
+
+def parse_json_object(path: str, data: bytes | str, advice: str = "") -> dict[str, Any]:
+    """A control file's JSON object; :class:`ControlFileError` naming ``path`` if it is not one.
+
+    The error reads ``<path>: not valid JSON (<why>)`` or ``<path>: expected a JSON object, got list``.
+    ``advice``, for a file a person must repair (what it holds, what to do about it), turns it into
+    ``<path> is unreadable (<why>); <advice>``."""
+    value = parse_json(path, data, advice)
     if not isinstance(value, dict):
-        raise ControlFileError(f"{path}: expected a JSON object, got {type(value).__name__}")
+        raise _unreadable(path, f"expected a JSON object, got {type(value).__name__}", advice)
     return value
 
 
-def parse_json_object(path: str, data: bytes) -> dict[str, Any]:
-    """A control file's JSON object; :class:`ControlFileError` naming ``path`` if it is not one."""
-    return _loads(path, data)
+def json_object_or_none(data: bytes | str | None) -> dict[str, Any] | None:
+    """The JSON object in a control file's bytes (or text); ``None`` when there are none (``data`` is
+    ``None``: no file) or they do not hold one. Never raises: for the readers to whom garbage counts as
+    absent (they wait, retry or fall back); the others use :func:`parse_json_object`."""
+    if data is None:
+        return None
+    try:
+        value = _json_value(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 # --------------------------------------------------------------------------- run marker
@@ -190,11 +218,7 @@ def write_marker(storage: ControlStorage, paths: ControlPaths, run_id: str, vers
 
 def read_marker(storage: ControlStorage, paths: ControlPaths) -> dict[str, Any] | None:
     """The run marker's content (``run_id``, ``version``), ``None`` if absent or unreadable."""
-    data = storage.read_bytes(paths.marker)
-    try:
-        return None if data is None else _loads(paths.marker, data)
-    except ControlFileError:
-        return None
+    return json_object_or_none(storage.read_bytes(paths.marker))
 
 
 def marker_present(storage: ControlStorage, paths: ControlPaths) -> bool:
@@ -268,7 +292,7 @@ class Lease:
 
     @classmethod
     def from_json(cls, path: str, data: bytes) -> Lease:
-        raw = _loads(path, data)
+        raw = parse_json_object(path, data)
         return cls(
             run_id=_require(path, raw, "run_id", (str,)), pid=_require(path, raw, "pid", (int,)),
             pid_start_time=_require(path, raw, "pid_start_time", _NUMBER, optional=True),
@@ -403,7 +427,7 @@ class DriverRecord:
 
     @classmethod
     def from_json(cls, path: str, data: bytes) -> DriverRecord:
-        raw = _loads(path, data)
+        raw = parse_json_object(path, data)
         if "handle" not in raw and "submit_pid" in raw:  # written by 0.1 (local target only)
             raw = {**raw, "target": LOCAL_TARGET,
                    "handle": {"pid": raw.get("submit_pid"), "start_time": raw.get("submit_pid_start_time")}}
@@ -508,7 +532,7 @@ class StatusDocument:
 
     @classmethod
     def from_json(cls, path: str, data: bytes) -> StatusDocument:
-        return cls.from_dict(path, _loads(path, data))
+        return cls.from_dict(path, parse_json_object(path, data))
 
     @classmethod
     def from_dict(cls, path: str, raw: dict[str, Any]) -> StatusDocument:
@@ -555,7 +579,8 @@ def write_status(storage: ControlStorage, paths: ControlPaths, doc: StatusDocume
 
 __all__ = [
     "ControlFileError", "ControlPaths", "DriverRecord", "Lease", "LeaseHeldError", "LeaseLostError",
-    "ProcessIdentity", "parse_json_object", "QueryStatus", "StatusDocument", "StorageError", "acquire_lease", "marker_present",
+    "ProcessIdentity", "QueryStatus", "StatusDocument", "StorageError", "acquire_lease", "json_object_or_none",
+    "marker_present", "parse_json", "parse_json_object",
     "new_run_id", "process_alive", "process_start_time", "read_driver_record",
     "read_lease", "read_marker", "read_status", "release_lease", "renew_lease", "request_stop", "write_marker",
     "write_status",

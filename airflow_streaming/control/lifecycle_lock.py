@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_streaming.control.contract import json_object_or_none
 from airflow_streaming.control.process import ProcessIdentity, process_start_time
 from airflow_streaming.control.storage import ControlStorage, StorageError
 from airflow_streaming.task_owner import parse_task_owner
@@ -70,11 +71,8 @@ def _number(value: Any) -> float:
 
 def parse_holder(raw: bytes) -> dict[str, Any] | None:
     """The holder a lock file names, ``None`` when it is not a lock at all (garbage)."""
-    try:
-        holder = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(holder, dict) or not isinstance(holder.get("pid"), int) or not isinstance(holder.get("host"), str):
+    holder = json_object_or_none(raw)
+    if holder is None or not isinstance(holder.get("pid"), int) or not isinstance(holder.get("host"), str):
         return None
     return holder
 

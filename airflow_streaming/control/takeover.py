@@ -58,11 +58,10 @@ def judge_takeover(storage: ControlStorage, paths: ControlPaths, me: str, versio
     marker_raw = storage.read_bytes(paths.marker)
     if marker_raw is None:
         return Judgement("exit", "the run marker is gone: the stream was stopped")
-    try:
-        marker = json.loads(marker_raw)
-    except (ValueError, UnicodeDecodeError):
+    marker = contract.json_object_or_none(marker_raw)
+    if marker is None:
         return Judgement("wait", "the run marker is not readable JSON")
-    if not isinstance(marker, dict) or not isinstance(marker.get("run_id"), str):
+    if not isinstance(marker.get("run_id"), str):
         return Judgement("wait", "the run marker names no run")
     if marker.get("version") != version:
         return Judgement("exit", f"the run marker names version {marker.get('version')!r}, not {version!r}")
@@ -132,4 +131,4 @@ def _give_back(storage: ControlStorage, paths: ControlPaths, lease: Lease, own_r
             pass
 
 
-__all__ = ["TOOK_OVER", "Judgement", "judge", "take_over"]
+__all__ = ["TOOK_OVER", "Judgement", "judge_takeover", "take_over"]

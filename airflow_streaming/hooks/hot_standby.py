@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from airflow_streaming.control import takeover
-from airflow_streaming.control.contract import DriverRecord
+from airflow_streaming.control.contract import DriverRecord, json_object_or_none
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.control.permit import StepPermit
 
@@ -32,12 +32,7 @@ class HotStandbyMixin:
     """See the module docstring."""
 
     def _standby_doc(self) -> dict[str, Any] | None:
-        raw = self.storage.read_bytes(self.paths.standby)  # type: ignore[attr-defined]
-        try:
-            doc = json.loads(raw) if raw is not None else None
-        except (ValueError, UnicodeDecodeError):
-            return None
-        return doc if isinstance(doc, dict) else None
+        return json_object_or_none(self.storage.read_bytes(self.paths.standby))  # type: ignore[attr-defined]
 
     def _mark_standby_submitted(self, run_id: str, failover: bool) -> None:
         """Say in ``standby.json`` that standby ``run_id`` was submitted (its driver overwrites it once it

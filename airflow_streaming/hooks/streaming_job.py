@@ -21,7 +21,6 @@ target).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import re
@@ -202,13 +201,9 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         raw = storage.read_bytes(path)
         if raw is None:
             return None
-        try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ControlFileError(f"{path} is not valid JSON ({exc}); it records the deployed spec: restore it "
-                                   "from a backup or from the stream's history.json, or move it aside and deploy "
-                                   "the stream again") from exc
-        if not isinstance(doc, dict) or not isinstance(doc.get("spec"), dict) \
+        doc = contract.parse_json_object(path, raw, "it records the deployed spec: restore it from a backup or "
+                                         "from the stream's history.json, or move it aside and deploy the stream again")
+        if not isinstance(doc.get("spec"), dict) \
                 or not isinstance(doc.get("run_id"), (str, type(None))):  # it goes into lifecycle.json
             raise ControlFileError(f"{path}: expected {{'run_id', 'at', 'spec'}}, got {str(doc)[:100]}; move it "
                                    "aside and deploy the stream again")
@@ -250,16 +245,8 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         raw = self._read(contract.RECORD_NAME, lambda: self.storage.read_bytes(path))
         if raw is None:
             return None
-        try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ControlFileError(f"{path} is not valid JSON ({exc}); it is the record of the stream's last "
-                                   f"lifecycle action: inspect it, then move it aside (mv {path} {path}.bad) "
-                                   "to start over") from exc
-        if not isinstance(doc, dict):
-            raise ControlFileError(f"{path}: expected a JSON object, got {type(doc).__name__}; move it aside "
-                                   f"(mv {path} {path}.bad) to start over")
-        return doc
+        return contract.parse_json_object(path, raw, "it is the record of the stream's last lifecycle action: "
+                                          f"inspect it, then move it aside (mv {path} {path}.bad) to start over")
 
     # ------------------------------------------------------------------ liveness
 

@@ -218,8 +218,8 @@ class SubmissionMixin:
             return owner
         try:
             raw = self.storage.read_bytes(self.deployed_path)
-            return deployer_of(json.loads(raw), self.spec.name) if raw is not None else None
-        except (StorageError, ValueError, UnicodeDecodeError):
+            return deployer_of(contract.json_object_or_none(raw), self.spec.name)
+        except (StorageError, ValueError):
             return None
 
     def standby_record(self) -> DriverRecord | None:

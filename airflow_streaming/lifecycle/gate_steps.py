@@ -93,12 +93,8 @@ class GateSteps:
 
     @staticmethod
     def _gate_answer(hook: SparkStreamHook, token: str) -> dict[str, Any] | None:
-        raw = hook.storage.read_bytes(hook.paths.gate_report)
-        try:
-            answer = json.loads(raw) if raw else None
-        except ValueError:
-            return None
-        return answer if isinstance(answer, dict) and answer.get("id") == token else None
+        answer = contract.json_object_or_none(hook.storage.read_bytes(hook.paths.gate_report))
+        return answer if answer is not None and answer.get("id") == token else None
 
     @staticmethod
     def _gate_driver_gone(hook: SparkStreamHook, token: str) -> bool:

@@ -22,15 +22,13 @@ def load_ledger(hook: Any) -> RestartLedger:
     raw = hook.storage.read_bytes(path)
     if raw is None:
         return RestartLedger()
+    advice = ("it is the supervisor's restart ledger (attempts, gave-up state): repair it, or move it aside "
+              f"(mv {path} {path}.bad) to start a new ledger")
+    doc = contract.parse_json_object(path, raw, advice)
     try:
-        doc = json.loads(raw)
-        if not isinstance(doc, dict):
-            raise TypeError(f"expected a JSON object, got {type(doc).__name__}")
         return RestartLedger.from_dict(doc)
-    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as exc:
-        raise contract.ControlFileError(
-            f"{path} is unreadable ({exc}); it is the supervisor's restart ledger (attempts, gave-up state): "
-            f"repair it, or move it aside (mv {path} {path}.bad) to start a new ledger") from exc
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise contract.ControlFileError(f"{path} is unreadable ({exc}); {advice}") from exc
 
 
 def save_ledger(hook: Any, ledger: RestartLedger) -> None:

@@ -6,10 +6,10 @@ handed to the trigger (:meth:`~.runner.LifecycleRunner._await`)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from typing import Any
 
+from airflow_streaming.control.contract import json_object_or_none
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import LifecycleError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
@@ -37,11 +37,10 @@ class RunSteps:
         seen = observe(hook)
         verdict = seen.verdict
         try:
-            raw = hook.storage.read_bytes(hook.paths.status)
-            doc = json.loads(raw) if raw is not None else None
+            doc = json_object_or_none(hook.storage.read_bytes(hook.paths.status))
         except (ValueError, StorageError):
             doc = None
-        if not isinstance(doc, dict) or doc.get("run_id") != run_id:
+        if doc is not None and doc.get("run_id") != run_id:
             doc = None
         state = doc.get("state") if doc is not None else None
         if seen.observation.run_id == run_id:

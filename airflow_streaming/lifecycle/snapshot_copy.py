@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from airflow_streaming.checkpoint.batches import read_batch_position
+from airflow_streaming.control.contract import ControlFileError, parse_json_object
 from airflow_streaming.control.storage import ControlStorage, StorageError, TreeEntry
 
 Resolver = Callable[[str], "tuple[ControlStorage, str]"]
@@ -168,12 +169,9 @@ def read_json(storage: ControlStorage, path: str, error: type[Exception]) -> dic
     if text is None:
         return None
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise error(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise error(f"{path} does not hold a JSON object")
-    return data
+        return parse_json_object(path, text)
+    except ControlFileError as exc:
+        raise error(str(exc)) from exc
 
 
 def write_json(storage: ControlStorage, path: str, data: dict[str, Any]) -> None:

@@ -3,11 +3,16 @@ restart or rollback starts, and a summary for people. Reading only; the runner w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
-from airflow_streaming.control.contract import HISTORY_NAME, RECORD_NAME, ControlFileError
+from airflow_streaming.control.contract import (
+    HISTORY_NAME,
+    RECORD_NAME,
+    ControlFileError,
+    parse_json,
+    parse_json_object,
+)
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import LifecycleError, StreamingError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
@@ -29,13 +34,14 @@ def _first_batch(doc: dict[str, Any] | None) -> int | None:
 
 def parse_record(path: str, raw: bytes) -> LifecycleRecord:
     """Parse ``lifecycle.json``; :class:`ControlFileError` naming the file and how to recover."""
+    advice = ("it records the stream's last lifecycle action, so nothing will overwrite it: inspect it, and if "
+              "that action is over (check the stream and history.json), move it aside "
+              f"(mv {path} {path}.bad) to start over")
+    doc = parse_json_object(path, raw, advice)
     try:
-        return LifecycleRecord.from_dict(json.loads(raw))
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-        raise ControlFileError(
-            f"{path} is unreadable ({type(exc).__name__}: {exc}); it records the stream's last lifecycle action, "
-            f"so nothing will overwrite it: inspect it, and if that action is over (check the stream and "
-            f"history.json), move it aside (mv {path} {path}.bad) to start over") from exc
+        return LifecycleRecord.from_dict(doc)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ControlFileError(f"{path} is unreadable ({type(exc).__name__}: {exc}); {advice}") from exc
 
 
 def unfinished(hook: SparkStreamHook) -> LifecycleRecord | None:
@@ -97,15 +103,11 @@ def read_history(hook: SparkStreamHook) -> list[dict[str, Any]]:
     raw = hook.storage.read_bytes(path)
     if raw is None:
         return []
-    try:
-        history = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        history = exc
+    advice = (f"it is the stream's deployment history (the rollback targets): repair it, or move it aside "
+              f"(mv {path} {path}.bad) to start a new history")
+    history = parse_json(path, raw, advice)
     if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
-        raise ControlFileError(
-            f"{path} is unreadable ({history if isinstance(history, Exception) else 'not a list of entries'}); it is "
-            f"the stream's deployment history (the rollback targets): repair it, or move it aside (mv {path} "
-            f"{path}.bad) to start a new history")
+        raise ControlFileError(f"{path} is unreadable (not a list of entries); {advice}")
     return history
 
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_streaming.control.contract import json_object_or_none
 from airflow_streaming.control.storage import ControlStorage
 from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.notifications.events import StreamEvent, iso_utc
@@ -95,9 +96,10 @@ class NotificationGate:
             return self._fresh(), False, None
         if raw is None:
             return self._fresh(), True, None
-        reason = _gate_state_problem(raw)
-        if reason is None:
-            return json.loads(raw), True, None
+        doc = json_object_or_none(raw)
+        reason = _gate_state_problem(doc, raw)
+        if doc is not None and reason is None:
+            return doc, True, None
         moved_to = self._move_aside()
         problem = GateStateCorrupt(self.path, reason, moved_to)
         self.last_problem = problem
@@ -158,14 +160,12 @@ class NotificationGate:
         return event
 
 
-def _gate_state_problem(raw: bytes) -> str | None:
-    """Why ``raw`` is not a gate state document (``None``: it is one)."""
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return f"not JSON: {exc}"
-    if not isinstance(doc, dict) or not isinstance(doc.get("streams"), dict):
-        return f"expected {{'version', 'streams': {{...}}}}, got {str(doc)[:80]!r}"
+def _gate_state_problem(doc: dict[str, Any] | None, raw: bytes) -> str | None:
+    """Why ``doc``, the JSON object in ``raw`` (``None``: there is none), is not a gate state document
+    (``None``: it is one)."""
+    if doc is None or not isinstance(doc.get("streams"), dict):
+        shown = raw[:80] if doc is None else str(doc)[:80]
+        return f"expected {{'version', 'streams': {{...}}}}, got {shown!r}"
     for stream, entry in doc["streams"].items():
         if not isinstance(entry, dict):
             return f"the entry of stream {stream!r} is not an object"

@@ -15,11 +15,11 @@ only values that exist.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_streaming.control.contract import json_object_or_none
 from airflow_streaming.ui.streams import StreamRef, page_hook
 from airflow_streaming.ui.views import ALARMING_STEPS, RESTART_WINDOW_S, SEVERITY
 
@@ -105,9 +105,9 @@ class StreamSummary:
     """One of :data:`SUPERVISOR_VALUES`."""
 
 
-def _json_file(hook: Any, name: str) -> Any:
-    raw = hook.storage.read_bytes(f"{hook.paths.root}/{name}")
-    return json.loads(raw) if raw is not None else None
+def _json_file(hook: Any, name: str) -> dict[str, Any] | None:
+    """The JSON object in the stream's control file ``name``; ``None`` when absent or garbage."""
+    return json_object_or_none(hook.storage.read_bytes(f"{hook.paths.root}/{name}"))
 
 
 def supervisor_value(ledger: Any, now: float) -> str:

@@ -24,7 +24,6 @@ own message, and the rest is still shown.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_streaming import config
+from airflow_streaming.control.contract import json_object_or_none, parse_json_object
 from airflow_streaming.control.seal import is_sealed_by
 from airflow_streaming.sealing import deployer_of, seal_key
 from airflow_streaming.spec import BUNDLED_JOBS, StreamSpec, _check_segment
@@ -113,8 +113,8 @@ def _stand_in(name: str, location: str, application: str | None = None, checkpoi
 
 def _deployer_in(raw: bytes | None, name: str, key: bytes | None = None) -> str | None:
     try:
-        return deployer_of(json.loads(raw), name, key) if raw is not None else None
-    except (ValueError, UnicodeDecodeError):
+        return deployer_of(json_object_or_none(raw), name, key)
+    except ValueError:
         return None
 
 
@@ -126,7 +126,7 @@ def _spec_from_dir(name: str, location: str, read: Callable[[str], bytes | None]
     try:
         raw = read("deployed.json")
         if raw is not None:
-            stored = json.loads(raw)["spec"]
+            stored = parse_json_object("deployed.json", raw)["spec"]
             if is_sealed_by(stored, key or seal_key()):
                 return StreamSpec.from_dict(stored), True, None
             # Not sealed by this deployment: a driver may have written it. Its cluster settings (where to
@@ -139,11 +139,10 @@ def _spec_from_dir(name: str, location: str, read: Callable[[str], bytes | None]
         note = f"deployed.json unreadable ({type(exc).__name__}: {exc})"
     for fname in ("driver.json", "status.json"):
         try:
-            raw = read(fname)
-            doc = json.loads(raw) if raw is not None else None
+            doc = json_object_or_none(read(fname))
         except Exception:  # noqa: BLE001
             continue
-        if isinstance(doc, dict):
+        if doc is not None:
             app, ckpt = doc.get("application"), doc.get("checkpoint_location")
             return _stand_in(name, location, app if isinstance(app, str) else None,
                              ckpt if isinstance(ckpt, str) else None), False, note
@@ -314,8 +313,9 @@ def read_stream(ref: StreamRef, now: float | None = None) -> StreamSnapshot:
         raw = hook.storage.read_bytes(hook.paths.status)
         if raw is None:
             return None
-        StatusDocument.from_json(hook.paths.status, raw)  # validates: ControlFileError on garbage
-        return json.loads(raw)
+        doc = parse_json_object(hook.paths.status, raw)
+        StatusDocument.from_dict(hook.paths.status, doc)  # validates: ControlFileError on garbage
+        return doc
 
     snap.status = _part(snap, "status.json", status)
     snap.health = _part(snap, "health", lambda: hook.health(now=snap.read_at).to_dict())

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_streaming.control.contract import ControlPaths
+from airflow_streaming.control.contract import ControlPaths, parse_json_object
 from airflow_streaming.control.storage import ControlStorage, StorageError
 
 log = logging.getLogger("airflow_streaming.runtime")
@@ -34,11 +34,11 @@ class StandbyGate:
         """The gate request addressed to this run and not answered yet, if there is one."""
         try:
             raw = self.storage.read_bytes(self.paths.standby_gate)
-            request = json.loads(raw) if raw else None
-        except (StorageError, ValueError) as exc:
+            request = parse_json_object(self.paths.standby_gate, raw) if raw else None
+        except (StorageError, ValueError) as exc:  # ControlFileError is a ValueError
             log.warning("standby: cannot read the gate request (retrying): %s", exc)
             return None
-        if not isinstance(request, dict) or request.get("run_id") != self.run_id or request.get("id") in self.answered:
+        if request is None or request.get("run_id") != self.run_id or request.get("id") in self.answered:
             return None
         return request
 

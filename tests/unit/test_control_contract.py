@@ -284,6 +284,54 @@ def test_run_marker_write_present_and_stop(storage, paths):
     assert request_stop(storage, paths) is False
 
 
+
+# =========================================================================== reading a control file's JSON
+
+GARBAGE = [b"", b"{oops", b"\xff\xfe{}", b"\xef\xbb\xbf{}", "{oops"]
+NOT_OBJECTS = [b"[1, 2]", b"null", b'"RUNNING"', b"42", "[]"]
+
+
+@pytest.mark.parametrize("data", [b'{"run_id": "r1", "n": [1]}', '{"run_id": "r1", "n": [1]}'])
+def test_a_json_object_reads_the_same_both_ways(data):
+    assert contract.parse_json_object("/c/s1/x.json", data) == {"run_id": "r1", "n": [1]}
+    assert contract.json_object_or_none(data) == {"run_id": "r1", "n": [1]}
+    assert contract.parse_json("/c/s1/x.json", data) == {"run_id": "r1", "n": [1]}
+
+
+@pytest.mark.parametrize("data", GARBAGE + NOT_OBJECTS)
+def test_garbage_is_a_named_error_or_absent(data):
+    with pytest.raises(ControlFileError, match=re.escape("/c/s1/x.json: ")):
+        contract.parse_json_object("/c/s1/x.json", data)
+    assert contract.json_object_or_none(data) is None
+
+
+def test_no_file_is_absent():
+    assert contract.json_object_or_none(None) is None
+
+
+@pytest.mark.parametrize("data, why", [(b"{oops", "not valid JSON (Expecting property name"),
+                                       (b"[1]", "expected a JSON object, got list")])
+def test_the_error_says_why_and_with_advice_what_to_do(data, why):
+    with pytest.raises(ControlFileError) as plain:
+        contract.parse_json_object("/c/s1/x.json", data)
+    assert str(plain.value).startswith(f"/c/s1/x.json: {why}")
+    with pytest.raises(ControlFileError) as advised:
+        contract.parse_json_object("/c/s1/x.json", data, "it is X: move it aside")
+    assert str(advised.value).startswith(f"/c/s1/x.json is unreadable ({why}")
+    assert str(advised.value).endswith("); it is X: move it aside")
+
+
+def test_parse_json_reads_any_value_and_names_the_file_on_garbage():
+    assert contract.parse_json("/c/s1/history.json", b"[{}]") == [{}]
+    with pytest.raises(ControlFileError, match=re.escape("/c/s1/history.json is unreadable (not valid JSON")):
+        contract.parse_json("/c/s1/history.json", b"[{", "repair it")
+
+
+@pytest.mark.parametrize("data", GARBAGE + NOT_OBJECTS)
+def test_an_unreadable_run_marker_reads_as_none(storage, paths, data):
+    storage.write_atomic(paths.marker, data.encode() if isinstance(data, str) else data)
+    assert contract.read_marker(storage, paths) is None
+
 # =========================================================================== process identity
 
 
