@@ -49,7 +49,7 @@ def test_stream_with_control_files_and_checkpoint_on_webhdfs(nn, streams):
         application_args=["--input", streams.path("input", "etl"), "--output", streams.path("output", "etl"),
                           "--quarantine", streams.path("quarantine", "etl"), "--max-files-per-trigger", "1"])
     hook = streams.hook(spec)
-    assert isinstance(hook.storage, WebHdfsStorage) and hook.remote_storage
+    assert isinstance(hook.storage.unguarded, WebHdfsStorage) and hook.remote_storage
     inp, out = streams.path("input", "etl"), streams.path("output", "etl")
     fed = [generate_events(inp, count=120, files=3, malformed_every=20, run="p1"),
            generate_events(inp, count=80, files=2, malformed_every=20, run="p2", file_start_index=10)]
