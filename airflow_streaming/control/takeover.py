@@ -1,7 +1,7 @@
 """A hot standby's takeover of a crashed run (``StreamSpec.hot_standby``; plain Python, driver side).
 
 A hot standby is a prepared driver of the running version (JVM, session, planned query, warm-up: see
-``spark_jobs/runtime/launcher.py``) that waits beside the active run. It takes the stream over only
+``spark_jobs/runtime/standby.py``) that waits beside the active run. It takes the stream over only
 from a run that *crashed*:
 
 - the run marker still names that run (nobody asked it to stop: a stop removes the marker, an action
