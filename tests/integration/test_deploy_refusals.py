@@ -8,6 +8,7 @@ import pytest
 
 from airflow_streaming.control import contract
 from airflow_streaming.exceptions import ApplicationNotFoundError, DriverStartError
+from airflow_streaming.lifecycle.operations import deploy_stream
 import stream_actions
 
 
@@ -15,8 +16,8 @@ def test_missing_application_fails_before_anything_is_submitted(streams):
     missing = streams.path("apps", "no_such_job.py")
     hook = streams.hook(streams.spec("ghost", missing, []))
     with pytest.raises(ApplicationNotFoundError, match=f"application file {missing} does not exist"):
-        stream_actions.submit(hook)
-    # Nothing was written or started: no marker, no driver record, no log.
+        deploy_stream(hook.spec)  # the product's deploy: refused before its lock, record or submission
+    # Nothing was written or started: no marker, no driver record, no log, no lock.
     assert not os.path.exists(hook.paths.root)
 
 
