@@ -6,7 +6,8 @@ logs in through the login page, opens "Streams" in the navigation, and the test 
 rendered: the stream's row, a chart holding the points of the live ``recentProgress``, the lifecycle
 history and the DAG run that deployed it, an action triggered as a DAG run of the operations DAG, the
 extra links on the task page, and the row highlighted FAILED after the driver is SIGKILLed.
-Screenshots go to ``docs/screenshots/`` (``AIRFLOW_STREAMING_SCREENSHOTS`` overrides it).
+Screenshots go to a temporary directory, so that a suite run leaves the tracked tree as it found it; to
+refresh the README's images, run it with ``AIRFLOW_STREAMING_SCREENSHOTS=docs/screenshots``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import signal
 import sys
 import threading
+import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -35,7 +37,7 @@ from streams import StreamRegistry, wait_for
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.browser]
 
 REPO = Path(__file__).resolve().parents[2]
-SHOTS = Path(os.environ.get("AIRFLOW_STREAMING_SCREENSHOTS", REPO / "docs" / "screenshots"))
+SHOTS = Path(os.environ.get("AIRFLOW_STREAMING_SCREENSHOTS") or tempfile.mkdtemp(prefix="airflow-streaming-ui-shots-"))
 FIXTURES = REPO / "tests" / "fixtures" / "status"
 SECRET = "ui-test-secret-7f3a9"
 STREAM = "ui-signals"
