@@ -124,7 +124,9 @@ def _require(root: str, what: str, where: str) -> StepPermit:
     permit = open_permit(root)
     if permit is None:
         raise ActingRefused(f"{what} {where} outside a recorded lifecycle step: every change to a stream is a step "
-                            "of a lifecycle action under its lock (airflow_streaming.lifecycle.runner)")
+                            "of a lifecycle action under its lock. Change a stream through the operators or "
+                            "airflow_streaming.lifecycle.operations (deploy_stream, stop_stream, operate), never "
+                            "through the hook, a target or its control files")
     permit.check(root, what)
     return permit
 

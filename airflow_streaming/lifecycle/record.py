@@ -224,6 +224,17 @@ class LifecycleRecord(Model):
         self.updated_at = now
         self.steps.append({"step": step.value, "at": now, "detail": detail})
 
+    def abandon(self, reason: str, now: float | None = None) -> None:
+        """End this unfinished action FAILED from whatever step it is at: the one move outside
+        :data:`TRANSITIONS`, for a stop that supersedes it (an emergency ``stop_all`` may find an upgrade at
+        any step, SNAPSHOTTED or RESTORED included). Its history entry says so (``error``)."""
+        if self.done:
+            raise TransitionError(f"{self.action.value} {self.id} of {self.stream} has ended ({self.step.value})")
+        now = time.time() if now is None else now
+        self.error = reason
+        self.step, self.step_started_at, self.waiting, self.updated_at = Step.FAILED, now, None, now
+        self.steps.append({"step": Step.FAILED.value, "at": now, "detail": reason})
+
     @classmethod
     def from_dict(cls, d: Any) -> LifecycleRecord:
         """Parse a record; ``ValueError`` naming the field(s) if it is garbage (a file must say its step)."""

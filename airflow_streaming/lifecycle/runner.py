@@ -355,8 +355,11 @@ class LifecycleRunner(CheckpointEvidence, StartSteps, GateSteps, StopSteps, RunS
         if record is not None and not record.done:
             supersedable = record.action in (Action.DEPLOY, Action.STOP, *SUPERVISOR_ACTIONS) or self.options.supersede
             if supersedable and self.action == Action.STOP and record.action != Action.STOP:
-                record.error = f"abandoned: superseded by a stop ({self.options.owner or 'pid ' + str(os.getpid())})"
-                self._advance(record, Step.FAILED, record.error)
+                left_at = record.step.value
+                record.abandon(f"abandoned at {left_at}: superseded by a stop "
+                               f"({self.options.owner or 'pid ' + str(os.getpid())})")
+                self.save(record)
+                log.warning("%s %s of %s: %s", record.action.value, record.id, record.stream, record.error)
                 self._append_history(record)
                 record = None
             elif record.action != self.action or not _same_spec(record.to_spec, self.target):

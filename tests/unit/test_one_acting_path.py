@@ -351,20 +351,23 @@ def test_a_deploy_without_waiting_and_a_stop_are_recorded_actions(hook):
     assert "KILLING" in [s["step"] for s in record["steps"]]  # the kill on timeout was recorded before it happened
 
 
-def test_stop_all_stops_through_a_stop_action_and_supersedes_an_unfinished_one(hook):
+@pytest.mark.parametrize("step", ["STOPPING", "SNAPSHOTTED", "RESTORED", "RESTARTING_OLD"])
+def test_stop_all_stops_through_a_stop_action_and_supersedes_an_unfinished_one(hook, step):
+    """An emergency stop finds an upgrade whose task died at any step - also at one FAILED may not follow in
+    the step table (SNAPSHOTTED, RESTORED, RESTARTING_OLD): it is abandoned, recorded, and the driver stops."""
     from airflow_streaming.lifecycle.operations import deploy_stream
     from airflow_streaming.lifecycle.runner import LifecycleOptions
     from airflow_streaming.stop_all import stop_all
 
     deployed = deploy_stream(hook.spec, LifecycleOptions(await_progress=False, owner="test"))
     record = json.loads(hook.storage.read_bytes(hook.paths.record))
-    record.update(action="upgrade", step="STOPPING")  # an upgrade whose task died mid-way
+    record.update(action="upgrade", step=step)  # an upgrade whose task died mid-way
     hook.storage.unguarded.write_atomic(hook.paths.record, json.dumps(record).encode())
     assert stop_all(hook.spec.control_location, timeout=2) == ["s1"]
     assert not hook.processes_of_run(deployed["run_id"])
     outcomes = [(e["action"], e["outcome"]) for e in _history(hook)]
     assert outcomes[-2:] == [("upgrade", "FAILED"), ("stop", "SUCCEEDED")], outcomes
-    assert "superseded by a stop" in _history(hook)[-2]["error"]
+    assert f"abandoned at {step}: superseded by a stop" in _history(hook)[-2]["error"]
 
 
 def test_the_supervisors_kill_before_a_restart_is_a_recorded_step_of_its_recovery(hook):
