@@ -15,14 +15,16 @@ alternating which side goes first, one driver at a time:
    ``status.json`` (``totals["batches"] >= 1``, polled every 20 ms). Bare: ``POST
    /v1/submissions/create`` of ``bench/bare_etl.py`` (PythonRunner, the same conf) -> the timestamp its
    listener prints at the first progress (read from the driver's ``stdout`` in the worker's directory).
-2. restart downtime: new input arrives, then provider: ``stream_actions.stop(hook)`` (graceful, through the run marker)
-   + ``stream_actions.submit(hook)`` -> first progress of the new run; bare: ``POST /v1/submissions/kill`` -> the
-   master reports KILLED -> ``create`` -> first progress. Measured from the stop/kill request.
+2. restart downtime: provider: ``stream_actions.stop(hook)`` (graceful, through the run marker), new input
+   arrives, ``stream_actions.submit(hook)`` -> first progress of the new run; bare: ``POST /v1/submissions/kill``
+   -> the master reports KILLED -> new input -> ``create`` -> first progress. Measured from the stop/kill request.
+   The input arrives once the old run is down: fed before, a run still draining its last trigger could commit
+   it, leaving the new run nothing to make progress on (seen once in CI: a 300 s wait for a batch never due).
 3. kill latency: provider ``stream_actions.kill(hook, record)`` (identity check on the worker + REST kill + wait for
    KILLED) -> returns; bare: REST kill -> KILLED seen (polled every 20 ms). Both also until the driver's
    Python process has exited.
 
-Input: 3 files x 1,000 events before the deploy, 2 x 1,000 before the restart; trigger 1 s.
+Input: 3 files x 1,000 events before the deploy, 2 x 1,000 before the restart (after the stop/kill); trigger 1 s.
 Medians over runs, ratios provider/bare, raw values and the machine go to the JSON file.
 
 ``--smoke`` (CI): one run, 100 events per file, no warm-up deploy; the same figure lines; JSON to a temp dir.
@@ -148,7 +150,12 @@ def provider_run(cluster: Cluster, work: Path, run: int) -> dict[str, Any]:
                 raise RuntimeError(f"run {run_id} ended: {doc.exit} {doc.last_exception}\n{hook.log_tail(run_id)}")
             return time.monotonic() if doc is not None and doc.run_id == run_id and doc.totals.get("batches", 0) >= 1 \
                 else None
-        return wait_for(seen, 300, f"first progress of {run_id}")
+        try:
+            return wait_for(seen, 300, f"first progress of {run_id}")
+        except TimeoutError as exc:  # say what the run was doing, so a failure in CI can be read
+            doc = hook.status()
+            raise TimeoutError(f"{exc}; status: {doc.to_json().decode() if doc is not None else None}\n"
+                               f"{hook.log_tail(run_id)}") from None
 
     def processed(run_id: str, n: int) -> None:
         wait_for(lambda: ((d := hook.status()) is not None and d.run_id == run_id
@@ -162,10 +169,10 @@ def provider_run(cluster: Cluster, work: Path, run: int) -> dict[str, Any]:
         records.append(record)
         result["deploy_to_first_progress_s"] = first_progress(record.run_id) - t0
         processed(record.run_id, rows)
-        rows2 = feed(inp, f"p{run}b", 2, 10)
         t0 = time.monotonic()
         report = stream_actions.stop(hook)
         assert report.graceful, report.to_dict()
+        rows2 = feed(inp, f"p{run}b", 2, 10)
         record2 = stream_actions.submit(hook)
         records.append(record2)
         result["restart_downtime_s"] = first_progress(record2.run_id) - t0
@@ -238,9 +245,9 @@ def bare_run(cluster: Cluster, work: Path, run: int) -> dict[str, Any]:
         sids.append(bare_submit(cluster, work))
         result["deploy_to_first_progress_s"] = bare_first_progress(cluster, sids[-1]) - t0_wall
         bare_processed(cluster, sids[-1], rows)
-        rows2 = feed(inp, f"b{run}b", 2, 10)
         t0 = bare_kill(cluster, sids[-1])
         t0_wall = time.time() - (time.monotonic() - t0)
+        rows2 = feed(inp, f"b{run}b", 2, 10)
         sids.append(bare_submit(cluster, work))
         result["restart_downtime_s"] = bare_first_progress(cluster, sids[-1]) - t0_wall
         bare_processed(cluster, sids[-1], rows2)
