@@ -26,6 +26,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from airflow_streaming.health import job_trigger
 from airflow_streaming.control.process import (
     ProcessIdentity,
     process_alive,
@@ -452,6 +453,15 @@ def read_driver_record(storage: ControlStorage, paths: ControlPaths) -> DriverRe
 _STATES = frozenset({STARTING, RUNNING, STOPPING, STOPPED, FAILED})
 
 
+def _trigger(where: str, raw: Any) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    if not job_trigger.valid(raw):
+        raise ControlFileError(f"{where}: trigger must be {{'kind': processing_time|available_now|once|continuous, "
+                               f"'interval_s': seconds >= 0 or null}}, got {raw!r}")
+    return dict(raw)
+
+
 @dataclass
 class QueryStatus:
     """One streaming query as last seen by the driver."""
@@ -466,6 +476,9 @@ class QueryStatus:
     """The last ``RECENT_PROGRESS_LIMIT`` progress reports (Spark's JSON, parsed)."""
     last_batch_id: int | None = None
     """The batchId of the last completed micro-batch of this run."""
+    trigger: dict[str, Any] | None = None
+    """The trigger the job started the query with (``airflow_streaming.health.job_trigger``); ``None``: not
+    known (a driver of an older release)."""
 
     @classmethod
     def from_dict(cls, path: str, raw: Any, index: int) -> QueryStatus:
@@ -480,7 +493,8 @@ class QueryStatus:
                    active=bool(_require(where, raw, "active", (bool,))),
                    status=_require(where, raw, "status", (dict,), optional=True) or {},
                    recent_progress=progress,
-                   last_batch_id=_require(where, raw, "last_batch_id", (int,), optional=True))
+                   last_batch_id=_require(where, raw, "last_batch_id", (int,), optional=True),
+                   trigger=_trigger(where, raw.get("trigger")))
 
 
 @dataclass

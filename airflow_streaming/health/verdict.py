@@ -16,6 +16,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from airflow_streaming.health.job_trigger import job_trigger_interval
 from airflow_streaming.health.thresholds import HealthThresholds
 
 
@@ -150,6 +151,8 @@ def evaluate(
         return HealthVerdict(None, HealthState.UNKNOWN, (Reason("NO_STATUS", "no status document yet"),), at=now)
 
     stream, run_id = doc.get("stream"), doc.get("run_id")
+    # Judged by the trigger the job really started its queries with; the spec's only when none is reported.
+    trigger_interval, trigger_source = job_trigger_interval(doc, trigger_interval)
     state = doc.get("state")
     exit_info = doc.get("exit") or {}
     error = doc.get("last_exception") or {}
@@ -157,6 +160,8 @@ def evaluate(
     progress = _progress(doc)
     metrics = _metrics(doc, progress, now)
     metrics["heartbeat_age_s"] = _round(heartbeat_age)
+    metrics["trigger_interval_s"] = trigger_interval
+    metrics["trigger_from"] = trigger_source  # type: ignore[assignment]
     if liveness_note:
         metrics["cluster"] = liveness_note  # type: ignore[assignment]
 
@@ -169,6 +174,13 @@ def evaluate(
             "QUERY_FAILED", f"[{error.get('error_class', 'UNKNOWN')}] {str(error.get('message', '')).splitlines()[0][:300] if error.get('message') else 'driver reported failure'}"
             + (f" (exit code {exit_info.get('code')})" if exit_info else ""),
             {"error_class": error.get("error_class"), "exit_code": exit_info.get("code")}))
+    if state == "STOPPED" and exit_info.get("finished"):
+        kinds = sorted({str(q.get("trigger", {}).get("kind")) for q in doc.get("queries") or []
+                        if isinstance(q, dict) and isinstance(q.get("trigger"), dict)})
+        return verdict(HealthState.STOPPED, Reason(
+            "FINISHED", "the job finished by itself" + (f" (trigger {', '.join(kinds)})" if kinds else "")
+            + ", not by a stop request: a finished run, not a failure; deploy it to run it again",
+            {"last_committed_batch": exit_info.get("last_committed_batch"), "triggers": kinds}))
     if state == "STOPPED":
         return verdict(HealthState.STOPPED, Reason("STOPPED", f"stopped gracefully: {exit_info.get('reason', 'stopped')}",
                                                    {"last_committed_batch": exit_info.get("last_committed_batch")}))

@@ -253,7 +253,7 @@ class SubmissionMixin:
         deadline = time.monotonic() + timeout
         while True:
             readiness = self.readiness(record)
-            if readiness == "ready":
+            if readiness in ("ready", "finished"):
                 return self._status_of_run(record.run_id)  # type: ignore[return-value]
             if readiness == "ended":
                 # Let the driver exit and flush its last lines before its output is read.
@@ -272,11 +272,15 @@ class SubmissionMixin:
             time.sleep(poll)
 
     def readiness(self, record: DriverRecord) -> str:
-        """``ready`` (the run reported progress or idles), ``ended`` (it failed or exited first) or
-        ``waiting`` - checked once, without waiting."""
+        """``ready`` (the run reported progress or idles), ``finished`` (its job ended by itself, exit 0: an
+        ``availableNow``/``once`` trigger that processed what was there - a start that did its work), ``ended``
+        (it failed or exited first) or ``waiting`` - checked once, without waiting."""
         doc = self._status_of_run(record.run_id)
         if doc is not None and doc.ready and doc.state == contract.RUNNING:
             return "ready"
+        if doc is not None and doc.state == contract.STOPPED and doc.exit and doc.exit.get("finished") \
+                and doc.exit.get("code") == contract.EXIT_GRACEFUL:
+            return "finished"
         if (doc is not None and doc.is_terminal) or self.target_of(record).state(record).gone:
             return "ended"
         return "waiting"

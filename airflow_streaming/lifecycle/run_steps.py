@@ -9,6 +9,7 @@ import dataclasses
 import time
 from typing import Any
 
+from airflow_streaming.control import contract
 from airflow_streaming.control.contract import json_object_or_none
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import LifecycleError
@@ -91,6 +92,11 @@ class RunSteps:
         # Over (ready, ended or timed out): this returns at once, or fails with the driver's own error.
         doc = hook.wait_until_ready(driver, max(1.0, deadline - time.time()), lock=self.lock)  # DriverStartError
         record.first_new_batch = doc.last_batch_id()
+        if doc.state == contract.STOPPED:  # readiness "finished": the job did its work and ended by itself
+            self._advance(record, Step.SUCCEEDED, f"run {driver.run_id} ran and finished by itself (its job's "
+                                                  f"trigger ends: availableNow/once), last batch "
+                                                  f"{doc.last_batch_id()}: a finished run, not a failure")
+            return
         self._advance(record, Step.SUCCEEDED, f"run {driver.run_id} is running: app {doc.app_id}, Spark UI "
                                               f"{doc.spark_ui}")
 

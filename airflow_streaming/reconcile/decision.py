@@ -145,9 +145,10 @@ def decide(o: Observation, policy: Policy) -> Decision:
     if o.liveness == Liveness.ALIVE:
         return _alive(o, policy, run)
     # 6. Wanted running, and proven gone.
-    if o.status == RunStatus.STOPPED:  # only a stop request removes the run marker: a stop, not a failure
-        return Decision(Act.NOTHING, f"{run} stopped gracefully (a stop request removed its run marker); deploy "
-                                     "it to start it again")
+    if o.status == RunStatus.STOPPED:  # a stop request removed the run marker, or the job ended by itself
+        return Decision(Act.NOTHING, f"{run} stopped gracefully (a stop request removed its run marker, or its "
+                                     "job finished by itself: an availableNow/once trigger); deploy it to start "
+                                     "it again")
     if o.status == RunStatus.UNREADABLE:
         return Decision(Act.OBSERVE, f"{run} is gone, but its status cannot be read{why}; looking again before "
                                      "acting", "UNHEALTHY")

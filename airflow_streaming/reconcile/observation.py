@@ -66,7 +66,7 @@ class RunStatus(str, Enum):
     RUNNING = "RUNNING"
     STOPPING = "STOPPING"
     STOPPED = "STOPPED"
-    """The driver stopped gracefully (its run marker was removed)."""
+    """The driver stopped gracefully: its run marker was removed, or its job finished by itself (exit ``finished``)."""
     FAILED = "FAILED"
     """The driver reported a failure (query exception, non-zero exit)."""
     GARBAGE = "GARBAGE"

@@ -42,6 +42,7 @@ from spark_jobs.runtime.gate_driver import run_gate_only
 from spark_jobs.runtime.hadoop_storage import driver_storage
 from spark_jobs.runtime.jvm_watchdog import exit_when_jvm_is_gone
 from spark_jobs.runtime.standby import Standby
+from spark_jobs.runtime import writer_capture
 
 __all__ = ["Driver", "JobContext", "bundled_writer", "exit_when_jvm_is_gone", "main", "query_name"]
 
@@ -191,6 +192,7 @@ class Driver:
         self.session.secret_conf = secret_conf_from_environment()
         if ns.gate_only:
             return run_gate_only(ns, self.storage, self.paths, self.session.create)
+        writer_capture.install()  # before the job (or the standby) builds a writer: its trigger is recorded
         taken_lease = None
         if self.standby is not None:
             signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -351,8 +353,9 @@ class Driver:
         failure = self._query_failure()
         if failure is not None and not self.stopped_by_us:
             return self._exit(EXIT_QUERY_FAILED, contract.FAILED, failure)
-        return self._exit(EXIT_GRACEFUL, contract.STOPPED, None,
-                          reason="graceful stop" if self.stopped_by_us else "script finished")
+        if self.stopped_by_us:
+            return self._exit(EXIT_GRACEFUL, contract.STOPPED, None, reason="graceful stop")
+        return self._exit(EXIT_GRACEFUL, contract.STOPPED, None, reason="script finished", finished=True)
 
     def _unresumable_exit(self) -> int:
         return self._exit(EXIT_STARTUP_FAILED, contract.FAILED,
@@ -360,7 +363,10 @@ class Driver:
                           reason="refused: the query's checkpoint could not be resumed")
 
     # ------------------------------------------------------------------ exit
-    def _exit(self, code: int, state: str, error: dict[str, Any] | None, reason: str | None = None) -> int:
+    def _exit(self, code: int, state: str, error: dict[str, Any] | None, reason: str | None = None,
+              finished: bool = False) -> int:
+        """Write the final status. ``finished``: the job ended by itself (its script returned: an
+        ``availableNow``/``once`` trigger, or a script that stops its own queries), not by a stop request."""
         self.reporter.settle()  # the last batch's progress event may still be on Spark's listener bus
         doc = self.reporter.doc
         checkpoints = []
@@ -374,6 +380,7 @@ class Driver:
             "last_committed_batch": doc.last_batch_id(),
             "checkpoints": checkpoints,
             "at": time.time(),
+            **({"finished": True} if finished else {}),
         }
         if error is not None:
             doc.last_exception = error

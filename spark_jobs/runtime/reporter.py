@@ -21,6 +21,7 @@ from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlPaths, Lease, QueryStatus, StatusDocument
 from airflow_streaming.control.storage import ControlStorage, StorageError
 from airflow_streaming.redaction import redact_text, remember_secrets, secret_values
+from spark_jobs.runtime.writer_capture import trigger_of
 
 log = logging.getLogger("airflow_streaming.runtime")
 
@@ -230,6 +231,10 @@ class StatusReporter:
                 continue
             for progress in progresses:
                 self.on_progress(progress)
+        with self._lock:  # a query that ended before a snapshot saw its trigger (an availableNow job)
+            for entry in self.doc.queries:
+                if entry.trigger is None:
+                    entry.trigger = trigger_of(entry.id)
 
     def on_started(self, query_id: str) -> None:
         """A query started: record it (and its checkpoint) before its first batch runs."""
@@ -275,6 +280,8 @@ class StatusReporter:
                 if entry is None:
                     entry = QueryStatus(id=query_id, run_id=str(query.runId), name=query.name, active=True)
                     self.doc.queries.append(entry)
+                if entry.trigger is None:  # recorded when the job's start() returned (after onQueryStarted)
+                    entry.trigger = trigger_of(query_id)
                 if query_id not in self.doc.query_checkpoints:
                     checkpoint = self.checkpoint_of(query)
                     if checkpoint:
