@@ -35,7 +35,43 @@ MAX_BYTES_CONF = "spark.airflow_streaming.warmUp.maxBytes"
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 TIMEOUT_S = 300.0
 
-__all__ = ["DEFAULT_MAX_BYTES", "MAX_BYTES_CONF", "copy_for_replay", "warm_up_plan"]
+__all__ = ["DEFAULT_MAX_BYTES", "MAX_BYTES_CONF", "SCRIPT_CONF", "copy_for_replay", "plan_script", "warm_up_plan"]
+
+SCRIPT_CONF = "spark.airflow_streaming.warmUp.script"
+"""``false``: a standby does not run a user script up to its first ``start()`` (see :func:`plan_script`)."""
+
+
+def plan_script(spark: Any, ns: Any) -> Any:
+    """Run the user script ``ns.script`` up to its first ``start()``/``toTable()``, which is held: the
+    script's own streaming DataFrame and writer settings come back as a
+    :class:`~spark_jobs.runtime.writer_capture.PlannedQuery` (``None``: off, or the script ended or failed
+    before starting a query - the standby goes on without a replay). The script's code before its first
+    start runs here, in the standby, while the running version still runs (docs/own-job.md); Spark conf
+    ``spark.airflow_streaming.warmUp.script=false`` turns this off."""
+    import runpy
+    import sys
+
+    from spark_jobs.runtime.writer_capture import PlannedQuery, planning
+
+    if str(spark.conf.get(SCRIPT_CONF, "true")).lower() == "false":
+        log.info("standby: the script is not planned ahead (%s=false)", SCRIPT_CONF)
+        return None
+    saved_argv = sys.argv
+    sys.argv = [ns.script, *ns.app_args]
+    try:
+        with planning():
+            runpy.run_path(ns.script, run_name="__main__")
+    except PlannedQuery as planned:
+        log.info("standby: planned the script's first query (%s)", planned)
+        return planned
+    except BaseException as exc:  # noqa: BLE001 - the real start will meet (and report) the same error
+        log.info("standby: the script failed before its first query (no replay): %s: %s", type(exc).__name__,
+                 str(exc).splitlines()[0][:300] if str(exc) else "")
+        return None
+    finally:
+        sys.argv = saved_argv
+    log.info("standby: the script ended without starting a query (no replay)")
+    return None
 
 
 def copy_for_replay(storage: ControlStorage, checkpoint: str, scratch_storage: ControlStorage, scratch: str,
@@ -64,14 +100,20 @@ def _scratch_uri(control_dir: str, path: str) -> str:
     return f"{parsed.scheme}://{parsed.netloc}{path}"
 
 
-def warm_up_plan(spark: Any, ns: Any) -> float | None:
-    """Replay the last committed batch of ``ns.checkpoint`` with the job's plan into a ``noop`` sink.
-    Returns the seconds it took, ``None`` when skipped; never raises (a warm-up only)."""
+def warm_up_plan(spark: Any, ns: Any, planned: Any = None) -> float | None:
+    """Replay the last committed batch of the job's checkpoint with the job's plan into a ``noop`` sink.
+    A bundled job's writer is built here; a user script's query is ``planned`` (a
+    :class:`spark_jobs.runtime.writer_capture.PlannedQuery`: the script's own streaming DataFrame, output
+    mode and checkpoint, held at its first ``start()``). Returns the seconds it took, ``None`` when
+    skipped; never raises (a warm-up only)."""
     from airflow_streaming.bundled_job import JobContext, bundled_writer, query_name
     from spark_jobs.runtime.hadoop_storage import driver_storage
 
-    if not ns.job:
-        return None  # a user script's query is built by the script itself: nothing to replay it with
+    if not ns.job and planned is None:
+        return None  # a user script whose query could not be planned (see plan_script): nothing to replay
+    if planned is not None and not planned.checkpoint:
+        log.info("standby: plan warm-up skipped: the script's query names no checkpointLocation option")
+        return None
     try:
         max_bytes = int(spark.conf.get(MAX_BYTES_CONF, str(DEFAULT_MAX_BYTES)))
     except (TypeError, ValueError):
@@ -84,15 +126,20 @@ def warm_up_plan(spark: Any, ns: Any) -> float | None:
     scratch = f"{control_root}/warm-up/{ns.run_id}"
     query = None
     try:
-        storage, checkpoint = driver_storage(ns.checkpoint)
+        storage, checkpoint = driver_storage(planned.checkpoint if planned is not None else ns.checkpoint)
         scratch_storage.delete_tree(scratch)
         chosen = copy_for_replay(storage, checkpoint, scratch_storage, scratch, max_bytes)
         if chosen.skipped:
             log.info("standby: plan warm-up skipped: %s", chosen.skipped)
             return None
         copied = time.monotonic() - started
-        ctx = JobContext(ns.stream, ns.version, _scratch_uri(ns.control_dir, scratch), ns.trigger_seconds)
-        writer = bundled_writer(spark, ns.job, list(ns.app_args), ctx)
+        scratch_uri = _scratch_uri(ns.control_dir, scratch)
+        if planned is not None:  # the script's own plan and output mode; its sink is never touched
+            writer = planned.df.writeStream.option("checkpointLocation", scratch_uri)
+            writer = writer.outputMode(planned.output_mode) if planned.output_mode else writer
+        else:
+            ctx = JobContext(ns.stream, ns.version, scratch_uri, ns.trigger_seconds)
+            writer = bundled_writer(spark, ns.job, list(ns.app_args), ctx)
         query = (writer.format("noop").trigger(once=True)
                  .queryName(f"{query_name(ns.stream)}_warm_up").start())
         try:
@@ -113,6 +160,10 @@ def warm_up_plan(spark: Any, ns: Any) -> float | None:
                  str(exc).splitlines()[0][:300] if str(exc) else "")
         return None
     finally:
+        if query is not None:
+            from spark_jobs.runtime.writer_capture import forget
+
+            forget(query.id)  # the copy's query id is the job's: its trigger is the job's, not this once
         if query is not None and query.isActive:
             try:
                 query.stop()

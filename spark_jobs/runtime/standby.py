@@ -148,9 +148,10 @@ class Standby:
 
             gate = StandbyGate(self.storage, self.paths, ns.run_id)  # the upgrade's gate runs in this session
             gate.warm_up(self.spark, ns)  # asked before this driver started: load and compile the check
-            from spark_jobs.runtime.plan_warm_up import warm_up_plan
+            from spark_jobs.runtime.plan_warm_up import plan_script, warm_up_plan
 
-            self.plan_warm_up_s = warm_up_plan(self.spark, ns)  # the job's own plan, once, on a scratch copy
+            planned = plan_script(self.spark, ns) if ns.script else None  # a user script's own first query
+            self.plan_warm_up_s = warm_up_plan(self.spark, ns, planned)  # the job's own plan, once, on a copy
         except BaseException as exc:  # noqa: BLE001 - reported to the deployer, who keeps the old version
             log.exception("standby preparation failed")
             self.report("FAILED", describe_exception(exc))

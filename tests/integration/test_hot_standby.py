@@ -86,3 +86,56 @@ def test_a_driver_killed_mid_batch_is_taken_over_by_its_hot_standby_exactly_once
     assert hook.hot_standby_state()["state"] == "EXPIRED"
     output = read_etl_output(out)
     assert output.duplicates == {} and output.rows == fed.valid  # nothing lost, nothing duplicated
+
+
+TEAM_SCRIPT = '''
+"""A team's own job, not written for the product: JSON lines to Parquet, one file per trigger."""
+import sys
+from pyspark.sql import SparkSession
+
+source, sink, checkpoint = sys.argv[1:4]
+spark = SparkSession.builder.appName("team-ingest").getOrCreate()
+lines = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(source)
+(lines.writeStream.queryName("team_ingest").format("parquet").option("path", sink)
+ .option("checkpointLocation", checkpoint).trigger(processingTime="1 second").start().awaitTermination())
+'''
+
+
+def test_a_user_scripts_hot_standby_replays_its_plan_and_takes_over_exactly_once(streams, tmp_path):
+    """The same takeover for a script the product did not write: its standby ran the script up to its
+    start() (held), replayed the script's own plan once, and took over from a SIGKILLed driver."""
+    import pyarrow.dataset as ds
+
+    from spark_jobs.outputs import committed_sink_files
+
+    script = tmp_path / "team_ingest.py"
+    script.write_text(TEAM_SCRIPT)
+    inp, out, ckpt = streams.path("input", "team"), streams.path("output", "team"), streams.path("team-ckpt")
+    spec = streams.spec("teamhot", str(script), [inp, out, ckpt], hot_standby=True)
+    hook = streams.hook(spec)
+    fed = generate_events(inp, count=2000, files=20, run="team")
+    record = stream_actions.submit(hook)
+    hook.wait_until_ready(record)
+    events: list[dict] = []
+    standby = prepared(hook, events)
+    assert hook.hot_standby_state()["plan_warm_up_s"] is not None, hook.hot_standby_state()  # replay used
+    assert hook.status().run_id == record.run_id and hook.status().queries[0].name == "team_ingest"
+    more = generate_events(inp, count=2000, files=20, run="team2", file_start_index=20)  # work for the takeover
+
+    wait_for(lambda: (d := hook.status()) and d.queries and d.queries[0].status.get("isTriggerActive"), 60,
+             "a batch in flight", interval=0.05)
+    os.killpg(record.submit_pid, signal.SIGKILL)
+    wait_for(lambda: hook.driver_record().run_id == standby, 60, "the hot standby's takeover", interval=0.05)
+    wait_for(lambda: (d := hook.status()) and d.run_id == standby and d.totals["batches"] >= 1, 60,
+             "the standby's first committed batch", interval=0.05)
+    assert hook.status().queries[0].trigger == {"kind": "processing_time", "interval_s": 1.0}
+    wait_for(lambda: not hook.processes_of_run(record.run_id), 30, "the killed run's processes to exit")
+    assert supervise(hook, POLICY, events.append).action == "FAILED_OVER"
+
+    def rows() -> list[str]:
+        return ds.dataset(committed_sink_files(out), format="parquet").to_table().column("value").to_pylist()
+
+    wait_for(lambda: len(rows()) >= fed.valid + more.valid, 180, "all input processed")
+    assert stream_actions.stop(hook).graceful
+    got = rows()
+    assert len(got) == len(set(got)) == fed.valid + more.valid  # nothing lost, nothing duplicated

@@ -186,3 +186,86 @@ def test_the_replay_with_checkpoint_and_control_dir_on_webhdfs(spark, stream, tm
     assert any(e.method == "PUT" and e.path.startswith("/ctl/warm-up/run-h/") for e in log)
     assert any(e.path.startswith("/ctl/warm-up/run-h/state/") and e.method == "GET" for e in log)
     assert not [e for e in log if e.method in ("PUT", "POST", "DELETE") and e.path.startswith("/ckpt")]
+
+
+TEAM_SCRIPT = '''
+"""A team's own stateful job (not written for the product): counts per device, foreachBatch to its own files."""
+import argparse
+import json
+import os
+
+from pyspark.sql import SparkSession, functions as F
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--input"); parser.add_argument("--sink"); parser.add_argument("--checkpoint")
+parser.add_argument("--available-now", action="store_true")
+ns = parser.parse_args()
+spark = SparkSession.builder.getOrCreate()
+events = spark.readStream.schema("event_id string, device_id string, event_type string, signal double, ts string") \\
+    .option("maxFilesPerTrigger", 1).json(ns.input)
+counts = events.groupBy("device_id").agg(F.count("*").alias("n"))
+
+
+def write(df, batch_id):
+    os.makedirs(ns.sink, exist_ok=True)
+    with open(os.path.join(ns.sink, f"batch-{batch_id}.json"), "w") as fh:
+        json.dump(sorted(tuple(r) for r in df.collect()), fh)
+
+
+writer = counts.writeStream.queryName("team_counts").outputMode("update").foreachBatch(write) \\
+    .option("checkpointLocation", ns.checkpoint)
+writer = writer.trigger(availableNow=True) if ns.available_now else writer.trigger(processingTime="30 seconds")
+writer.start().awaitTermination()
+'''
+
+
+def test_a_user_scripts_own_query_is_planned_held_and_replayed(spark, tmp_path, caplog):
+    """A standby of a user script runs it up to its first start(), which is held (nothing starts), and
+    replays the last committed batch with the script's own plan and output mode: its checkpoint and its
+    foreachBatch sink untouched, no copy left, no query left running."""
+    import runpy
+
+    from spark_jobs.runtime.plan_warm_up import SCRIPT_CONF, plan_script
+
+    caplog.set_level(logging.INFO, "airflow_streaming.runtime")
+    root = tmp_path
+    script = root / "team_counts.py"
+    script.write_text(TEAM_SCRIPT)
+    for n in range(2):
+        _events(root / "in", f"f{n}.json", n * 40, 40)
+    args = ["--input", str(root / "in"), "--sink", str(root / "out"), "--checkpoint", str(root / "ckpt")]
+    saved = sys.argv
+    sys.argv = [str(script), *args, "--available-now"]
+    try:
+        runpy.run_path(str(script), run_name="__main__")  # the team's job, run as itself: two batches
+    finally:
+        sys.argv = saved
+    assert sorted(p.name for p in (root / "out").iterdir()) == ["batch-0.json", "batch-1.json"]
+    ns = SimpleNamespace(job=None, script=str(script), app_args=args, stream="team", version="v2",
+                         trigger_seconds=5.0, checkpoint="/unused-by-scripts", control_dir=str(root / "ctl"),
+                         run_id="run-s")
+    (root / "ctl").mkdir()
+    check = _untouched(root)
+    next(check)
+    planned = plan_script(spark, ns)
+    assert planned is not None, caplog.text[-2000:]
+    assert not spark.streams.active  # held: nothing started
+    assert (planned.checkpoint, planned.output_mode, planned.query_name) == (str(root / "ckpt"), "update", "team_counts")
+    assert planned.trigger == {"kind": "processing_time", "interval_s": 30.0}
+    seconds = warm_up_plan(spark, ns, planned)
+    assert seconds is not None and seconds > 0, caplog.text[-3000:]
+    assert "plan warm-up replayed batch 1 (" in caplog.text
+    assert not spark.streams.active
+    next(check, None)  # checkpoint and sink byte for byte as they were (foreachBatch never called), no copy
+    assert sys.argv == saved
+
+    # Off by conf; a script that fails before its first query: no plan, the standby goes on.
+    spark.conf.set(SCRIPT_CONF, "false")
+    try:
+        assert plan_script(spark, ns) is None
+    finally:
+        spark.conf.unset(SCRIPT_CONF)
+    broken = root / "broken.py"
+    broken.write_text("raise RuntimeError('the config service is down')\n")
+    assert plan_script(spark, SimpleNamespace(**{**vars(ns), "script": str(broken)})) is None
+    assert "the script failed before its first query (no replay): RuntimeError: the config service is down" in caplog.text
