@@ -35,6 +35,7 @@ AFTER = re.compile(r"<!--\s*snippets:\s*after\s+(\S+)\s*-->")
 #: Every fragment marker of the docs, page -> the markers' reasons in order; a marker added or removed must
 #: be added here or removed from here (a snippet that is not run is a decision, not an accident).
 FRAGMENT_REASONS: dict[str, list[str]] = {
+    "docs/own-job.md": ["a job's own code: it needs the Spark session the driver runs it in"],
     "docs/notifications.md": ["sends a real notification (needs a Slack connection and an SMTP server)"],
     "docs/spark-runtimes.md": ["one line of a job's query: needs the job's `events` DataFrame"],
 }
