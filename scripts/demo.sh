@@ -3,6 +3,9 @@
 # Everything it writes goes under $AIRFLOW_STREAMING_DEMO_ROOT (default /tmp/airflow-streaming-demo).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# The demo needs Java, Python and the venv only: not the test suite's PostgreSQL, Chromium and docker-compose
+# (./scripts/test.sh installs those).
+AIRFLOW_STREAMING_SETUP_TEST_PACKAGES=0
 source scripts/setup_env.sh
 
 ROOT="${AIRFLOW_STREAMING_DEMO_ROOT:-/tmp/airflow-streaming-demo}"

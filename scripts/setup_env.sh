@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create ./.venv and install the project with its `pyspark` extra and its `test` dependency group at the
 # pinned, tested versions of constraints.txt; check Java 17; install PostgreSQL, Chromium and docker-compose
-# (end-to-end tests) when missing.
+# (end-to-end tests) when missing - unless AIRFLOW_STREAMING_SETUP_TEST_PACKAGES=0 (demo.sh: the demo needs none).
 # Sourced by demo.sh and test.sh (idempotent: re-installs only when pyproject.toml or constraints.txt changed).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,9 +26,11 @@ fi
 # Docker engine). Installed once, when missing and possible (root or passwordless sudo); otherwise the
 # PostgreSQL/Chromium tests are skipped with the reason and the compose-file test fails.
 need=()
+if [ "${AIRFLOW_STREAMING_SETUP_TEST_PACKAGES:-1}" != 0 ]; then
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+fi
 if [ "${#need[@]}" -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="$(command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null && echo sudo || true)"
@@ -82,7 +84,7 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-command -v docker-compose >/dev/null 2>&1 \
+[ "${AIRFLOW_STREAMING_SETUP_TEST_PACKAGES:-1}" = 0 ] || command -v docker-compose >/dev/null 2>&1 \
   || echo "WARNING: docker-compose is missing (sudo apt-get install -y docker-compose): its test will fail" >&2
 
 export PATH="$VENV/bin:$PATH"

@@ -18,6 +18,34 @@ from airflow_streaming.lifecycle.waits import GONE, Wait
 
 log = logging.getLogger("airflow_streaming.lifecycle.runner")
 
+GRACEFUL, KILLED, NOT_RUNNING = "graceful", "killed", "not running"
+"""How a stop ended, as the STOPPED step's detail says it (``stopped at batch N (<how>...``)."""
+
+
+def how_stopped(record: LifecycleRecord) -> str:
+    """How this action's stop ended - :data:`GRACEFUL`, :data:`KILLED` or :data:`NOT_RUNNING` - from the
+    record alone (a task that resumes the action at STOPPED did not see the stop): no run was running when
+    the stop was asked for, a KILLING step was recorded, else what the STOPPED step's detail says."""
+    if record.stopping_run_id is None:
+        return NOT_RUNNING
+    if any(s.get("step") == "KILLING" for s in record.steps):
+        return KILLED
+    stopped = [s.get("detail") or "" for s in record.steps if s.get("step") == Step.STOPPED.value]
+    for how in (GRACEFUL, KILLED, NOT_RUNNING):
+        if stopped and f"({how}" in stopped[-1]:
+            return how
+    return GRACEFUL
+
+
+def stop_outcome(record: LifecycleRecord) -> str:
+    """The detail of a stop action's SUCCEEDED step: that it stopped the stream and how, or that none ran."""
+    how = how_stopped(record)
+    if how == GRACEFUL:
+        return f"stopped gracefully at batch {record.stop_batch}"
+    if how == KILLED:
+        return f"stopped by a kill after the stop timeout; last committed batch {record.stop_batch}"
+    return f"not running; last committed batch {record.stop_batch}"
+
 
 class StopSteps:
     """The stop side of an action (mixed into the runner)."""
@@ -49,7 +77,7 @@ class StopSteps:
             raise LifecycleError(f"stream {record.stream!r} still runs after the stop: {running}; "
                                  "run the action again to retry the stop")
         position = report.position or hook.batch_position()
-        how = "graceful" if report.graceful else "not running" if not report.was_running else "killed"
+        how = GRACEFUL if report.graceful else NOT_RUNNING if not report.was_running else KILLED
         if record.action == Action.STOP:
             record.stop_batch = position.last_committed
             self._advance(record, Step.STOPPED, f"stopped at batch {position.last_committed} ({how}"
@@ -62,7 +90,7 @@ class StopSteps:
 
     def _stopped(self, record: LifecycleRecord) -> None:
         if record.action == Action.STOP:
-            self._advance(record, Step.SUCCEEDED, f"not running; last committed batch {record.stop_batch}")
+            self._advance(record, Step.SUCCEEDED, stop_outcome(record))
             return
         if record.stop_batch is None:
             _, refusal = self._checkpoint_position(record, "the snapshot")
