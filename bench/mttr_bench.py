@@ -8,7 +8,8 @@ first committed batch (a progress event in status.json). Baseline: the same job 
 submitted again by hand; time = submit -> first committed batch. Hot standby (``hot_standby=True``):
 the same job deployed with one, a supervisor pass prepares it, the driver is SIGKILLed mid-batch, and
 failover = kill -> the standby's first committed batch (no supervisor pass: it takes over by itself).
-Medians of --runs; the ratios are against the bare restart of the same run.
+Medians of --runs; the ratios are against the bare restart of the same run. ``--job script``: the same with
+``bench/team_job.py``, a team's own stateful script (the standby runs it up to its start() and replays its plan).
 
 ``--smoke`` (CI): one run, 40 files of 50 events (2,000 instead of 20,000); JSON to a temp dir.
 """
@@ -45,11 +46,21 @@ import stream_actions  # noqa: E402 - tests/stream_actions.py (harness puts test
 from spark_jobs.event_generator import generate_events  # noqa: E402
 
 
+TEAM_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "team_job.py")
+JOB = "events_etl"
+"""``--job``: ``events_etl`` (the bundled job) or ``script`` (``bench/team_job.py``, a team's own stateful script)."""
+
+
 def spec_for(root: str) -> StreamSpec:
-    return StreamSpec(name="mttr", application="events_etl", checkpoint_location=f"{root}/ckpt",
+    if JOB == "script":
+        application, args = TEAM_JOB, ("--input", f"{root}/in", "--output", f"{root}/out", "--checkpoint",
+                                       f"{root}/ckpt", "--max-files-per-trigger", "1")
+    else:
+        application, args = "events_etl", ("--input", f"{root}/in", "--output", f"{root}/out", "--quarantine",
+                                           f"{root}/q", "--max-files-per-trigger", "1")
+    return StreamSpec(name="mttr", application=application, checkpoint_location=f"{root}/ckpt",
                       control_location=f"{root}/ctl", master="local[2]", trigger_interval=1, heartbeat_interval=1,
-                      application_args=("--input", f"{root}/in", "--output", f"{root}/out", "--quarantine",
-                                        f"{root}/q", "--max-files-per-trigger", "1"),
+                      application_args=args,
                       spark_conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
 
 
@@ -97,7 +108,7 @@ def one_run(run: int, events: int) -> dict[str, float]:
         for h in (hook, SparkStreamHook(dataclasses.replace(hook.spec, hot_standby=True))):
             record = h.driver_record()
             if record is not None and h.processes_of_run(record.run_id):
-                h.kill(record, grace=5)
+                stream_actions.kill(h, record, grace=5)
         stop_processes_under(root)
         shutil.rmtree(root, ignore_errors=True)
 
@@ -152,8 +163,14 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", default="bench/results/mttr.json")
     parser.add_argument("--events", type=int, default=20000, help="input events (40 files, 1 file per batch)")
+    parser.add_argument("--job", choices=("events_etl", "script"), default="events_etl",
+                        help="the bundled events_etl, or bench/team_job.py (a team's own stateful script)")
     add_smoke_argument(parser)
     ns = parser.parse_args()
+    global JOB
+    JOB = ns.job
+    if ns.job == "script" and ns.json == "bench/results/mttr.json":
+        ns.json = "bench/results/mttr-script.json"
     if ns.smoke:
         ns.runs, ns.events = 1, 2000
         ns.json = os.path.join(smoke_results("mttr"), "mttr.json")
@@ -162,9 +179,10 @@ def main() -> int:
     med = {k: statistics.median(r[k] for r in runs)
            for k in ("mttr_s", "bare_restart_s", "failover_s", "standby_prepared_s", "standby_rss_mib",
                      "active_rss_mib")}
-    result = {"machine": {"nproc": os.cpu_count(), "python": platform.python_version()}, "runs": runs,
+    result = {"machine": {"nproc": os.cpu_count(), "python": platform.python_version()}, "job": ns.job, "runs": runs,
               "median": med, "ratio": round(med["mttr_s"] / med["bare_restart_s"], 3),
               "failover_ratio": round(med["failover_s"] / med["bare_restart_s"], 3)}
+    print(f"job: {ns.job}")
     print(f"MTTR (kill -> supervisor redeploy -> first committed batch): {med['mttr_s']:.2f} s")
     print(f"bare restart (submit -> first committed batch):               {med['bare_restart_s']:.2f} s")
     print(f"hot standby failover (kill -> standby's first committed batch): {med['failover_s']:.2f} s "

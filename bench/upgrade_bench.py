@@ -17,6 +17,9 @@ other's checkpoint) runs under continuous input: a thread writes one small file 
 Downtime = mtime of ``commits/N+1`` - mtime of ``commits/N`` in the checkpoint, N = the last batch
 committed by the old driver, N + 1 = the first batch committed by the new one. Medians of --runs.
 
+``--job script``: the same with ``bench/team_job.py``, a team's own stateful script (its standby runs the
+script up to its start() and replays its plan).
+
 ``--smoke`` (CI): one run (a bare restart and a warm upgrade; the cold upgrade's code path is smoke-run by
 ``runtime_bench.py``), 2 batches between them instead of 5; JSON to a temp dir.
 """
@@ -62,12 +65,20 @@ EXTRA_CONF: dict[str, str] = {}
 """Set from the command line (``--no-plan-warm-up``: the standby's plan warm-up off, for comparison)."""
 
 
+TEAM_JOB = os.path.join(REPO, "bench", "team_job.py")
+JOB = "device_signals"
+"""``--job``: ``device_signals`` (the bundled v1/v2) or ``script`` (``bench/team_job.py``, a team's own stateful
+script, as v1 and v2: the same file, another version label)."""
+
+
 def spec_for(root: str, version: str) -> StreamSpec:
-    return StreamSpec(name="upgrade", application=VERSIONS[version], version=version,
+    script = JOB == "script"
+    return StreamSpec(name="upgrade", application=TEAM_JOB if script else VERSIONS[version], version=version,
                       checkpoint_location=f"{root}/ckpt", control_location=f"{root}/ctl", master="local[2]",
                       trigger_interval=1, heartbeat_interval=1, stop_timeout=60, startup_timeout=180,
                       application_args=("--input", f"{root}/in", "--output", f"{root}/out",
-                                        "--window", "1 minute", "--watermark", "30 seconds"),
+                                        "--window", "1 minute", "--watermark", "30 seconds",
+                                        *(("--checkpoint", f"{root}/ckpt") if script else ())),
                       spark_conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", **EXTRA_CONF})
 
 
@@ -246,8 +257,15 @@ def main() -> int:
     parser.add_argument("--no-cold", action="store_true", help="skip the cold upgrade (bare restart and warm only)")
     parser.add_argument("--no-plan-warm-up", action="store_true",
                         help="the standby does not replay its job's plan before promotion (for comparison)")
+    parser.add_argument("--job", choices=("device_signals", "script"), default="device_signals",
+                        help="the bundled device_signals v1/v2, or bench/team_job.py (a team's own stateful script)")
     add_smoke_argument(parser)
     ns = parser.parse_args()
+    global JOB
+    JOB = ns.job
+    if ns.job == "script" and ns.json == "bench/results/upgrade.json":
+        ns.json = "bench/results/upgrade-script.json"
+    print(f"job: {ns.job}")
     if ns.no_plan_warm_up:
         EXTRA_CONF["spark.airflow_streaming.warmUp.maxBytes"] = "0"
     if ns.smoke:
@@ -332,7 +350,7 @@ def main() -> int:
         median["warm_steady_batch_ms"] = statistics.median(steady) if steady else None
     ratio = round(median["upgrade_downtime_s"] / median["bare_restart_downtime_s"], 3) if upgrades else None
     warm_ratio = round(median["warm_upgrade_downtime_s"] / median["bare_restart_downtime_s"], 3)
-    result = {"machine": machine(), "runs": ns.runs, "bare_restart": bare, "upgrade": upgrades,
+    result = {"machine": machine(), "job": ns.job, "runs": ns.runs, "bare_restart": bare, "upgrade": upgrades,
               "warm_upgrade": warm_upgrades, "median": median, "ratio_upgrade_over_bare": ratio,
               "ratio_warm_upgrade_over_bare": warm_ratio, "goal_ratio_max": 1.25}
     print()
