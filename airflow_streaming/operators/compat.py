@@ -10,12 +10,13 @@ from airflow.sdk import BaseOperator, Context
 from airflow_streaming.compat.last_report import write_last_report
 from airflow_streaming.compat.run import IncompatibleCandidateError, blocking_problems, run_check
 from airflow_streaming.control.locations import storage_for
+from airflow_streaming.operators.parameters import SpecFileTemplates, spec_with_conn_id
 from airflow_streaming.task_owner import task_owner
-from airflow_streaming.spec import StreamSpec, as_spec
+from airflow_streaming.spec import StreamSpec
 from airflow_streaming.ui.links import STREAM_LINKS
 
 
-class SparkStreamCompatibilityCheckOperator(BaseOperator):
+class SparkStreamCompatibilityCheckOperator(SpecFileTemplates, BaseOperator):
     """Check a candidate job version against the stream's live checkpoint, without touching the stream.
 
     Fails the task (without retries) on INCOMPATIBLE, and on COMPATIBLE_WITH_WARNINGS unless
@@ -23,9 +24,11 @@ class SparkStreamCompatibilityCheckOperator(BaseOperator):
     findings are logged one per line (rule, both sides) and the full report is returned (XCom).
 
     :param spec: the candidate: the stream's spec with the new application / version / args / conf
-        (a :class:`StreamSpec`, a dict (templated) or a YAML path). Its ``checkpoint_location`` is checked.
+        (a :class:`StreamSpec`, a dict (templated) or a YAML path; a ``.yaml`` / ``.yml`` file is rendered with
+        Jinja). Its ``checkpoint_location`` is checked.
     :param allow_warnings: let COMPATIBLE_WITH_WARNINGS pass.
     :param dry_run: also run Spark's own restart checks on a scratch copy of the checkpoint metadata.
+    :param conn_id: the Spark connection; overrides the spec's ``conn_id`` (see ``docs/precedence.md``).
     """
 
     template_fields: Sequence[str] = ("spec",)
@@ -33,9 +36,10 @@ class SparkStreamCompatibilityCheckOperator(BaseOperator):
     ui_color = "#fff2b3"
 
     def __init__(self, *, spec: StreamSpec | Mapping[str, Any] | str, allow_warnings: bool = False,
-                 dry_run: bool = True, **kwargs: Any) -> None:
+                 dry_run: bool = True, conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.spec = spec
+        self.conn_id = conn_id
         self.allow_warnings = allow_warnings
         self.dry_run = dry_run
 
@@ -46,7 +50,7 @@ class SparkStreamCompatibilityCheckOperator(BaseOperator):
             return self._check(context)
 
     def _check(self, context: Context) -> dict[str, Any]:
-        spec = as_spec(self.spec)
+        spec = spec_with_conn_id(self.spec, self.conn_id)
         report = run_check(spec, self.allow_warnings, self.dry_run)
         verdict = report["verdict"]
         self.log.info("compatibility of %s %s with %s: %s", spec.application, spec.version,

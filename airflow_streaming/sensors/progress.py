@@ -12,11 +12,12 @@ from airflow_streaming.control.contract import ControlFileError
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import StreamFailedError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
-from airflow_streaming.spec import StreamSpec, as_spec
+from airflow_streaming.operators.parameters import SpecFileTemplates, sensor_durations, spec_with_conn_id
+from airflow_streaming.spec import StreamSpec
 from airflow_streaming.ui.links import STREAM_LINKS
 
 
-class SparkStreamProgressSensor(BaseSensorOperator):
+class SparkStreamProgressSensor(SpecFileTemplates, BaseSensorOperator):
     """Succeed once the stream's current run has completed ``min_batches`` micro-batches and read at
     least ``min_input_rows`` rows; fail at once if its driver failed or exited.
 
@@ -25,10 +26,13 @@ class SparkStreamProgressSensor(BaseSensorOperator):
     files are polled again, within the sensor's ``timeout``. ``mode="reschedule"`` frees the worker
     slot between pokes.
 
-    :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a path to a YAML spec.
+    :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a path to a YAML spec (a ``.yaml``
+        / ``.yml`` file is rendered with Jinja).
     :param min_batches: completed micro-batches required in this run.
     :param min_input_rows: input rows required in this run (e.g. the number of events fed).
-    :param poke_interval: seconds between pokes; default ``[airflow_streaming] progress_poll_interval`` (2).
+    :param poke_interval: time between pokes (seconds or a duration string such as ``"5s"``); default
+        ``[airflow_streaming] progress_poll_interval`` (2). ``timeout`` takes a duration string too.
+    :param conn_id: the Spark connection; overrides the spec's ``conn_id`` (see ``docs/precedence.md``).
     """
 
     template_fields: Sequence[str] = ("spec", "min_input_rows")
@@ -40,8 +44,10 @@ class SparkStreamProgressSensor(BaseSensorOperator):
         spec: StreamSpec | Mapping[str, Any] | str,
         min_batches: int = 1,
         min_input_rows: int = 0,
+        conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
+        sensor_durations(self, kwargs)
         if "poke_interval" not in kwargs:
             from airflow_streaming.config import get_float
 
@@ -50,12 +56,13 @@ class SparkStreamProgressSensor(BaseSensorOperator):
         self.spec = spec
         self.min_batches = min_batches
         self.min_input_rows = min_input_rows
+        self.conn_id = conn_id
 
     def poke(self, context: Context) -> PokeReturnValue:
         from airflow_streaming.task_failures import fail_fast_on_permanent_errors
 
         with fail_fast_on_permanent_errors():
-            return self._poke(as_spec(self.spec))
+            return self._poke(spec_with_conn_id(self.spec, self.conn_id))
 
     def _poke(self, spec: StreamSpec) -> PokeReturnValue:
         hook = SparkStreamHook(spec)
