@@ -65,11 +65,10 @@ class SparkStreamDeployOperator(SpecFileTemplates, DeferrableLifecycleMixin, Bas
         from airflow_streaming.lifecycle.operations import deploy_stream
         from airflow_streaming.lifecycle.runner import LifecycleOptions
 
-        startup_timeout = seconds_of(self.startup_timeout, "startup_timeout", self)
+        options = LifecycleOptions(owner=task_owner(context["ti"]), await_progress=self.wait_for_progress,
+                                   startup_timeout=seconds_of(self.startup_timeout, "startup_timeout", self),
+                                   defer=self.deferrable)
         spec = spec_with_conn_id(self.spec, self.conn_id)
-        ti = context["ti"]
-        options = LifecycleOptions(owner=task_owner(ti), startup_timeout=startup_timeout,
-                                   await_progress=self.wait_for_progress, defer=self.deferrable)
         self._spec = spec
         identity = deploy_stream(spec, options, resume, started=self._started)
         self.log.info("stream %s %s is running: run %s, app %s, Spark UI %s, log %s", spec.name, spec.version,

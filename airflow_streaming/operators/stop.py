@@ -57,21 +57,19 @@ class SparkStreamStopOperator(SpecFileTemplates, DeferrableLifecycleMixin, BaseO
         super().__init__(**kwargs)
         self.spec = spec
         self.stop_timeout = checked_duration(stop_timeout, "stop_timeout", self, templated=True)
-        self.conn_id = conn_id
         self.kill_on_timeout = kill_on_timeout
         self.fail_if_not_graceful = fail_if_not_graceful
+        self.conn_id = conn_id
         self._set_deferrable(deferrable, poll_interval, kwargs)
 
     def _act(self, context: Context, resume: dict[str, str] | None = None) -> dict[str, Any]:
         from airflow_streaming.lifecycle.operations import stop_stream
         from airflow_streaming.lifecycle.runner import LifecycleOptions
 
-        stop_timeout = seconds_of(self.stop_timeout, "stop_timeout", self)
-        spec = spec_with_conn_id(self.spec, self.conn_id)
-        ti = context["ti"]
-        options = LifecycleOptions(owner=task_owner(ti),
-                                   stop_timeout=stop_timeout, kill_on_timeout=self.kill_on_timeout,
+        options = LifecycleOptions(owner=task_owner(context["ti"]), kill_on_timeout=self.kill_on_timeout,
+                                   stop_timeout=seconds_of(self.stop_timeout, "stop_timeout", self),
                                    defer=self.deferrable)
+        spec = spec_with_conn_id(self.spec, self.conn_id)
         result = stop_stream(spec, options, resume)
         self.log.info("stream %s stop: graceful=%s killed=%s last committed batch=%s clean=%s", spec.name,
                       result.get("graceful"), result.get("killed"), result.get("last_committed_batch"),
