@@ -27,6 +27,11 @@ from airflow_streaming.spec import StreamSpec
 from airflow_streaming.ui.links import STREAM_LINKS
 
 
+#: Where a deferred check's detached child writes its answer (``{"id", "report" | "error"}``), in the stream's
+#: control directory; the latest check's, as ``gate-report.json`` is the latest gate's.
+REPORT_NAME = "compat-check-report.json"
+
+
 class SparkStreamCompatibilityCheckOperator(SpecFileTemplates, BaseOperator):
     """Check a candidate job version against the stream's live checkpoint, without touching the stream.
 
@@ -89,10 +94,10 @@ class SparkStreamCompatibilityCheckOperator(SpecFileTemplates, BaseOperator):
 
         hook = SparkStreamHook(spec)
         token = f"check-{uuid.uuid4().hex[:16]}"
-        start_check_detached(spec, self.allow_warnings, self.dry_run, f"{spec.control_dir}/{token}.json", token,
+        start_check_detached(spec, self.allow_warnings, self.dry_run, f"{spec.control_dir}/{REPORT_NAME}", token,
                              hook.driver_log_path(token))
         wait = Wait(FILE, spec.to_dict(), None, time.time() + float(self.check_timeout),  # type: ignore[arg-type]
-                    {"path": f"{hook.paths.root}/{token}.json", "id": token, "process_token": token})
+                    {"path": f"{hook.paths.root}/{REPORT_NAME}", "id": token, "process_token": token})
         self.log.info("compatibility check %s of %s %s runs detached; waiting for its report in the triggerer",
                       token, spec.application, spec.version)
         self.defer(trigger=SparkStreamLifecycleTrigger(wait.to_dict(), {}, self.poll_interval),
@@ -108,12 +113,9 @@ class SparkStreamCompatibilityCheckOperator(SpecFileTemplates, BaseOperator):
 
         spec = spec_with_conn_id(self.spec, self.conn_id)
         hook = SparkStreamHook(spec)
-        path = f"{hook.paths.root}/{token}.json"
-        raw = hook.storage.read_bytes(path)
+        raw = hook.storage.read_bytes(f"{hook.paths.root}/{REPORT_NAME}")
         answer = json.loads(raw) if raw else None
-        if isinstance(answer, dict) and answer.get("id") == token:
-            hook.storage.unguarded.delete(path)
-        else:
+        if not isinstance(answer, dict) or answer.get("id") != token:  # none, or another check's
             answer = {"error": f"no report within {float(self.check_timeout):.0f}s "  # type: ignore[arg-type]
                                f"(the check's output: {hook.driver_log_path(token)})"}
         report = read_detached_report(spec, answer)  # a check that could not run: retried

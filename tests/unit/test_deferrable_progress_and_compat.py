@@ -118,8 +118,9 @@ def test_the_compatibility_check_defers_to_the_report_of_its_detached_check(tmp_
     event = _first_event(trigger, timeout=120.0)
     assert event["status"] == "over"
     hook = SparkStreamHook(spec)
-    answer = json.loads(hook.storage.read_bytes(f"{hook.paths.root}/{token}.json") or b"{}")
-    assert answer.get("id") == token
+    answer = json.loads(hook.storage.read_bytes(f"{hook.paths.root}/compat-check-report.json") or b"{}")
+    assert answer.get("id") == token and "error" in answer
     with pytest.raises(StreamingError, match="could not run"):
         op.execute_complete({}, event, token=token)
-    assert hook.storage.read_bytes(f"{hook.paths.root}/{token}.json") is None  # read once, then removed
+    with pytest.raises(StreamingError, match="no report within 120s"):  # another check's answer is not this one's
+        op.execute_complete({}, event, token="check-someone-else")
