@@ -57,7 +57,8 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "triggers": [
             {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.triggers.health",
-                                                                                   "airflow_streaming.triggers.lifecycle"]}
+                                                                                   "airflow_streaming.triggers.lifecycle",
+                                                                                   "airflow_streaming.triggers.progress"]}
         ],
         "extra-links": ["airflow_streaming.ui.links.SparkUILink", "airflow_streaming.ui.links.StreamDashboardLink"],
         "notifications": [

@@ -76,8 +76,9 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
     Connections: the spec's ``conn_id`` (a ``spark`` connection of the Spark provider, read as its
     ``SparkSubmitHook`` reads it: master, ``deploy-mode``, ``queue``, ``namespace``, ``principal``,
     ``keytab``, ``rest-scheme``, ``rest-port``, ``yarn_resourcemanager_webapp_address``,
-    ``spark-binary``; see :mod:`airflow_streaming.hooks.spark_connection`), used when the spec sets no
-    ``master``; and ``storage_conn_id`` (a ``webhdfs`` connection of the HDFS provider) for
+    ``spark-binary``; see :mod:`airflow_streaming.hooks.spark_connection`): connection -> spec -> operator,
+    each later one winning field by field (``docs/precedence.md``): a spec's ``master`` replaces only the
+    connection's master; and ``storage_conn_id`` (a ``webhdfs`` connection of the HDFS provider) for
     ``hdfs://`` / ``webhdfs://`` control and checkpoint locations.
 
     :param spec: the stream.
@@ -128,10 +129,11 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
 
     @property
     def resolved_spec(self) -> StreamSpec:
-        """The spec with master, deploy mode and submit options from its Spark connection when it sets no
-        master itself."""
+        """The spec over its Spark connection: master, deploy mode and submit settings from the connection
+        where the spec sets none (a spec's ``master`` replaces only the master). A spec that sets its master
+        and names a connection that is not defined is used as it is."""
         if self._resolved is None:
-            self._resolved = self.spec if self.spec.master is not None else self._spec_with_connection()
+            self._resolved = self._spec_with_connection()
         return self._resolved
 
     @property
@@ -150,25 +152,47 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         return target_for_record(record, self.storage, self.paths, dict(self.spec.cluster), self.spec.master or "")
 
     def _spec_with_connection(self) -> StreamSpec:
-        """The spec with master, deploy mode and submit settings taken from its ``spark`` connection (every
-        field ``SparkSubmitHook`` reads: see :mod:`airflow_streaming.hooks.spark_connection`); the spec's own
-        ``cluster`` settings win."""
-        from airflow.sdk import BaseHook
-
+        """The spec over its ``spark`` connection (every field ``SparkSubmitHook`` reads: see
+        :mod:`airflow_streaming.hooks.spark_connection`), field by field: the spec's ``master``,
+        ``deploy_mode`` and each of its ``cluster`` settings win over the connection's."""
+        from airflow_streaming.exceptions import SpecError
         from airflow_streaming.hooks.spark_connection import settings_of
 
+        conn = self._spark_connection()
+        if conn is None:
+            return self.spec
+        settings = settings_of(conn, self.spec.conn_id, self.spec.spark_conf)
+        cluster = {**settings.cluster, **dict(self.spec.cluster)}
+        master = self.spec.master or settings.master
+        deploy_mode = self.spec.deploy_mode or settings.deploy_mode
+        if deploy_mode == "cluster" and not self.spec.deploy_mode and master.startswith("local"):
+            raise SpecError("deploy_mode", f"the Spark connection {self.spec.conn_id!r} sets deploy-mode cluster, "
+                            f"which the spec's master {master!r} cannot take (the connection's settings are kept "
+                            "when a spec sets its master: docs/precedence.md); set `deploy_mode: client` in the spec "
+                            "or give it another conn_id")
+        return dataclasses.replace(self.spec, master=master, deploy_mode=deploy_mode, cluster=cluster)
+
+    def _spark_connection(self) -> Any:
+        """The spec's ``spark`` connection; ``None`` when the spec sets its master and the connection is not
+        defined (or cannot be read: the spec's master is enough to submit, as it was before connections were
+        merged). Without a master in the spec, a connection that cannot be loaded is a ``ValueError`` saying
+        how to define it."""
+        from airflow.sdk import BaseHook
+
         try:
-            conn = BaseHook.get_connection(self.spec.conn_id)
+            return BaseHook.get_connection(self.spec.conn_id)
         except Exception as exc:  # noqa: BLE001 - AirflowNotFoundException across Airflow versions
+            if self.spec.master is not None:
+                if type(exc).__name__ != "AirflowNotFoundException":
+                    log.warning("stream %s: the Spark connection %r cannot be read (%s): the spec's master %s is "
+                                "used without the connection's settings", self.spec.name, self.spec.conn_id,
+                                type(exc).__name__, self.spec.master)
+                return None
             raise ValueError(
                 f"master: the spec sets no master and the Spark connection {self.spec.conn_id!r} cannot be "
                 f"loaded ({exc}); set `master: local[2]` in the spec or define the connection "
                 f"(e.g. AIRFLOW_CONN_{self.spec.conn_id.upper()}='{{\"conn_type\": \"spark\", \"host\": \"local[2]\"}}')"
             ) from exc
-        settings = settings_of(conn, self.spec.conn_id, self.spec.spark_conf)
-        cluster = {**settings.cluster, **dict(self.spec.cluster)}
-        return dataclasses.replace(self.spec, master=settings.master,
-                                   deploy_mode=self.spec.deploy_mode or settings.deploy_mode, cluster=cluster)
 
     # ------------------------------------------------------------------ reading
     def _read(self, what: str, fn: Any) -> Any:

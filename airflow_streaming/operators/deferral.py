@@ -46,27 +46,39 @@ def lifecycle_poll_interval() -> float:
 class DeferrableLifecycleMixin:
     """Runs ``self._action(context, resume)`` and defers while it waits (``self.deferrable``).
 
-    Operators using it define ``_action(context, resume: dict | None)`` (``resume``: the locks handed
-    back by the trigger; ``None`` on the first run), call :meth:`_set_deferrable` in ``__init__``, run
-    their action with ``LifecycleOptions(defer=self.deferrable)`` and return ``self._run_deferrable(context)``
-    from ``execute``. Not deferrable: ``_action`` runs once and waits in the worker, as before.
+    Operators using it define ``_act(context, resume: dict | None)`` (``resume``: the locks handed
+    back by the trigger; ``None`` on the first run), call :meth:`_set_deferrable` in ``__init__`` and run
+    their action with ``LifecycleOptions(defer=self.deferrable)``; ``execute`` runs it (:meth:`_action`: a
+    permanent failure fails the task without retries; an operator may override ``_action``). Not deferrable:
+    the action runs once and waits in the worker, as before.
     """
 
     deferrable: bool
     poll_interval: float
 
-    def _set_deferrable(self, deferrable: bool | None, poll_interval: float | None,
+    def _set_deferrable(self, deferrable: bool | None, poll_interval: float | str | None,
                         operator_kwargs: dict[str, Any]) -> None:
         """Call after ``BaseOperator.__init__`` with the operator's ``**kwargs`` (they carry the task's own
-        ``retries``/``retry_delay`` and the DAG's ``default_args``)."""
+        ``retries``/``retry_delay`` and the DAG's ``default_args``). ``poll_interval``: seconds or a duration
+        string (``"30s"``), checked here, when the DAG is parsed."""
+        from airflow_streaming.operators.parameters import seconds_of
+
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
-        self.poll_interval = lifecycle_poll_interval() if poll_interval is None else float(poll_interval)
-        if self.poll_interval <= 0:
-            raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
+        self.poll_interval = lifecycle_poll_interval() if poll_interval is None else \
+            seconds_of(poll_interval, "poll_interval", self)  # type: ignore[assignment]
         if self.deferrable:
             retry_deferred_task(self, operator_kwargs)
 
-    def _action(self, context: Any, resume: dict[str, str] | None) -> Any:  # pragma: no cover - abstract
+    def execute(self, context: Any) -> Any:
+        return self._run_deferrable(context)
+
+    def _action(self, context: Any, resume: dict[str, str] | None) -> Any:
+        from airflow_streaming.task_failures import fail_fast_on_permanent_errors
+
+        with fail_fast_on_permanent_errors():
+            return self._act(context, resume)
+
+    def _act(self, context: Any, resume: dict[str, str] | None) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _run_deferrable(self, context: Any, resume: dict[str, str] | None = None) -> Any:

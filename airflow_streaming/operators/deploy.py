@@ -8,12 +8,13 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
+from airflow_streaming.operators.parameters import SpecFileTemplates, checked_duration, seconds_of, spec_with_conn_id
 from airflow_streaming.task_owner import task_owner
-from airflow_streaming.spec import StreamSpec, as_spec
+from airflow_streaming.spec import StreamSpec
 from airflow_streaming.ui.links import STREAM_LINKS
 
 
-class SparkStreamDeployOperator(DeferrableLifecycleMixin, BaseOperator):
+class SparkStreamDeployOperator(SpecFileTemplates, DeferrableLifecycleMixin, BaseOperator):
     """Submit a stream's driver (detached) through the Spark provider and wait for its first progress.
 
     Refuses before submitting when the stream already runs, the application file is missing or Java
@@ -25,9 +26,12 @@ class SparkStreamDeployOperator(DeferrableLifecycleMixin, BaseOperator):
     Returns (XCom) the run's identity: stream, version, run_id, submit_pid, driver_pid, app_id,
     spark_ui, control_dir, log_path.
 
-    :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a path to a YAML spec.
+    :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a path to a YAML spec (a ``.yaml``
+        / ``.yml`` file is rendered with Jinja).
     :param wait_for_progress: wait until the query reports progress (default) or return after submit.
-    :param startup_timeout: seconds to wait for progress; default: the spec's ``startup_timeout``.
+    :param startup_timeout: how long to wait for progress (seconds or a duration string such as
+        ``"5 minutes"``, checked when the DAG is parsed; templated); default: the spec's ``startup_timeout``.
+    :param conn_id: the Spark connection; overrides the spec's ``conn_id`` (see ``docs/precedence.md``).
     :param deferrable: wait for the progress in the triggerer (no worker slot held meanwhile); default
         ``[operators] default_deferrable``. A deferrable task that sets no ``retries`` gets two, 15 s apart
         (:mod:`airflow_streaming.defer_race`: Airflow 3.3 can fail a task whose trigger fired early).
@@ -35,7 +39,7 @@ class SparkStreamDeployOperator(DeferrableLifecycleMixin, BaseOperator):
         lifecycle_poll_interval``.
     """
 
-    template_fields: Sequence[str] = ("spec",)
+    template_fields: Sequence[str] = ("spec", "startup_timeout")
     operator_extra_links = STREAM_LINKS
     ui_color = "#d4f1c5"
 
@@ -44,34 +48,27 @@ class SparkStreamDeployOperator(DeferrableLifecycleMixin, BaseOperator):
         *,
         spec: StreamSpec | Mapping[str, Any] | str,
         wait_for_progress: bool = True,
-        startup_timeout: float | None = None,
+        startup_timeout: float | str | None = None,
         deferrable: bool | None = None,
-        poll_interval: float | None = None,
+        poll_interval: float | str | None = None,
+        conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.spec = spec
         self.wait_for_progress = wait_for_progress
-        self.startup_timeout = startup_timeout
+        self.startup_timeout = checked_duration(startup_timeout, "startup_timeout", self, templated=True)
+        self.conn_id = conn_id
         self._set_deferrable(deferrable, poll_interval, kwargs)
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        return self._run_deferrable(context)
-
-    def _action(self, context: Context, resume: dict[str, str] | None) -> dict[str, Any]:
-        from airflow_streaming.task_failures import fail_fast_on_permanent_errors
-
-        with fail_fast_on_permanent_errors():
-            return self._deploy(context, resume)
-
-    def _deploy(self, context: Context, resume: dict[str, str] | None = None) -> dict[str, Any]:
+    def _act(self, context: Context, resume: dict[str, str] | None = None) -> dict[str, Any]:
         from airflow_streaming.lifecycle.operations import deploy_stream
         from airflow_streaming.lifecycle.runner import LifecycleOptions
 
-        spec = as_spec(self.spec)
-        ti = context["ti"]
-        options = LifecycleOptions(owner=task_owner(ti), startup_timeout=self.startup_timeout,
-                                   await_progress=self.wait_for_progress, defer=self.deferrable)
+        options = LifecycleOptions(owner=task_owner(context["ti"]), await_progress=self.wait_for_progress,
+                                   startup_timeout=seconds_of(self.startup_timeout, "startup_timeout", self),
+                                   defer=self.deferrable)
+        spec = spec_with_conn_id(self.spec, self.conn_id)
         self._spec = spec
         identity = deploy_stream(spec, options, resume, started=self._started)
         self.log.info("stream %s %s is running: run %s, app %s, Spark UI %s, log %s", spec.name, spec.version,

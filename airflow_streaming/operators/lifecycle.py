@@ -8,12 +8,19 @@ from typing import Any
 from airflow.sdk import BaseNotifier, BaseOperator, Context
 
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
+from airflow_streaming.operators.parameters import (
+    SpecFileTemplates,
+    checked_duration,
+    seconds_of,
+    spec_with_conn_id,
+    with_conn_id,
+)
 from airflow_streaming.task_owner import task_owner
-from airflow_streaming.spec import StreamSpec, as_spec, parse_duration
+from airflow_streaming.spec import StreamSpec
 from airflow_streaming.ui.links import STREAM_LINKS
 
 
-class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
+class SparkStreamUpgradeOperator(SpecFileTemplates, DeferrableLifecycleMixin, BaseOperator):
     """Move a stream to ``spec`` safely (see ``docs/upgrades.md``).
 
     ``action="upgrade"`` (default): compatibility gate against the live checkpoint, graceful stop at a
@@ -27,11 +34,13 @@ class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
     stream's ``history.json`` records it. If the task dies, running it again resumes the action from its
     recorded step (Airflow retries do exactly that).
 
-    :param spec: the target spec (dict, YAML path or :class:`StreamSpec`; templated).
+    :param spec: the target spec (dict, YAML path or :class:`StreamSpec`; templated; a ``.yaml`` / ``.yml``
+        file is rendered with Jinja).
     :param current: the running spec, for ``parallel`` (default: the deployed one).
     :param allow_warnings: let COMPATIBLE_WITH_WARNINGS pass the gate.
     :param probation_min_batches: completed batches the new version must show while HEALTHY.
-    :param probation_window: how long it has to get there (seconds or a duration string).
+    :param probation_window: how long it has to get there (seconds or a duration string such as
+        ``"5 minutes"``, checked when the DAG is parsed; templated).
     :param warm_start: prepare the new driver (JVM, session, planned query) beside the running one and
         stop the old one only once it is ready: shorter downtime, two drivers' memory for a while.
     :param notifiers: Airflow notifiers; each is called like a callback (templated fields rendered) with the
@@ -42,9 +51,12 @@ class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
         (:mod:`airflow_streaming.defer_race`: Airflow 3.3 can fail a task whose trigger fired early).
     :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
         lifecycle_poll_interval``.
+    :param conn_id: the Spark connection; overrides the ``conn_id`` of ``spec``, ``current`` and a restart's or
+        rollback's deployed spec (see ``docs/precedence.md``). An action resumed from its record finishes
+        with the specs it recorded.
     """
 
-    template_fields: Sequence[str] = ("spec", "current")
+    template_fields: Sequence[str] = ("spec", "current", "probation_window")
     operator_extra_links = STREAM_LINKS
     ui_color = "#c9f2d0"
 
@@ -52,24 +64,18 @@ class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
                  current: StreamSpec | Mapping[str, Any] | str | None = None, allow_warnings: bool = False,
                  probation_min_batches: int = 2, probation_window: float | str = "5 minutes",
                  dry_run: bool = True, warm_start: bool = False, notifiers: Sequence[BaseNotifier] = (),
-                 deferrable: bool | None = None, poll_interval: float | None = None, **kwargs: Any) -> None:
+                 deferrable: bool | None = None, poll_interval: float | str | None = None, conn_id: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.spec, self.action, self.current = spec, action, current
         self.allow_warnings, self.dry_run, self.warm_start = allow_warnings, dry_run, warm_start
-        self.probation_min_batches, self.probation_window = probation_min_batches, probation_window
+        self.probation_min_batches = probation_min_batches
+        self.probation_window = checked_duration(probation_window, "probation_window", self, templated=True)
+        self.conn_id = conn_id
         self.notifiers = list(notifiers)
         self._set_deferrable(deferrable, poll_interval, kwargs)
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        return self._run_deferrable(context)
-
-    def _action(self, context: Context, resume: dict[str, str] | None) -> dict[str, Any]:
-        from airflow_streaming.task_failures import fail_fast_on_permanent_errors
-
-        with fail_fast_on_permanent_errors():
-            return self._run(context, resume)
-
-    def _run(self, context: Context, resume: dict[str, str] | None = None) -> dict[str, Any]:
+    def _act(self, context: Context, resume: dict[str, str] | None = None) -> dict[str, Any]:
         from airflow_streaming.hooks.streaming_job import SparkStreamHook
         from airflow_streaming.lifecycle.operations import LifecycleOutcomeError, result_of
         from airflow_streaming.lifecycle.record import Action, Probation
@@ -81,17 +87,19 @@ class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
         ti = context["ti"]
         options = LifecycleOptions(
             allow_warnings=self.allow_warnings, dry_run=self.dry_run,
-            probation=Probation(self.probation_min_batches, parse_duration(self.probation_window, "probation_window")),
+            probation=Probation(self.probation_min_batches,
+                                seconds_of(self.probation_window, "probation_window", self)),  # type: ignore[arg-type]
             owner=task_owner(ti), warm_start=self.warm_start,
             defer=self.deferrable)
-        current = as_spec(self.current) if self.current is not None else None
-        target = as_spec(self.spec) if self.spec is not None else None
+        current = spec_with_conn_id(self.current, self.conn_id) if self.current is not None else None
+        target = spec_with_conn_id(self.spec, self.conn_id) if self.spec is not None else None
         resumed = resume_target(SparkStreamHook(current or target), action) if action in (  # type: ignore[arg-type]
             Action.RESTART, Action.ROLLBACK) else None
         if resumed is not None:  # a previous try died mid-action: finish that action as recorded
             _, target, current = resumed
         elif target is None or action == Action.ROLLBACK:
-            target = restart_spec(SparkStreamHook(target or current), action)  # type: ignore[arg-type]
+            target = with_conn_id(restart_spec(SparkStreamHook(target or current), action),  # type: ignore[arg-type]
+                                  self.conn_id)
 
         def notify(event: dict[str, Any]) -> None:
             for notifier in self.notifiers:
@@ -108,6 +116,19 @@ class SparkStreamUpgradeOperator(DeferrableLifecycleMixin, BaseOperator):
         self.log.info("%s of %s to %s: %s (%d steps, recorded in history.json)", result.get("action"),
                       result.get("stream"), result.get("to_version"), result.get("outcome"), len(result.get("steps", [])))
         return result
+
+
+def state_with_conn_id(state: Any, conn_id: str | None) -> Any:
+    """A :class:`~airflow_streaming.lifecycle.desired_state.DesiredState` whose every spec (each stream's wanted
+    spec and every listed version's) has the operator's ``conn_id``; unchanged for ``None``/""."""
+    import dataclasses
+
+    if not conn_id:
+        return state
+    streams = {name: dataclasses.replace(target, spec=with_conn_id(target.spec, conn_id),
+                                         _specs={v: with_conn_id(s, conn_id) for v, s in target._specs.items()})
+               for name, target in state.streams.items()}
+    return dataclasses.replace(state, streams=streams)
 
 
 def _as_bool(value: bool | str | None) -> bool | None:
@@ -146,6 +167,8 @@ class SparkStreamOperationOperator(DeferrableLifecycleMixin, BaseOperator):
         fail a task whose trigger fired early).
     :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
         lifecycle_poll_interval``.
+    :param conn_id: the Spark connection; overrides the ``conn_id`` of every spec of the desired-state file
+        (see ``docs/precedence.md``).
     """
 
     # Not ``desired_state``: the file that says which specs run is the DAG author's, never a form's or a
@@ -156,15 +179,14 @@ class SparkStreamOperationOperator(DeferrableLifecycleMixin, BaseOperator):
 
     def __init__(self, *, stream: str, action: str = "status", version: str | None = None,
                  allow_warnings: bool | str | None = None, desired_state: str, fail_on_outcome: bool = True,
-                 deferrable: bool | None = None, poll_interval: float | None = None, **kwargs: Any) -> None:
+                 deferrable: bool | None = None, poll_interval: float | str | None = None, conn_id: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.stream, self.action, self.version = stream, action, version
         self.allow_warnings, self.desired_state = allow_warnings, desired_state
         self.fail_on_outcome = fail_on_outcome
+        self.conn_id = conn_id
         self._set_deferrable(deferrable, poll_interval, kwargs)
-
-    def execute(self, context: Context) -> dict[str, Any]:
-        return self._run_deferrable(context)
 
     def _action(self, context: Context, resume: dict[str, str] | None) -> dict[str, Any]:
         from airflow_streaming.lifecycle.operations import LifecycleOutcomeError
@@ -188,7 +210,7 @@ class SparkStreamOperationOperator(DeferrableLifecycleMixin, BaseOperator):
         from airflow_streaming.lifecycle.operations import operate
 
         ti = context["ti"]
-        result = operate(load_desired_state(self.desired_state), self.stream, self.action, self.version or None,
+        result = operate(state_with_conn_id(load_desired_state(self.desired_state), self.conn_id), self.stream, self.action, self.version or None,
                          allow_warnings=_as_bool(self.allow_warnings),
                          owner=task_owner(ti),
                          defer=self.deferrable, resume=resume)

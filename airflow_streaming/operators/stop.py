@@ -9,12 +9,13 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_streaming.exceptions import StreamFailedError
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
+from airflow_streaming.operators.parameters import SpecFileTemplates, checked_duration, seconds_of, spec_with_conn_id
 from airflow_streaming.task_owner import task_owner
-from airflow_streaming.spec import StreamSpec, as_spec
+from airflow_streaming.spec import StreamSpec
 from airflow_streaming.ui.links import STREAM_LINKS
 
 
-class SparkStreamStopOperator(DeferrableLifecycleMixin, BaseOperator):
+class SparkStreamStopOperator(SpecFileTemplates, DeferrableLifecycleMixin, BaseOperator):
     """Ask the stream's driver to stop between micro-batches; kill it after the timeout.
 
     Returns (XCom) the stop report: graceful, killed, exit_code, last_planned_batch,
@@ -23,8 +24,10 @@ class SparkStreamStopOperator(DeferrableLifecycleMixin, BaseOperator):
     holds the stream, or storage that cannot be read, is retried per ``retries``; an invalid spec, a
     refused or failed stop action and (with ``fail_if_not_graceful``) a kill fail the task at once.
 
-    :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a path to a YAML spec.
-    :param stop_timeout: seconds to wait for the graceful stop; default: the spec's ``stop_timeout``.
+    :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a path to a YAML spec (a ``.yaml``
+        / ``.yml`` file is rendered with Jinja).
+    :param stop_timeout: how long to wait for the graceful stop (seconds or a duration string such as
+        ``"2 minutes"``, checked when the DAG is parsed; templated); default: the spec's ``stop_timeout``.
     :param kill_on_timeout: kill the driver when the timeout passes (default) or fail the task.
     :param fail_if_not_graceful: fail the task when the stream had to be killed (default False).
     :param deferrable: wait for the driver's exit in the triggerer (no worker slot held meanwhile);
@@ -32,9 +35,10 @@ class SparkStreamStopOperator(DeferrableLifecycleMixin, BaseOperator):
         (:mod:`airflow_streaming.defer_race`: Airflow 3.3 can fail a task whose trigger fired early).
     :param poll_interval: deferred: seconds between the trigger's checks; default ``[airflow_streaming]
         lifecycle_poll_interval``.
+    :param conn_id: the Spark connection; overrides the spec's ``conn_id`` (see ``docs/precedence.md``).
     """
 
-    template_fields: Sequence[str] = ("spec",)
+    template_fields: Sequence[str] = ("spec", "stop_timeout")
     operator_extra_links = STREAM_LINKS
     ui_color = "#f6d3c5"
 
@@ -42,38 +46,30 @@ class SparkStreamStopOperator(DeferrableLifecycleMixin, BaseOperator):
         self,
         *,
         spec: StreamSpec | Mapping[str, Any] | str,
-        stop_timeout: float | None = None,
+        stop_timeout: float | str | None = None,
         kill_on_timeout: bool = True,
         fail_if_not_graceful: bool = False,
         deferrable: bool | None = None,
-        poll_interval: float | None = None,
+        poll_interval: float | str | None = None,
+        conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.spec = spec
-        self.stop_timeout = stop_timeout
+        self.stop_timeout = checked_duration(stop_timeout, "stop_timeout", self, templated=True)
         self.kill_on_timeout = kill_on_timeout
         self.fail_if_not_graceful = fail_if_not_graceful
+        self.conn_id = conn_id
         self._set_deferrable(deferrable, poll_interval, kwargs)
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        return self._run_deferrable(context)
-
-    def _action(self, context: Context, resume: dict[str, str] | None) -> dict[str, Any]:
-        from airflow_streaming.task_failures import fail_fast_on_permanent_errors
-
-        with fail_fast_on_permanent_errors():
-            return self._stop(context, resume)
-
-    def _stop(self, context: Context, resume: dict[str, str] | None = None) -> dict[str, Any]:
+    def _act(self, context: Context, resume: dict[str, str] | None = None) -> dict[str, Any]:
         from airflow_streaming.lifecycle.operations import stop_stream
         from airflow_streaming.lifecycle.runner import LifecycleOptions
 
-        spec = as_spec(self.spec)
-        ti = context["ti"]
-        options = LifecycleOptions(owner=task_owner(ti),
-                                   stop_timeout=self.stop_timeout, kill_on_timeout=self.kill_on_timeout,
+        options = LifecycleOptions(owner=task_owner(context["ti"]), kill_on_timeout=self.kill_on_timeout,
+                                   stop_timeout=seconds_of(self.stop_timeout, "stop_timeout", self),
                                    defer=self.deferrable)
+        spec = spec_with_conn_id(self.spec, self.conn_id)
         result = stop_stream(spec, options, resume)
         self.log.info("stream %s stop: graceful=%s killed=%s last committed batch=%s clean=%s", spec.name,
                       result.get("graceful"), result.get("killed"), result.get("last_committed_batch"),

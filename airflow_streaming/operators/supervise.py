@@ -10,12 +10,13 @@ from airflow.sdk import BaseNotifier, BaseOperator, Context
 
 from airflow_streaming.exceptions import StreamingError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
+from airflow_streaming.operators.parameters import SpecFileTemplates, seconds_of, spec_with_conn_id
 from airflow_streaming.task_owner import task_owner
-from airflow_streaming.spec import StreamSpec, as_spec
+from airflow_streaming.spec import StreamSpec
 from airflow_streaming.ui.links import STREAM_LINKS
 
 
-class SparkStreamSupervisorOperator(BaseOperator):
+class SparkStreamSupervisorOperator(SpecFileTemplates, BaseOperator):
     """One supervision pass per stream (see ``docs/supervision.md``); schedule it every minute.
 
     For each stream: health verdict -> restart a failed or vanished driver from its checkpoint following
@@ -23,15 +24,18 @@ class SparkStreamSupervisorOperator(BaseOperator):
     streams. Events go through a per-stream :class:`NotificationGate` (flap protection) to every
     notifier. Safe to run twice at once or to retry: see the supervisor's lock and ledger.
 
-    :param specs: the streams (each a :class:`StreamSpec`, a dict (templated) or a YAML path).
+    :param specs: the streams (each a :class:`StreamSpec`, a dict (templated) or a YAML path; a ``.yaml`` /
+        ``.yml`` file is rendered with Jinja).
     :param restart_policy: overrides of :class:`RestartPolicy` fields, for every stream.
     :param notifiers: Airflow notifiers (ours, the SMTP/Slack/HTTP providers' adapters in
         :mod:`airflow_streaming.notifications`, or any ``BaseNotifier``); each is called like a callback
         (templated fields rendered) with the task context plus ``stream_event`` (a ``StreamEvent``).
     :param repeat_window_s: flap protection: a repeat of the last message within this window is
-        suppressed and summarised in the next one; default ``[airflow_streaming] notification_repeat_window``
-        (900 s).
-    :param max_wait_s: a restart whose backoff ends within this many seconds waits in this pass.
+        suppressed and summarised in the next one (seconds or a duration string such as ``"15 minutes"``);
+        default ``[airflow_streaming] notification_repeat_window`` (900 s).
+    :param max_wait_s: a restart whose backoff ends within this long waits in this pass (seconds or a
+        duration string).
+    :param conn_id: the Spark connection; overrides every spec's ``conn_id`` (see ``docs/precedence.md``).
     """
 
     template_fields: Sequence[str] = ("specs",)
@@ -40,7 +44,8 @@ class SparkStreamSupervisorOperator(BaseOperator):
 
     def __init__(self, *, specs: Sequence[StreamSpec | Mapping[str, Any] | str],
                  restart_policy: Mapping[str, Any] | None = None, notifiers: Sequence[BaseNotifier] = (),
-                 repeat_window_s: float | None = None, max_wait_s: float = 30.0, **kwargs: Any) -> None:
+                 repeat_window_s: float | str | None = None, max_wait_s: float | str = 30.0, conn_id: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.specs = list(specs)
         self.restart_policy = dict(restart_policy or {})
@@ -49,8 +54,9 @@ class SparkStreamSupervisorOperator(BaseOperator):
             from airflow_streaming.config import get_float
 
             repeat_window_s = get_float("notification_repeat_window")
-        self.repeat_window_s = float(repeat_window_s)
-        self.max_wait_s = max_wait_s
+        self.repeat_window_s = seconds_of(repeat_window_s, "repeat_window_s", self, inclusive=True)
+        self.max_wait_s = seconds_of(max_wait_s, "max_wait_s", self, inclusive=True)
+        self.conn_id = conn_id
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         from airflow_streaming.supervision.policy import RestartPolicy
@@ -85,7 +91,7 @@ class SparkStreamSupervisorOperator(BaseOperator):
         from airflow_streaming.notifications.delivery import call_notifier
         from airflow_streaming.notifications.gate import NotificationGate
 
-        hook = SparkStreamHook(as_spec(raw))
+        hook = SparkStreamHook(spec_with_conn_id(raw, self.conn_id))
         gate = NotificationGate(hook.storage, f"{hook.paths.root}/notifications.json", self.repeat_window_s)
 
         def deliver(event: dict[str, Any]) -> None:

@@ -14,7 +14,8 @@ from airflow_streaming.defer_race import retry_deferred_task
 from airflow_streaming.deprecated_names import module_getattr
 from airflow_streaming.exceptions import StreamFailedError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
-from airflow_streaming.spec import StreamSpec, as_spec
+from airflow_streaming.operators.parameters import SpecFileTemplates, seconds_of, sensor_durations, spec_with_conn_id
+from airflow_streaming.spec import StreamSpec
 from airflow_streaming.task_failures import fail_fast_on_permanent_errors
 from airflow_streaming.triggers.health import MODES, REPORT, WATCH, SparkStreamHealthTrigger, health_event
 from airflow_streaming.ui.links import STREAM_LINKS
@@ -64,7 +65,7 @@ def _split_modes(mode: str | None, health_mode: str | None) -> tuple[str, str]:
     return mode or "poke", health_mode
 
 
-class SparkStreamHealthSensor(BaseSensorOperator):
+class SparkStreamHealthSensor(SpecFileTemplates, BaseSensorOperator):
     """Judge a stream from its own ``status`` and ``recentProgress`` (see ``airflow_streaming.health``).
 
     Health modes (``health_mode``):
@@ -86,23 +87,29 @@ class SparkStreamHealthSensor(BaseSensorOperator):
     gauges (input/processing rate, batch duration, state rows, watermark lag, health state) are emitted.
     A FAILED or STOPPED stream (or a bad verdict in ``watch``) fails the task without retries.
 
-    :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a YAML path.
+    :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a YAML path (a ``.yaml`` / ``.yml``
+        file is rendered with Jinja).
     :param health_mode: ``wait_healthy`` | ``watch`` | ``report``. (The old spelling ``mode="watch"``
         still works, with a DeprecationWarning.)
-    :param watch_seconds: ``watch``: length of the window.
+    :param watch_seconds: ``watch``: length of the window (seconds or a duration string such as ``"10 minutes"``).
     :param fail_on: ``watch``: the states that fail the task.
     :param deferrable: poll from the triggerer; default ``[operators] default_deferrable``. A deferrable
         sensor that sets no ``retries`` gets two, 15 s apart (:mod:`airflow_streaming.defer_race`); a bad
         verdict still fails it without retries.
-    :param poke_interval: seconds between verdicts; default ``[airflow_streaming] health_poll_interval`` (10).
+    :param poke_interval: time between verdicts (seconds or a duration string); default ``[airflow_streaming]
+        health_poll_interval`` (10). ``timeout`` takes a duration string too.
+    :param conn_id: the Spark connection; overrides the spec's ``conn_id`` (see ``docs/precedence.md``).
     """
 
     template_fields: Sequence[str] = ("spec",)
     operator_extra_links = STREAM_LINKS
 
     def __init__(self, *, spec: StreamSpec | Mapping[str, Any] | str, health_mode: str | None = None,
-                 watch_seconds: float = 300.0, fail_on: Sequence[str] = DEFAULT_FAIL_ON,
-                 deferrable: bool | None = None, **kwargs: Any) -> None:
+                 watch_seconds: float | str = 300.0, fail_on: Sequence[str] = DEFAULT_FAIL_ON,
+                 deferrable: bool | None = None, conn_id: str | None = None, **kwargs: Any) -> None:
+        sensor_durations(self, kwargs)
+        watch_seconds = seconds_of(watch_seconds, "watch_seconds", f"{type(self).__name__}(task_id="
+                                   f"{kwargs.get('task_id')!r})")  # type: ignore[assignment]
         sensor_mode, health_mode = _split_modes(kwargs.pop("mode", None), health_mode)
         if "poke_interval" not in kwargs:
             from airflow_streaming.config import get_float
@@ -116,6 +123,7 @@ class SparkStreamHealthSensor(BaseSensorOperator):
         self.health_mode = health_mode
         self.watch_seconds = watch_seconds
         self.fail_on = tuple(fail_on)
+        self.conn_id = conn_id
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
         if self.deferrable:  # Airflow 3.3's defer race: a retry watches again (airflow_streaming.defer_race)
             retry_deferred_task(self, kwargs)
@@ -127,7 +135,7 @@ class SparkStreamHealthSensor(BaseSensorOperator):
         # failed or reported needs no trip through the triggerer.
         started = time.time()
         with fail_fast_on_permanent_errors():
-            spec = as_spec(self.spec)
+            spec = spec_with_conn_id(self.spec, self.conn_id)
             verdict = self._verdict(spec)
             event = health_event(self.health_mode, verdict, started, time.time(), self.watch_seconds, self.fail_on)
             self._log_verdict(verdict)
@@ -139,7 +147,7 @@ class SparkStreamHealthSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> PokeReturnValue:
         with fail_fast_on_permanent_errors():
-            verdict = self._verdict(as_spec(self.spec))
+            verdict = self._verdict(spec_with_conn_id(self.spec, self.conn_id))
             event = health_event(self.health_mode, verdict, self._started_at(context), time.time(), self.watch_seconds,
                            self.fail_on)
             self._log_verdict(verdict)
