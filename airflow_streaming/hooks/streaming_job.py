@@ -156,6 +156,7 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         from airflow.sdk import BaseHook
 
         from airflow_streaming.hooks.spark_connection import settings_of
+        from airflow_streaming.submit_fields import set_twins
 
         try:
             conn = BaseHook.get_connection(self.spec.conn_id)
@@ -166,7 +167,8 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
                 f"(e.g. AIRFLOW_CONN_{self.spec.conn_id.upper()}='{{\"conn_type\": \"spark\", \"host\": \"local[2]\"}}')"
             ) from exc
         settings = settings_of(conn, self.spec.conn_id, self.spec.spark_conf)
-        cluster = {**settings.cluster, **dict(self.spec.cluster)}
+        cluster = {**{k: v for k, v in settings.cluster.items() if k not in set_twins(self.spec)},
+                   **dict(self.spec.cluster)}  # a spec field (queue) wins over the connection's
         return dataclasses.replace(self.spec, master=settings.master,
                                    deploy_mode=self.spec.deploy_mode or settings.deploy_mode, cluster=cluster)
 
