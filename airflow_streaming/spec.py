@@ -312,7 +312,7 @@ class StreamSpec:
     that recovery is a query start in a running JVM, not a cold start. Costs a second driver's memory
     and cores while it waits; the supervisor prepares it and records each takeover."""
 
-    # SparkSubmitOperator's fields, same names and meaning (airflow_streaming.submit_fields, docs/dependencies.md).
+    # SparkSubmitOperator's fields, same names and meaning (airflow_streaming.submit_fields, docs/job-dependencies.md).
     # The list fields accept a list or a comma-separated string; files are absolute paths or URIs.
     py_files: tuple[str, ...] = ()
     """``--py-files``: .py/.zip/.egg files put on the driver's and the executors' PYTHONPATH."""

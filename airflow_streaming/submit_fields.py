@@ -3,7 +3,7 @@
 ``py_files``, ``files``, ``archives``, ``jars``, ``packages``, ``exclude_packages``, ``repositories``,
 ``driver_memory``, ``executor_memory``, ``executor_cores``, ``num_executors``, ``total_executor_cores``,
 ``queue``, ``env_vars`` and ``properties_file`` have the names and the meaning they have on the Spark
-provider's ``SparkSubmitOperator`` / ``SparkSubmitHook`` (``docs/dependencies.md``):
+provider's ``SparkSubmitOperator`` / ``SparkSubmitHook`` (``docs/job-dependencies.md``):
 
 - :func:`check_submit_fields` validates and normalises them (lists or comma-separated strings; a
   :class:`~airflow_streaming.exceptions.SpecError` names the entry, e.g. ``py_files[1]``);
