@@ -328,6 +328,9 @@ def mask_spec(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
         masked["application_args"] = mask_args(spec["application_args"])
     if spec.get("secret_args"):
         masked["secret_args"] = {k: MASK for k in spec["secret_args"]}
+    if spec.get("env_vars"):  # the driver's environment (StreamSpec.env_vars): secrets masked like conf
+        masked["env_vars"] = {k: (MASK if v not in (None, "") and is_secret_entry(k, v) else v)
+                              for k, v in spec["env_vars"].items()}
     return masked
 
 
@@ -356,6 +359,22 @@ def restore_secrets(spec: Mapping[str, Any], *sources: Any) -> dict[str, Any]:
             raise SpecError(field_name, "its secrets are not stored in the stream's control files (they keep "
                             "specs with secrets masked): run the action with a spec that holds them (the DAG's spec "
                             "or the desired-state file)")
+    env = dict(spec.get("env_vars") or {})
+    for key, value in env.items():
+        if value != MASK:
+            continue
+        for source in sources:
+            theirs = (source.get("env_vars") if isinstance(source, Mapping) else getattr(source, "env_vars", {})) \
+                if source is not None else None
+            if (theirs or {}).get(key) not in (None, "", MASK):
+                env[key] = theirs[key]
+                break
+        else:
+            raise SpecError(f"env_vars.{key}", "this secret is not stored in the stream's control files (they keep "
+                            "specs with secrets masked): run the action with a spec that holds it (the DAG's spec or "
+                            "the desired-state file)")
+    if env:
+        restored["env_vars"] = env
     for key, value in conf.items():
         if value != MASK:
             continue

@@ -25,6 +25,7 @@ from airflow_streaming.location import (  # noqa: F401 - re-exported
 )
 from airflow_streaming.redaction import secret_arguments
 from airflow_streaming.spark_lines import check_runtime
+from airflow_streaming.submit_fields import SUBMIT_FIELDS, check_submit_fields, check_twins, refuse_unsupported
 
 __all__ = ["BUNDLED_JOBS", "SpecError", "StreamSpec", "as_spec", "parse_duration"]
 
@@ -311,6 +312,41 @@ class StreamSpec:
     that recovery is a query start in a running JVM, not a cold start. Costs a second driver's memory
     and cores while it waits; the supervisor prepares it and records each takeover."""
 
+    # SparkSubmitOperator's fields, same names and meaning (airflow_streaming.submit_fields, docs/job-dependencies.md).
+    # The list fields accept a list or a comma-separated string; files are absolute paths or URIs.
+    py_files: tuple[str, ...] = ()
+    """``--py-files``: .py/.zip/.egg files put on the driver's and the executors' PYTHONPATH."""
+    files: tuple[str, ...] = ()
+    """``--files``: files placed in the working directory of each executor (``SparkFiles.get(name)``)."""
+    archives: tuple[str, ...] = ()
+    """``--archives``: archives unpacked in each executor's working directory (``path#dir`` names the dir)."""
+    jars: tuple[str, ...] = ()
+    """``--jars``: jars on the driver's and the executors' classpaths."""
+    packages: tuple[str, ...] = ()
+    """``--packages``: Maven coordinates ``group:artifact:version`` resolved with their dependencies."""
+    exclude_packages: tuple[str, ...] = ()
+    """``--exclude-packages``: ``group:artifact`` left out while resolving ``packages``."""
+    repositories: tuple[str, ...] = ()
+    """``--repositories``: extra Maven repositories searched for ``packages``."""
+    driver_memory: str | None = None
+    """``--driver-memory`` (e.g. ``2g``); ``cluster.driver_memory`` is its older spelling."""
+    executor_memory: str | None = None
+    """``--executor-memory`` (e.g. ``4g``)."""
+    executor_cores: int | None = None
+    """``--executor-cores``."""
+    num_executors: int | None = None
+    """``--num-executors`` (YARN, Kubernetes)."""
+    total_executor_cores: int | None = None
+    """``--total-executor-cores`` (standalone)."""
+    queue: str | None = None
+    """``--queue``: the YARN queue; ``cluster.queue`` is its older spelling (and the connection's ``queue``)."""
+    env_vars: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """Environment of the driver (SparkSubmitHook's ``env_vars``); values that hold a secret are masked in
+    stored specs and never put on a command line."""
+    properties_file: str | None = None
+    """``--properties-file``: Spark properties read by spark-submit on the submitting host (instead of
+    ``spark-defaults.conf``)."""
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         _check_segment(self.name, "name")
@@ -371,6 +407,12 @@ class StreamSpec:
             raise SpecError("deploy_mode", "cluster mode needs a cluster master (spark://..., yarn or k8s://...), "
                             f"got master {self.master!r}")
         set_(self, "cluster", _check_cluster(self.cluster))
+        submit = check_submit_fields({name: getattr(self, name) for name in SUBMIT_FIELDS})
+        for name, value in submit.items():
+            set_(self, name, value)
+        check_twins(submit, self.cluster)
+        if self.master is not None:  # the target is known: refuse now what it cannot honour
+            refuse_unsupported(self, self.master, self.deploy_mode)
         set_(self, "spark_runtime", check_runtime(self.spark_runtime))
         if not isinstance(self.hot_standby, bool):
             raise SpecError("hot_standby", f"must be true or false, got {_type_name(self.hot_standby)} "
@@ -456,7 +498,20 @@ class StreamSpec:
             **({"secret_args": dict(self.secret_args)} if self.secret_args else {}),
             **({"spark_runtime": dict(self.spark_runtime)} if self.spark_runtime else {}),
             **({"hot_standby": True} if self.hot_standby else {}),
+            **self._submit_fields_dict(),
         }
+
+    def _submit_fields_dict(self) -> dict[str, Any]:
+        """The SparkSubmitOperator fields that are set (left out when unset: specs stored before them stay
+        byte for byte what they were)."""
+        result: dict[str, Any] = {}
+        for name in SUBMIT_FIELDS:
+            value = getattr(self, name)
+            if value in (None, (), {}):
+                continue
+            result[name] = list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, Mapping) \
+                else value
+        return result
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StreamSpec:

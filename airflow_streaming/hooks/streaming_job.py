@@ -157,12 +157,14 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         ``deploy_mode`` and each of its ``cluster`` settings win over the connection's."""
         from airflow_streaming.exceptions import SpecError
         from airflow_streaming.hooks.spark_connection import settings_of
+        from airflow_streaming.submit_fields import set_twins
 
         conn = self._spark_connection()
         if conn is None:
             return self.spec
         settings = settings_of(conn, self.spec.conn_id, self.spec.spark_conf)
-        cluster = {**settings.cluster, **dict(self.spec.cluster)}
+        cluster = {**{k: v for k, v in settings.cluster.items() if k not in set_twins(self.spec)},
+                   **dict(self.spec.cluster)}  # a spec field (queue) wins over the connection's
         master = self.spec.master or settings.master
         deploy_mode = self.spec.deploy_mode or settings.deploy_mode
         if deploy_mode == "cluster" and not self.spec.deploy_mode and master.startswith("local"):

@@ -9,21 +9,8 @@ from typing import Any
 
 from airflow_streaming.control.contract import ControlPaths, DriverRecord
 from airflow_streaming.control.storage import ControlStorage
+from airflow_streaming.submit_fields import target_kind  # noqa: F401 - importable from here
 from airflow_streaming.targets.base import DriverTarget
-
-
-def target_kind(master: str | None, deploy_mode: str | None) -> str:
-    """``local`` (local[N], and client mode anywhere), ``standalone-cluster``, ``yarn`` or ``kubernetes``."""
-    master = master or "local[2]"
-    if (deploy_mode or "client") == "client" or master.startswith("local"):
-        return "local"
-    if master.startswith("spark://"):
-        return "standalone-cluster"
-    if master == "yarn":
-        return "yarn"
-    if master.startswith("k8s://"):
-        return "kubernetes"
-    raise ValueError(f"no deploy target for master {master!r} in {deploy_mode} mode")
 
 
 def target_for(spec: Any, storage: ControlStorage, paths: ControlPaths) -> DriverTarget:

@@ -27,6 +27,7 @@ from airflow_streaming.control import permit
 from airflow_streaming.control.contract import ControlPaths, DriverRecord
 from airflow_streaming.control.storage import ControlStorage
 from airflow_streaming.reconcile.observation import Liveness  # also importable from here
+from airflow_streaming.submit_fields import cluster_manager, refuse_unsupported, submit_options
 from airflow_streaming.targets.launch_plan import LaunchPlan
 from airflow_streaming.targets.submit_command import masked_command, spark_submit_argv
 
@@ -106,12 +107,32 @@ class DriverTarget(abc.ABC):
              secret_conf: dict[str, str], log_path: str, standby: bool = False) -> LaunchPlan:
         """The :class:`LaunchPlan` of one run (targets add what they need: py-files, images, queues).
 
-        ``keytab`` and ``principal`` settings become spark-submit's ``--keytab`` / ``--principal`` (a path and
-        a name: no secret on the command line)."""
-        return LaunchPlan(run_id=run_id, name=f"{spec.name}:{spec.version}", master=spec.master or "local[2]",
-                          deploy_mode=spec.deploy_mode or "client", launcher=launcher, runtime_args=runtime_args,
+        The spec's SparkSubmitOperator fields (:mod:`airflow_streaming.submit_fields`) become spark-submit's
+        options (``py_files`` the plan's ``py_files``, ``env_vars`` its ``env``, ``properties_file`` its
+        ``properties_file``); a field this target cannot honour is a ``SpecError`` here, before anything is
+        submitted. ``keytab`` and ``principal`` settings become spark-submit's ``--keytab`` / ``--principal``
+        (a path and a name: no secret on the command line)."""
+        master, deploy_mode = spec.master or "local[2]", spec.deploy_mode or "client"
+        refuse_unsupported(spec, master, deploy_mode)
+        options = submit_options(spec, archives=self.archives(), queue=self.queue(spec))
+        return LaunchPlan(run_id=run_id, name=f"{spec.name}:{spec.version}", master=master,
+                          deploy_mode=deploy_mode, launcher=launcher, runtime_args=runtime_args,
                           conf=conf, secret_conf=secret_conf, log_path=log_path, standby=standby,
-                          submit_args=[*(self.settings.get("submit_args") or []), *self.kerberos_args()])
+                          py_files=list(getattr(spec, "py_files", None) or ()),
+                          env=dict(getattr(spec, "env_vars", None) or {}),
+                          properties_file=getattr(spec, "properties_file", None),
+                          submit_args=[*options, *(self.settings.get("submit_args") or []), *self.kerberos_args()])
+
+    def archives(self) -> list[str]:
+        """``cluster.archives`` where this target ships them (YARN, Kubernetes), added to the spec's ``archives``."""
+        return []
+
+    def queue(self, spec: Any) -> str | None:
+        """The YARN queue when the spec's own ``queue`` is unset: ``cluster.queue`` (or the connection's), only
+        where the master is YARN (elsewhere a connection's queue means nothing, as in ``SparkSubmitHook``)."""
+        if getattr(spec, "queue", None) or cluster_manager(spec.master) != "yarn":
+            return None
+        return self.settings.get("queue")
 
     def kerberos_args(self) -> list[str]:
         """``--keytab K --principal P`` from the ``keytab`` / ``principal`` settings, as ``SparkSubmitHook``

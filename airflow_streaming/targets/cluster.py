@@ -27,10 +27,15 @@ from airflow_streaming.control.contract import ControlFileError, DriverRecord
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import ApplicationNotFoundError, DriverStartError
 from airflow_streaming.pyspark_install import spark_submit_missing
-from airflow_streaming.redaction import scrub
+from airflow_streaming.redaction import scrub, split_conf
 from airflow_streaming.targets.base import DriverTarget, LaunchPlan
 from airflow_streaming.targets.driver_env import driver_environment
-from airflow_streaming.targets.submit_command import masked_command, spark_submit_argv, write_properties_file
+from airflow_streaming.targets.submit_command import (
+    masked_command,
+    spark_submit_argv,
+    submitted_properties,
+    write_properties_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +77,15 @@ class ClusterTarget(DriverTarget):
         merged = {**extra, **plan.conf}
         merged[RUN_ID_CONF] = run_id  # never overridden: it is how the driver is found again
         return dataclasses.replace(plan, deploy_mode="cluster", conf=merged)
+
+    @staticmethod
+    def driver_env_conf(plan: LaunchPlan, prefix: str, spec: Any) -> LaunchPlan:
+        """``plan`` with the spec's ``env_vars`` (the plan's ``env``) also as ``<prefix><NAME>`` conf entries
+        (``spark.yarn.appMasterEnv.``, ``spark.kubernetes.driverEnv.``: how ``SparkSubmitHook`` hands them to a
+        cluster driver); an entry that holds a secret goes with the secret conf, never on the command line."""
+        entries = {f"{prefix}{name}": value for name, value in (getattr(spec, "env_vars", None) or {}).items()}
+        plain, secret = split_conf(entries)
+        return dataclasses.replace(plan, conf={**plan.conf, **plain}, secret_conf={**plan.secret_conf, **secret})
 
     # ------------------------------------------------------------------ records and notes
     def recorded(self, run_id: str, record: DriverRecord | None = None) -> list[DriverRecord]:
@@ -128,7 +142,7 @@ def run_spark_submit(target: ClusterTarget, plan: LaunchPlan, what: str,
     env.pop("PYSPARK_PYTHON", None)
     env.pop("PYSPARK_DRIVER_PYTHON", None)
     binary = spark_submit_binary(target, plan, env)
-    properties = write_properties_file(plan.secret_conf, plan.run_id) if plan.secret_conf and secret_conf_file \
+    properties = write_properties_file(submitted_properties(plan), plan.run_id) if plan.secret_conf and secret_conf_file \
         else None
     argv = spark_submit_argv(plan, binary, properties)
     target.note(plan.log_path, f"{what}: {masked_command(argv)}")

@@ -46,8 +46,9 @@ from typing import Any
 from urllib.parse import quote
 
 from airflow_streaming.control.contract import DriverRecord
-from airflow_streaming.exceptions import DriverStartError, StreamStateUnknownError
+from airflow_streaming.exceptions import DriverStartError, SpecError, StreamStateUnknownError
 from airflow_streaming.reconcile.observation import Liveness
+from airflow_streaming.submit_fields import PATH_FIELDS, is_local_path
 from airflow_streaming.targets.base import DriverState, LaunchPlan
 from airflow_streaming.targets.cluster import SECRET_CONF_ENV, ClusterTarget, run_spark_submit, submit_failure
 from airflow_streaming.targets.cluster_http import ClusterUnreachableError
@@ -192,12 +193,35 @@ class KubernetesClusterTarget(ClusterTarget):
         # The pod name, run labels and the secret's reference are how the driver is found again and gets its
         # secret conf: never overridden by spark_conf.
         fixed = {k: v for k, v in k8s_conf.items() if k.endswith((".pod.name", RUN_LABEL)) or k == SECRET_KEY_REF}
-        submit_args = list(plan.submit_args)
-        if settings.get("archives"):
-            submit_args += ["--archives", ",".join(settings["archives"])]
+        self.refuse_unshippable(spec, plan.conf)
+        plan = self.driver_env_conf(plan, "spark.kubernetes.driverEnv.", spec)
+        secret_env = [n for n in getattr(spec, "env_vars", None) or {}
+                      if f"spark.kubernetes.driverEnv.{n}" in plan.secret_conf]
+        if secret_env:
+            name = secret_env[0]
+            raise SpecError(f"env_vars.{name}", "holds a secret, which the kubernetes target cannot hand to the "
+                            "driver's environment without a command line (its secret conf reaches the driver "
+                            "after it started); put it in a Kubernetes Secret and reference it with spark_conf "
+                            f"spark.kubernetes.driver.secretKeyRef.{name}: <secret>:<key>")
         env = {**plan.env, **({"KUBECONFIG": self.kubeconfig} if self.kubeconfig else {})}  # spark-submit's too
-        return dataclasses.replace(plan, conf={**plan.conf, **fixed}, py_files=[*py_files, *plan.py_files],
-                                   submit_args=submit_args, env=env)
+        return dataclasses.replace(plan, conf={**plan.conf, **fixed}, py_files=[*py_files, *plan.py_files], env=env)
+
+    def archives(self) -> list[str]:
+        return list(self.settings.get("archives") or [])
+
+    @staticmethod
+    def refuse_unshippable(spec: Any, conf: dict[str, str]) -> None:
+        """A dependency on the submitting host (a plain path or ``file:``) is uploaded by spark-submit to
+        ``spark.kubernetes.file.upload.path``: without one, a ``SpecError`` naming the entry (use ``local://``
+        for files in the image, or a remote URI)."""
+        if conf.get("spark.kubernetes.file.upload.path"):
+            return
+        for name in PATH_FIELDS:
+            for index, item in enumerate(getattr(spec, name, None) or ()):
+                if is_local_path(item):
+                    raise SpecError(f"{name}[{index}]", f"{item!r} is on the submitting host and the kubernetes "
+                                    "target uploads such files only to spark_conf spark.kubernetes.file.upload.path "
+                                    "(unset): set it, or name the file local:///... (in the image) or by a remote URI")
 
     def describe_command(self, plan: LaunchPlan) -> str:
         """The spark-submit line for records and logs; secret conf only counted (it goes in a Secret)."""

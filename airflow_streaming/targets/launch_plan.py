@@ -33,3 +33,6 @@ class LaunchPlan:
     spark_binary: str | None = None
     """The ``spark-submit`` of the stream version's own Spark runtime (``airflow_streaming.spark_runtime``);
     ``None``: the target's ``spark_binary`` setting (default ``spark-submit`` on PATH)."""
+    properties_file: str | None = None
+    """The spec's ``properties_file`` (spark-submit's ``--properties-file``: read instead of
+    ``spark-defaults.conf``)."""

@@ -32,7 +32,7 @@ from airflow_streaming.pyspark_install import spark_submit_missing
 from airflow_streaming.reconcile.observation import Liveness
 from airflow_streaming.targets.base import DriverState, DriverTarget, LaunchPlan, poll_until
 from airflow_streaming.targets.driver_env import driver_environment
-from airflow_streaming.targets.submit_command import spark_submit_argv, write_properties_file
+from airflow_streaming.targets.submit_command import spark_submit_argv, submitted_properties, write_properties_file
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class LocalTarget(DriverTarget):
         binary = self.binary(plan)
         if shutil.which(binary, path=env.get("PATH")) is None:
             raise ApplicationNotFoundError(f"{spark_submit_missing(binary)}; nothing was submitted")
-        properties = write_properties_file(plan.secret_conf, plan.run_id) if plan.secret_conf else None
+        properties = write_properties_file(submitted_properties(plan), plan.run_id) if plan.secret_conf else None
         if properties:
             env["AIRFLOW_STREAMING_SECRET_PROPERTIES"] = properties  # the runtime deletes it once started
         argv = spark_submit_argv(plan, binary, properties)

@@ -25,6 +25,7 @@ its SparkSession and removes from its environment.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -34,6 +35,7 @@ from urllib.parse import quote, urlparse
 from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.exceptions import DriverStartError, StreamStateUnknownError
 from airflow_streaming.reconcile.observation import Liveness
+from airflow_streaming.submit_fields import spark_properties
 from airflow_streaming.targets.base import DriverState, LaunchPlan
 from airflow_streaming.targets.cluster import RUN_ID_CONF, SECRET_CONF_ENV, ClusterTarget
 from airflow_streaming.targets.cluster_http import ClusterHttp, ClusterUnreachableError
@@ -117,7 +119,15 @@ class StandaloneClusterTarget(ClusterTarget):
         root = self.settings.get("runtime_path")
         if root:
             launcher = f"{root.rstrip('/')}/spark_jobs/launch.py"
-        return super().plan(spec, run_id, launcher, runtime_args, conf, secret_conf, log_path, standby)
+        plan = super().plan(spec, run_id, launcher, runtime_args, conf, secret_conf, log_path, standby)
+        # No spark-submit runs: the spec's SparkSubmitOperator fields travel as the Spark conf spark-submit would
+        # have made of them (explicit options win over spark_conf, as on spark-submit); PythonRunner's own
+        # py-files argument puts the local ones on the driver's PYTHONPATH (it refuses remote ones, which the
+        # driver's SparkContext fetches through spark.files / spark.submit.pyFiles). env_vars are the plan's env:
+        # the request's environmentVariables.
+        local_py_files = [f for f in plan.py_files if f.startswith(("/", "file:", "local:"))]
+        return dataclasses.replace(plan, conf={**plan.conf, **spark_properties(spec)}, py_files=local_py_files,
+                                   submit_args=[])
 
     def request_body(self, plan: LaunchPlan) -> dict[str, Any]:
         """The ``CreateSubmissionRequest`` of ``plan`` (secret conf only in ``environmentVariables``)."""

@@ -125,8 +125,9 @@ class YarnClusterTarget(ClusterTarget):
             # Always explicit: Spark's default is YARN's yarn.resourcemanager.am.max-attempts (2).
             "spark.yarn.maxAppAttempts": "1",
         }
-        if settings.get("queue"):
-            yarn_conf["spark.yarn.queue"] = settings["queue"]
+        queue = getattr(spec, "queue", None) or settings.get("queue")
+        if queue:  # the spec's queue, else cluster.queue (or the connection's)
+            yarn_conf["spark.yarn.queue"] = queue
         if settings.get("python"):
             yarn_conf["spark.yarn.appMasterEnv.PYSPARK_PYTHON"] = settings["python"]
             yarn_conf["spark.executorEnv.PYSPARK_PYTHON"] = settings["python"]
@@ -146,11 +147,15 @@ class YarnClusterTarget(ClusterTarget):
                             standby)
         tags = [t for t in (plan.conf.get("spark.yarn.tags") or "").split(",") if t]
         tags += [run_tag(run_id), stream_tag(spec.name)]
-        submit_args = list(plan.submit_args)
-        if settings.get("archives"):
-            submit_args += ["--archives", ",".join(settings["archives"])]
+        plan = self.driver_env_conf(plan, "spark.yarn.appMasterEnv.", spec)
         return dataclasses.replace(plan, conf={**plan.conf, "spark.yarn.tags": ",".join(dict.fromkeys(tags))},
-                                   py_files=[*py_files, *plan.py_files], submit_args=submit_args)
+                                   py_files=[*py_files, *plan.py_files])
+
+    def archives(self) -> list[str]:
+        return list(self.settings.get("archives") or [])
+
+    def queue(self, spec: Any) -> str | None:
+        return None  # spark.yarn.queue in the plan's conf (see plan)
 
     def submit(self, plan: LaunchPlan) -> dict[str, Any]:
         code, output = run_spark_submit(self, plan, f"YARN cluster-mode submission of run {plan.run_id}")
