@@ -79,32 +79,6 @@ def _sink_rows(sink: str) -> list[str]:
     return ds.dataset(committed_sink_files(sink), format="parquet").to_table().column("value").to_pylist()
 
 
-def test_the_scripts_own_trigger_is_reported_and_the_health_rules_judge_by_it(streams, tmp_path):
-    """The spec says 1 s (its trigger_interval applies to bundled jobs only); the script's query runs every
-    12 s: the status names the script's trigger and the verdict is judged by it."""
-    script = tmp_path / "team_job.py"
-    script.write_text(TRIGGER_SCRIPT)
-    source, sink, ckpt = streams.path("tin"), streams.path("tout"), streams.path("t-ckpt")
-    fed = generate_events(source, count=60, files=2, run="trig")
-    hook = streams.hook(streams.spec("teamtrigger", str(script), [source, sink, ckpt]))
-    assert hook.spec.trigger_interval == 1
-    record = stream_actions.submit(hook)
-    hook.wait_until_ready(record)
-    wait_for(lambda: (totals(hook, record.run_id) or {}).get("input_rows", 0) >= 60, 90, "first batch")
-    wait_for(lambda: current_status(hook, record.run_id).queries[0].trigger is not None, 30, "the trigger reported")
-    query = current_status(hook, record.run_id).queries[0]
-    assert query.name == "team_orders"
-    assert query.trigger == {"kind": "processing_time", "interval_s": 12.0}
-    verdict = hook.health()
-    assert verdict.metrics["trigger_interval_s"] == 12.0 and verdict.metrics["trigger_from"] == "job", verdict
-    assert verdict.state.value == "HEALTHY", verdict
-
-    report = stream_actions.stop(hook)
-    assert report.graceful, report
-    rows = _sink_rows(sink)
-    assert len(rows) == len(set(rows)) == fed.valid
-
-
 def test_an_available_now_script_ends_as_a_finished_run_that_the_supervisor_leaves_alone(streams, tmp_path):
     """Deployed through the product's deploy: the job processes what is there and ends by itself - a finished
     run (exit 0, ``finished``), judged STOPPED/FINISHED, not a failure, and the supervisor's decision is to do
@@ -133,69 +107,3 @@ def test_an_available_now_script_ends_as_a_finished_run_that_the_supervisor_leav
     assert decision.act == Act.NOTHING, decision
     rows = _sink_rows(sink)
     assert len(rows) == len(set(rows)) == fed.valid
-
-
-INGEST_SCRIPT = '''
-"""A team's ingest job ({version}), not written for the product: text lines to Parquet."""
-import sys
-from pyspark.sql import SparkSession
-
-source, sink, checkpoint = sys.argv[1:4]
-spark = SparkSession.builder.appName("team-ingest-{version}").getOrCreate()
-lines = spark.readStream.format("text").option("maxFilesPerTrigger", 2).load(source)
-(lines.writeStream.queryName("team_ingest").format("parquet").option("path", sink)
- .option("checkpointLocation", checkpoint).trigger(processingTime="2 seconds").start().awaitTermination())
-'''
-
-
-def test_a_user_script_is_upgraded_warm_with_its_own_plan_replayed_exactly_once(streams, tmp_path):
-    """v1 -> v2 of a script the product did not write, with a warm start: the prepared v2 driver ran the
-    script up to its start() (held), replayed the script's own plan on a copy before v1 stopped, and the
-    sink holds every line once."""
-    import re
-    import threading
-    from pathlib import Path
-
-    from airflow_streaming.lifecycle.operations import deploy_stream
-    from airflow_streaming.lifecycle.record import Action, Probation, Step
-    from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner
-
-    scripts = {v: tmp_path / f"team_ingest_{v}.py" for v in ("v1", "v2")}
-    for version, path in scripts.items():
-        path.write_text(INGEST_SCRIPT.replace("{version}", version))
-    source, sink, ckpt = streams.path("uin"), streams.path("uout"), streams.path("u-ckpt")
-    fed = [generate_events(source, count=400, files=4, run="up1")]
-    v1 = streams.spec("teamingest", str(scripts["v1"]), [source, sink, ckpt], version="v1")
-    hook = streams.hook(v1)
-    deploy_stream(v1)
-    wait_for(lambda: (totals(hook, hook.driver_record().run_id) or {}).get("input_rows", 0) >= 400, 120,
-             "v1 ingested its input")
-    v2 = streams.spec("teamingest", str(scripts["v2"]), [source, sink, ckpt], version="v2")
-    warm = LifecycleOptions(probation=Probation(min_batches=1, window_s=120), poll_s=0.5, warm_start=True)
-    stop_feeding = threading.Event()
-
-    def feed() -> None:  # steady input through the upgrade: one file a second
-        index = 4
-        while not stop_feeding.wait(1.0):
-            fed.append(generate_events(source, count=50, files=1, run=f"up{index}", file_start_index=index))
-            index += 1
-
-    feeder = threading.Thread(target=feed, daemon=True)
-    feeder.start()
-    try:
-        done = LifecycleRunner(v2, Action.UPGRADE, warm).run()
-    finally:
-        stop_feeding.set()
-        feeder.join(10)
-    assert done.step == Step.SUCCEEDED, done.error
-    standby_log = Path(hook.driver_log_path(done.new_run_id)).read_text(errors="replace")
-    assert "planned the script's first query" in standby_log, standby_log[-3000:]
-    assert re.search(r"plan warm-up replayed batch \d+ \(\d+ files", standby_log), standby_log[-3000:]
-    assert hook.standby_state(done.new_run_id)["state"] == "PROMOTED"
-    assert hook.standby_state(done.new_run_id)["plan_warm_up_s"] is not None
-    fed.append(generate_events(source, count=400, files=4, run="up-after", file_start_index=10_000))
-    expected = sum(batch.valid for batch in fed)
-    wait_for(lambda: len(_sink_rows(sink)) >= expected, 120, "v2 ingested everything")
-    assert stream_actions.stop(hook).graceful
-    rows = _sink_rows(sink)
-    assert len(rows) == len(set(rows)) == expected  # nothing lost, nothing duplicated across the upgrade
