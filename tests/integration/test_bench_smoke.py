@@ -35,6 +35,8 @@ NUMBER = r"-?\d+(?:\.\d+)?"
 NOT_BENCHES = {
     "bare_etl.py": "the baseline job that lifecycle_bench and cluster_bench submit (a workload, run by their smokes)",
     "harness.py": "what the benches share (the --smoke option, stopping what they started)",
+    "team_job.py": "a team's own stateful script, the workload of `mttr_bench.py`/`upgrade_bench.py --job script` "
+                   "(not in their smokes; the same standby path runs in tests/integration/test_own_job.py)",
     "health_writer.py": "health_bench's simulated drivers (run by its smoke)",
     "health_report.py": "health_bench's summary and table (run by its smoke)",
     "lifecycle_processes.py": "lifecycle_bench's process hygiene (run by its smoke)",
