@@ -54,6 +54,11 @@ CONF_KEYS = {
     "executor_memory": "spark.executor.memory", "driver_memory": "spark.driver.memory", "queue": "spark.yarn.queue",
 }
 
+#: The dependency conf a local session takes when it is created (the compatibility check's: it plans the
+#: candidate with the files the candidate runs with); memory, cores, queue and executors are the cluster's.
+SESSION_DEPENDENCY_KEYS = ("spark.submit.pyFiles", "spark.files", "spark.jars", "spark.jars.packages",
+                           "spark.jars.excludes", "spark.jars.repositories", "spark.archives")
+
 #: URI schemes a dependency may name (``local:`` - already on every node; the rest are fetched by Spark).
 URI_SCHEMES = ("local", "file", "hdfs", "webhdfs", "s3a", "s3", "gs", "abfs", "abfss", "wasbs", "http", "https")
 _URI_RE = re.compile(r"^([a-z][a-z0-9+.-]*):(.*)$")

@@ -131,8 +131,14 @@ def _main(ns: argparse.Namespace, outcome: dict[str, object]) -> int:
     try:
         from pyspark.sql import SparkSession
 
-        spark = (SparkSession.builder.master(ns.master).appName("airflow-streaming-compat-check")
-                 .config("spark.ui.enabled", "false").getOrCreate())
+        from airflow_streaming.submit_fields import SESSION_DEPENDENCY_KEYS
+
+        builder = SparkSession.builder.master(ns.master).appName("airflow-streaming-compat-check") \
+            .config("spark.ui.enabled", "false")
+        for key in SESSION_DEPENDENCY_KEYS:  # the candidate's py_files, files, jars: set when the session starts
+            if conf.get(key):
+                builder = builder.config(key, conf[key])
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         report = check_compatibility(
             spark, ns.checkpoint, ns.application, ns.app_args,

@@ -37,7 +37,7 @@ def check_command(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True) 
     """The child's argv (no secret on it) and what to write to its stdin: the sensitive conf as a JSON
     object, or ``None`` when there is none."""
     spec.refuse_plain_secrets()
-    plain, secret = split_conf({str(k): str(v) for k, v in spec.spark_conf.items()})
+    plain, secret = split_conf({**dependency_conf(spec), **{str(k): str(v) for k, v in spec.spark_conf.items()}})
     secret.update(secret_args_conf(spec.secret_args))  # the child appends them to the job's arguments
     runtime = _runtime_of(spec)
     cmd = [runtime.python if runtime else sys.executable, "-m", "airflow_streaming.compat", "--json",
@@ -55,6 +55,19 @@ def check_command(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True) 
         cmd.append("--no-dry-run")
     cmd += ["--", *spec.application_args]
     return cmd, (json.dumps(secret) if secret else None)
+
+
+def dependency_conf(spec: StreamSpec) -> dict[str, str]:
+    """The candidate's own ``py_files``, ``files``, ``jars``, ``packages``... as the conf of the check's local
+    session (what spark-submit would turn them into): the check plans the candidate with the files it will
+    run with, so that a script importing a helper from its ``py_files`` is checked, not refused for an import
+    error. A local ``file:`` path is given as a plain path (PySpark copies a ``py_files`` entry by path)."""
+    from airflow_streaming.submit_fields import SESSION_DEPENDENCY_KEYS, spark_properties
+
+    def local(items: str) -> str:
+        return ",".join(i[len("file:"):] if i.startswith("file:/") else i for i in items.split(","))
+
+    return {key: local(value) for key, value in spark_properties(spec).items() if key in SESSION_DEPENDENCY_KEYS}
 
 
 def _runtime_of(spec: StreamSpec) -> Any:

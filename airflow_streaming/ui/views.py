@@ -85,8 +85,14 @@ def spec_view(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     secrets = spec_secrets(spec)
     keys = ("name", "version", "application", "master", "deploy_mode", "trigger_interval", "heartbeat_interval",
-            "stop_timeout", "startup_timeout", "checkpoint_location", "control_location", "conn_id", "health")
+            "stop_timeout", "startup_timeout", "checkpoint_location", "control_location", "conn_id", "health",
+            # what travels with the job (SparkSubmitOperator's names: docs/job-dependencies.md)
+            "py_files", "files", "archives", "jars", "packages", "exclude_packages", "repositories", "driver_memory",
+            "executor_memory", "executor_cores", "num_executors", "total_executor_cores", "queue", "properties_file")
     view = {k: spec.get(k) for k in keys if spec.get(k) not in (None, "", {}, [])}
+    env_vars = spec.get("env_vars")
+    if isinstance(env_vars, Mapping) and env_vars:  # names only: a value may be a secret
+        view["env_vars"] = ", ".join(sorted(str(k) for k in env_vars)) + " (values not shown)"
     view["application_args"] = mask_args(spec.get("application_args") or [])
     view["spark_conf"] = {k: MASK if is_sensitive_key(k) else v for k, v in (spec.get("spark_conf") or {}).items()}
     if spec.get("cluster"):

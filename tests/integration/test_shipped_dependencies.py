@@ -75,5 +75,14 @@ def test_a_script_imports_its_py_files_helper_and_reads_its_shipped_file(streams
 
     report = stop_stream(spec)
     assert report["graceful"], report
+
+    # The compatibility check of a v2 plans the candidate with its own py_files and files (its local session
+    # gets them when it starts): the script's import of its helper is checked, not refused as an import error.
+    from airflow_streaming.compat.run import run_check
+
+    import dataclasses
+
+    checked = run_check(dataclasses.replace(spec, version="v2", checkpoint_location=ckpt), allow_warnings=False)
+    assert checked["verdict"] == "COMPATIBLE", checked
     rows = ds.dataset(committed_sink_files(sink), format="parquet").to_table().column("value").to_pylist()
     assert sorted(rows) == sorted(f"shipped-v1:{value}" for value in sent)  # each input once, tagged by the helper

@@ -287,3 +287,22 @@ def test_a_rollback_runs_v1_with_v1s_py_files(tmp_path):
     assert back == v1 and back.py_files == ("/opt/job/v1/helpers.zip",) and back.files == ("/opt/job/v1/lookup.csv",)
     again = restart_spec(hook, Action.RESTART)
     assert again == v2 and again.py_files == ("/opt/job/v2/helpers.zip",)
+
+
+def test_the_compatibility_check_plans_the_candidate_with_its_own_files(tmp_path):
+    """The check's local session gets the candidate's py_files, files and jars when it starts (argv of the
+    check child); memory, cores and the queue are the cluster's and stay off it; a spec without dependencies
+    gets nothing added."""
+    from airflow_streaming.compat.run import check_command
+
+    candidate = spec(tmp_path, py_files=["/opt/team/lib/enrich.py", "file:/opt/team/lib/more.zip"],
+                     files=["/opt/team/data/sites.csv"], jars=["/opt/team/jars/udf.jar"], driver_memory="2g")
+    argv, _ = check_command(candidate, allow_warnings=False)
+    confs = dict(argv[i + 1].split("=", 1) for i, arg in enumerate(argv) if arg == "--conf")
+    assert confs["spark.submit.pyFiles"] == "/opt/team/lib/enrich.py,/opt/team/lib/more.zip"
+    assert confs["spark.files"].split(",") == ["/opt/team/data/sites.csv", "/opt/team/lib/enrich.py",
+                                               "/opt/team/lib/more.zip"]
+    assert confs["spark.jars"] == "/opt/team/jars/udf.jar"
+    assert "spark.driver.memory" not in confs
+    bare, _ = check_command(spec(tmp_path), allow_warnings=False)
+    assert not [a for a in bare if a.startswith(("spark.submit.pyFiles", "spark.files", "spark.jars"))]

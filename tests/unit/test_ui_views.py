@@ -267,3 +267,13 @@ def test_a_killed_driver_is_shown_gone_not_running(tmp_path):
     row = views.overview_row(dead)
     assert row["state"] == "GONE" and row["reported_state"] == "RUNNING" and row["spark_ui"] is None
     assert row["severity"] == 3 and row["health"]["reason"].startswith("driver exited")
+
+
+def test_the_deployed_spec_shows_what_travels_with_the_job_and_no_env_value():
+    view = views.spec_view({"name": "s", "version": "v2", "py_files": ["/opt/team/lib/enrich.py"],
+                            "files": ["/opt/team/data/sites.csv"], "driver_memory": "2g", "queue": "etl",
+                            "env_vars": {"DB_PASSWORD": "hunter2-secret", "REGION": "eu"}})
+    assert view["py_files"] == ["/opt/team/lib/enrich.py"] and view["files"] == ["/opt/team/data/sites.csv"]
+    assert (view["driver_memory"], view["queue"]) == ("2g", "etl")
+    assert view["env_vars"] == "DB_PASSWORD, REGION (values not shown)"
+    assert "hunter2-secret" not in repr(view) and "eu" not in view["env_vars"].split(" (")[0].split(", ")
