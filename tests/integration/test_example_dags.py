@@ -20,7 +20,8 @@ def test_example_dags_import_without_errors():
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
     assert {"streaming_lifecycle_demo", "device_signals_deploy", "device_signals_stop",
-            "stream_supervisor", "stream_upgrade_window", "stream_operations"} <= set(bag.dag_ids)
+            "stream_supervisor", "stream_upgrade_window", "stream_operations", "own_job_deploy",
+            "own_job_stop"} <= set(bag.dag_ids)
     demo = bag.dags["streaming_lifecycle_demo"]
     assert [t.task_id for t in demo.topological_sort()][:3] == ["feed_phase1", "deploy", "wait_phase1"]
 

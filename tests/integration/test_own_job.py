@@ -33,42 +33,8 @@ import stream_actions
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
-ENRICH = '''
-"""The team's helper module: shipped with py_files, on no other path."""
-from pyspark.sql import functions as F
-
-
-def with_site(df, sites):
-    mapping = F.create_map(*[F.lit(x) for pair in sorted(sites.items()) for x in pair])
-    return df.withColumn("site", F.coalesce(mapping[F.col("device_id")], F.lit("unknown")))
-'''
-
-JOB = '''
-"""orders_dedup ({version}): the team's job. Deduplicates events by id (state, watermark), tags each with
-its device's site from sites.csv, appends to Parquet."""
-import argparse
-import csv
-
-from pyspark import SparkFiles
-from pyspark.sql import SparkSession, functions as F
-
-import enrich  # shipped with py_files
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--input", required=True)
-parser.add_argument("--output", required=True)
-parser.add_argument("--checkpoint", required=True)
-args = parser.parse_args()
-spark = SparkSession.builder.appName("orders-dedup").getOrCreate()
-with open(SparkFiles.get("sites.csv"), encoding="utf-8") as fh:  # shipped with files
-    sites = {row["device_id"]: row["site"] for row in csv.DictReader(fh)}
-events = (spark.readStream.schema("event_id string, device_id string, event_type string, ts string, signal double")
-          .json(args.input).withColumn("event_time", F.to_timestamp("ts")))
-unique = events.withWatermark("event_time", "10 minutes").dropDuplicates(["event_id", "event_time"])
-(enrich.with_site(unique, sites).writeStream.queryName("orders_dedup").format("parquet")
- .option("path", args.output).option("checkpointLocation", args.checkpoint)
- .trigger(processingTime="30 seconds").start().awaitTermination())
-'''
+EXAMPLE = Path(__file__).resolve().parents[2] / "dags" / "own_job"
+"""The example DAG's team files (dags/own_job_stream.py ships them): copied out of the repository here."""
 
 DAG_FILE = '''
 from datetime import datetime
@@ -114,13 +80,12 @@ class Feeder:
 def test_a_teams_own_job_is_deployed_judged_upgraded_warm_and_failed_over_exactly_once(streams, airflow_db, tmp_path):
     import pyarrow.dataset as ds
 
-    team = tmp_path / "team-repo"  # the team's own checkout: not this repository
-    (team / "lib").mkdir(parents=True)
-    (team / "data").mkdir()
-    (team / "lib" / "enrich.py").write_text(ENRICH)
-    (team / "data" / "sites.csv").write_text("device_id,site\n" + "".join(f"dev-{d:03d},site-{d % 3}\n" for d in range(8)))
-    for version in ("v1", "v2"):
-        (team / f"orders_dedup_{version}.py").write_text(JOB.replace("{version}", version))
+    import shutil
+
+    team = tmp_path / "team-repo"  # the team's own checkout: not this repository (the example's files, copied)
+    shutil.copytree(EXAMPLE, team)
+    (team / "orders_dedup_v1.py").write_text((team / "orders_dedup.py").read_text())
+    (team / "orders_dedup_v2.py").write_text((team / "orders_dedup.py").read_text() + "# v2\n")
     inp, out, ckpt = streams.path("orders-in"), streams.path("orders-out"), streams.path("orders-ckpt")
     spec = {"name": "team-orders", "application": str(team / "orders_dedup_v1.py"), "version": "v1",
             "checkpoint_location": ckpt, "control_location": streams.path("control"), "master": "local[2]",

@@ -14,7 +14,7 @@ from airflow_streaming.operators.supervise import SparkStreamSupervisorOperator
 from airflow_streaming.spec import as_spec
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = ("device_signals_stream", "stream_supervisor", "streaming_lifecycle_demo")
+EXAMPLES = ("device_signals_stream", "stream_supervisor", "streaming_lifecycle_demo", "own_job_stream")
 
 
 def _load(name: str):
@@ -52,3 +52,17 @@ def test_every_example_path_is_under_the_demo_root(examples, tmp_path):
     for spec in specs:
         paths = [spec.checkpoint_location, spec.control_location, *(a for a in spec.application_args if "/" in a)]
         assert all(p.startswith(root + "/") for p in paths), (spec.name, paths)
+
+
+def test_the_own_job_example_ships_files_that_exist_and_a_script_that_compiles(examples):
+    """The example of a team's own script: its application, py_files and files exist beside the DAG, the
+    script and its helper compile, and the script names no provider module (a team's job imports none).
+    It runs for real, copied out of the repository, in tests/integration/test_own_job.py."""
+    [deploy] = _tasks(examples["own_job_stream"], SparkStreamDeployOperator)
+    spec = as_spec(deploy.spec)
+    shipped = [spec.application, *spec.py_files, *spec.files]
+    assert all(Path(p).is_file() for p in shipped), shipped
+    for source in (spec.application, *spec.py_files):
+        text = Path(source).read_text()
+        compile(text, source, "exec")
+        assert "airflow" not in text.lower(), source
