@@ -158,7 +158,16 @@ class SpecFileTemplates:
             if content.endswith(SPEC_FILE_EXTENSIONS) and (self._spec_file_depth > 1 or "\n" in content.strip()):
                 jinja_env = jinja_env or self.get_template_env()
                 return self._render(jinja_env.from_string(content), context)  # type: ignore[attr-defined]
-            return super().render_template(content, context, jinja_env, seen_oids)  # type: ignore[misc]
+            from jinja2.exceptions import TemplateNotFound
+
+            try:
+                return super().render_template(content, context, jinja_env, seen_oids)  # type: ignore[misc]
+            except TemplateNotFound:
+                if not content.endswith(SPEC_FILE_EXTENSIONS):
+                    raise
+                # A spec file that is not there: the operator reports it by name when it reads the spec (the
+                # supervisor supervises the other streams), not the renderer for the whole task.
+                return content
         step = 1 if isinstance(content, list) else 2
         self._spec_file_depth += step
         try:

@@ -354,3 +354,22 @@ def test_a_dag_bag_renders_a_yaml_spec_of_a_parsed_dag(tmp_path):
     assert (task.poke_interval, task.timeout) == (5.0, 600.0)
     _render(task, params={"suffix": "bag", "root": str(tmp_path)}, ds_nodash="20261127")
     assert as_spec(task.spec).name == "prec_bag"
+
+
+def test_a_missing_spec_file_is_left_for_the_operator_to_name_not_a_render_failure(tmp_path):
+    """A supervisor over three streams, one of whose spec files is missing: rendering keeps the path (the pass
+    reports that stream by name and supervises the others; test_supervisor.py's isolation test runs it under
+    `airflow dags test`), and the present file is still rendered."""
+    from airflow.sdk import DAG
+
+    from airflow_streaming.spec import as_spec
+
+    _spec_file(tmp_path, "a.yml")
+    missing = str(tmp_path / "gone.yaml")
+    with DAG("prec_missing", schedule=None):
+        op = SparkStreamSupervisorOperator(task_id="sup", specs=[missing, str(tmp_path / "a.yml")])
+        deploy = SparkStreamDeployOperator(task_id="deploy", spec=missing)
+    _render(op, params={"suffix": "s", "root": str(tmp_path)}, ds_nodash="20261127")
+    _render(deploy)
+    assert op.specs[0] == missing and as_spec(op.specs[1]).name == "prec_s"
+    assert deploy.spec == missing
