@@ -56,8 +56,15 @@ def plan_script(spark: Any, ns: Any) -> Any:
     if str(spark.conf.get(SCRIPT_CONF, "true")).lower() == "false":
         log.info("standby: the script is not planned ahead (%s=false)", SCRIPT_CONF)
         return None
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
     saved_argv = sys.argv
     sys.argv = [ns.script, *ns.app_args]
+    # A script that stops its session on the way out (`try: ... finally: spark.stop()`, `with session:`) must not
+    # stop the standby's: the held start() unwinds through it. Nothing started, so there is nothing to stop.
+    saved_stops = SparkSession.stop, SparkContext.stop
+    SparkSession.stop = SparkContext.stop = _not_while_planning  # type: ignore[method-assign, assignment]
     try:
         with planning():
             runpy.run_path(ns.script, run_name="__main__")
@@ -70,6 +77,7 @@ def plan_script(spark: Any, ns: Any) -> Any:
         return None
     finally:
         sys.argv = saved_argv
+        SparkSession.stop, SparkContext.stop = saved_stops  # type: ignore[method-assign]
     log.info("standby: the script ended without starting a query (no replay)")
     return None
 
@@ -98,6 +106,10 @@ def _scratch_uri(control_dir: str, path: str) -> str:
     if parsed.scheme in ("", "file"):
         return f"file://{path}"
     return f"{parsed.scheme}://{parsed.netloc}{path}"
+
+
+def _not_while_planning(self: Any, *args: Any, **kwargs: Any) -> None:
+    log.info("standby: the script's stop of its session was skipped while its query was planned")
 
 
 def warm_up_plan(spark: Any, ns: Any, planned: Any = None) -> float | None:

@@ -265,6 +265,14 @@ def test_a_user_scripts_own_query_is_planned_held_and_replayed(spark, tmp_path, 
         assert plan_script(spark, ns) is None
     finally:
         spark.conf.unset(SCRIPT_CONF)
+    # A script that stops its session on the way out (try/finally): the held start() unwinds through it, and
+    # the standby's session must survive it.
+    stopping = root / "stopping.py"
+    stopping.write_text(TEAM_SCRIPT.replace("writer.start().awaitTermination()",
+                                            "try:\n    writer.start().awaitTermination()\nfinally:\n    spark.stop()"))
+    assert plan_script(spark, SimpleNamespace(**{**vars(ns), "script": str(stopping)})) is not None
+    assert spark.range(3).count() == 3  # still alive
+    assert "stop of its session was skipped while its query was planned" in caplog.text
     broken = root / "broken.py"
     broken.write_text("raise RuntimeError('the config service is down')\n")
     assert plan_script(spark, SimpleNamespace(**{**vars(ns), "script": str(broken)})) is None
