@@ -151,6 +151,8 @@ def _run_status(doc: StatusDocument) -> RunStatus:
         return RunStatus.FAILED
     if doc.state == contract.RUNNING:
         return RunStatus.RUNNING if doc.ready else RunStatus.STARTING
+    if doc.state == contract.STOPPED and doc.exit and doc.exit.get("finished"):
+        return RunStatus.FINISHED
     return {contract.STARTING: RunStatus.STARTING, contract.STOPPING: RunStatus.STOPPING,
             contract.STOPPED: RunStatus.STOPPED}.get(doc.state, RunStatus.GARBAGE)
 

@@ -51,7 +51,8 @@ class PassResult:
     """What one supervision pass saw and did.
 
     ``action``: NOTHING, NOTIFIED, WAITING (backing off), RECOVERED, RESTARTED, RESTART_FAILED, GAVE_UP,
-    FAILED_OVER (the hot standby took over: recorded), STANDBY_PREPARED, STANDBY_FAILED,
+    FAILED_OVER (the hot standby took over: recorded), STANDBY_PREPARED, STANDBY_FAILED, RERUN (a run that
+    finished by itself started again: ``restart_finished``), RERUN_FAILED,
     or SKIPPED (another lifecycle action holds the stream's lock)."""
 
     stream: str
@@ -153,6 +154,13 @@ def _supervise_locked(hook: SparkStreamHook, policy: RestartPolicy, notify: Call
         elif decision.event is not None:
             emit(decision.event, health_reasons=reasons)
             result.action = "NOTIFIED"
+        return result
+    if decision.act == Act.RERUN:  # not a failure: no attempt counted, no failure notified
+        rerun = _act(hook, lock, Action.RECOVER)
+        if rerun.step != Step.SUCCEEDED:
+            result.action, result.reason = "RERUN_FAILED", rerun.error or "the rerun did not submit a driver"
+            return result
+        result.action, result.new_run_id = "RERUN", rerun.new_run_id
         return result
     ledger.healthy_since = None
     run_id = o.run_id or ""

@@ -14,7 +14,9 @@ wins; ``docs/reconcile.md`` lists the resulting table):
    driver still runs;
 5. wanted running and alive: judge the status and health (a start that never reports, a stall, a
    driver that reported its failure);
-6. wanted running and proven gone: restart, within the restart policy; where the policy forbids it
+6. wanted running and proven gone: a run that finished by itself (an ``availableNow``/``once`` trigger)
+   is left finished, or started again (``RERUN``, not a failure) when the restart policy's
+   ``restart_finished`` asks for it; otherwise restart, within the restart policy; where the policy forbids it
    (attempts exhausted, a deterministic failure, gave up earlier, another run holds the lease, a
    stop made outside the lifecycle), a notification that says why; a short backoff is waited out
    (``WAIT``), a longer one observed. *Never a silent NOTHING* - but
@@ -56,6 +58,9 @@ class Act(str, Enum):
     RESTART = "RESTART"
     """Start a new run from the checkpoint through a RECOVER action (kill the recorded driver first
     when :attr:`Decision.kill_first`)."""
+    RERUN = "RERUN"
+    """Start a run that finished by itself again from its checkpoint (``restart_finished``): a RECOVER
+    action that is not a failure - no restart attempt is counted and no failure is notified."""
     RESUME = "RESUME"
     """Resume the abandoned recovery from its recorded step (it never submits a run twice)."""
     GIVE_UP = "GIVE_UP"
@@ -75,7 +80,7 @@ class Act(str, Enum):
 
 
 #: Acts that start or end a driver: only ever on proof (never on UNKNOWN), never on a stopped stream.
-CHANGES = frozenset({Act.RESTART, Act.RESUME})
+CHANGES = frozenset({Act.RESTART, Act.RESUME, Act.RERUN})
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,7 @@ class Policy(Protocol):
     """The part of the restart policy the decision reads (``RestartPolicy`` has it)."""
 
     restart_on_stalled: bool
+    restart_finished: bool
 
 
 def decide(o: Observation, policy: Policy) -> Decision:
@@ -134,7 +140,8 @@ def decide(o: Observation, policy: Policy) -> Decision:
         return Decision(Act.OBSERVE, f"cannot tell whether {run} runs{why}: unknown is never acted on")
     # 4. Stopped by the user: never restarted.
     if o.desired == Desired.STOPPED:
-        if o.liveness == Liveness.ALIVE and o.status not in (RunStatus.STOPPING, RunStatus.STOPPED):
+        if o.liveness == Liveness.ALIVE and o.status not in (RunStatus.STOPPING, RunStatus.STOPPED,
+                                                             RunStatus.FINISHED):
             return Decision(Act.REPORT, f"stopped by the user, but {run} still runs{why}: stop it again",
                             "UNHEALTHY")
         return Decision(Act.NOTHING, "stopped by the user")
@@ -145,10 +152,15 @@ def decide(o: Observation, policy: Policy) -> Decision:
     if o.liveness == Liveness.ALIVE:
         return _alive(o, policy, run)
     # 6. Wanted running, and proven gone.
-    if o.status == RunStatus.STOPPED:  # a stop request removed the run marker, or the job ended by itself
-        return Decision(Act.NOTHING, f"{run} stopped gracefully (a stop request removed its run marker, or its "
-                                     "job finished by itself: an availableNow/once trigger); deploy it to start "
-                                     "it again")
+    if o.status == RunStatus.STOPPED:  # a stop request removed the run marker
+        return Decision(Act.NOTHING, f"{run} stopped gracefully (a stop request removed its run marker); deploy "
+                                     "it to start it again")
+    if o.status == RunStatus.FINISHED:
+        if policy.restart_finished:
+            return Decision(Act.RERUN, f"{run} finished by itself (an availableNow/once trigger) and the restart "
+                                       "policy's restart_finished is on: starting it again from its checkpoint")
+        return Decision(Act.NOTHING, f"{run} finished by itself (an availableNow/once trigger): a finished run, "
+                                     "not a failure; restart_policy.restart_finished starts it again, or deploy it")
     if o.status == RunStatus.UNREADABLE:
         return Decision(Act.OBSERVE, f"{run} is gone, but its status cannot be read{why}; looking again before "
                                      "acting", "UNHEALTHY")
@@ -165,7 +177,7 @@ def decide(o: Observation, policy: Policy) -> Decision:
 def _alive(o: Observation, policy: Policy, run: str) -> Decision:
     if o.status == RunStatus.FAILED:
         return _failed(o, f"{run} reported a failure and is still exiting", kill_first=True)
-    if o.status in (RunStatus.STOPPING, RunStatus.STOPPED):
+    if o.status in (RunStatus.STOPPING, RunStatus.STOPPED, RunStatus.FINISHED):
         return Decision(Act.OBSERVE, f"{run} is stopping")
     if o.status == RunStatus.UNREADABLE:
         return Decision(Act.OBSERVE, f"{run} runs; its status cannot be read now")
@@ -221,4 +233,4 @@ def is_down(o: Observation) -> bool:
     """Whether the recorded run is proven not running and not stopped on purpose: a wait for it
     (startup, probation, a rollback's restart) can end now instead of at its deadline."""
     return (o.record == RecordState.PRESENT and o.liveness == Liveness.GONE
-            and o.status not in (RunStatus.STOPPED, RunStatus.UNREADABLE))
+            and o.status not in (RunStatus.STOPPED, RunStatus.FINISHED, RunStatus.UNREADABLE))

@@ -66,7 +66,10 @@ class RunStatus(str, Enum):
     RUNNING = "RUNNING"
     STOPPING = "STOPPING"
     STOPPED = "STOPPED"
-    """The driver stopped gracefully: its run marker was removed, or its job finished by itself (exit ``finished``)."""
+    """The driver stopped gracefully: a stop request removed its run marker."""
+    FINISHED = "FINISHED"
+    """The job ended by itself (exit ``finished``: an ``availableNow``/``once`` trigger, or a script that
+    stopped its own queries): a finished run, not a failure."""
     FAILED = "FAILED"
     """The driver reported a failure (query exception, non-zero exit)."""
     GARBAGE = "GARBAGE"

@@ -10,30 +10,63 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
 from airflow_streaming.reconcile.decision import Decision, decide
 from airflow_streaming.reconcile.decision import __doc__ as RULES
-from airflow_streaming.reconcile.observation import DIMENSIONS, Observation
+from airflow_streaming.reconcile.observation import DIMENSIONS, Observation, RunStatus
 
 #: The dimensions in the order the rules read them (so that rows stop early), and the restart
-#: policy's one switch the decision reads.
+#: policy's two switches the decision reads.
 _ORDER = ("action", "desired", "record", "liveness", "lease", "status", "health", "start_overdue",
-          "restart_on_stalled", "gave_up", "failure", "budget", "recovering", "standby")
+          "restart_on_stalled", "restart_finished", "gave_up", "failure", "budget", "recovering", "standby")
 AXES: dict[str, tuple[object, ...]] = {
     name: DIMENSIONS[name] if name in DIMENSIONS else (False, True) for name in _ORDER}
-assert set(AXES) == {*DIMENSIONS, "restart_on_stalled"}
+POLICY_SWITCHES = ("restart_on_stalled", "restart_finished")
+assert set(AXES) == {*DIMENSIONS, *POLICY_SWITCHES}
 
 
 @dataclass(frozen=True)
 class _Policy:
     restart_on_stalled: bool
+    restart_finished: bool
 
 
 def _decide(values: dict[str, object]) -> Decision:
-    fields = {k: v for k, v in values.items() if k != "restart_on_stalled"}
-    return decide(Observation(**fields, run_id="R"), _Policy(bool(values["restart_on_stalled"])))
+    fields = {k: v for k, v in values.items() if k not in POLICY_SWITCHES}
+    return decide(Observation(**fields, run_id="R"), _Policy(*(bool(values[k]) for k in POLICY_SWITCHES)))
+
+
+def _spanned(state: dict[str, object]) -> bool:
+    """``restart_finished`` is read for a run that finished by itself only (``decide``'s one use of it;
+    ``tests/unit/test_reconcile_exhaustive.py`` checks it changes nothing elsewhere): the table spans it
+    there, which keeps the walk near the size it had with one switch."""
+    return not state.get("restart_finished") or state.get("status") in (None, RunStatus.FINISHED)
+
+
+def _states(prefix: dict[str, object], rest: list[str]) -> Iterator[dict[str, object]]:
+    """Every spanned state that extends ``prefix`` over the dimensions ``rest``."""
+    switch = "restart_finished" in rest
+    others = [n for n in rest if n != "restart_finished"]
+    for values in itertools.product(*(AXES[n] for n in others)):
+        state = {**prefix, **dict(zip(others, values))}
+        if not switch:
+            if _spanned(state):
+                yield state
+            continue
+        yield {**state, "restart_finished": False}
+        if state["status"] == RunStatus.FINISHED:
+            yield {**state, "restart_finished": True}
+
+
+def state_count() -> int:
+    """The states the table (and the exhaustive test) span."""
+    base = 1
+    for name, values in AXES.items():
+        base *= len(values) if name != "restart_finished" else 1
+    return base + base // len(AXES["status"])
 
 
 def _key(d: Decision) -> tuple[object, ...]:
@@ -48,8 +81,8 @@ def rows() -> list[tuple[dict[str, object], Decision]]:
     def walk(prefix: dict[str, object]) -> None:
         rest = [n for n in names if n not in prefix]
         decisions = {}
-        for values in itertools.product(*(AXES[n] for n in rest)):
-            d = _decide({**prefix, **dict(zip(rest, values))})
+        for state in _states(prefix, rest):
+            d = _decide(state)
             decisions.setdefault(_key(d), d)
             if len(decisions) > 1:
                 break
@@ -85,9 +118,7 @@ def _cell(value: object) -> str:
 def render() -> str:
     """The whole page, markdown."""
     table = rows()
-    total = 1
-    for values in AXES.values():
-        total *= len(values)
+    total = state_count()
     lines = [
         "# The reconcile decision table",
         "",
@@ -114,7 +145,8 @@ def render() -> str:
         "no RUNNING status although the run was submitted longer ago than the spec's `startup_timeout`. "
         "`budget`: the restart policy's attempts and backoff. Acts: NOTHING, OBSERVE (look again), "
         "RESTART (a RECOVER action from the checkpoint; `kill` = the recorded driver is killed first), "
-        "RESUME (the abandoned recovery, from its step), GIVE_UP (recorded in the ledger), REPORT "
+        "RESUME (the abandoned recovery, from its step), RERUN (a run that finished by itself, started again: "
+        "not a failure), GIVE_UP (recorded in the ledger), REPORT "
         "(notify a person, change nothing).",
         "",
         f"## The table ({len(table)} rows; a blank cell means any value)",

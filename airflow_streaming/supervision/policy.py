@@ -28,6 +28,9 @@ class RestartPolicy:
     backoff_max_s: float = 600.0
     reset_after_healthy_s: float = 600.0
     restart_on_stalled: bool = False
+    restart_finished: bool = False
+    """Start a run that finished by itself (an ``availableNow``/``once`` trigger) again at the next
+    supervisor pass: the supervisor's schedule becomes the job's. Not a failure: no attempt is counted."""
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> RestartPolicy:
@@ -36,7 +39,7 @@ class RestartPolicy:
         for key, value in data.items():
             if key not in known:
                 raise ValueError(f"restart_policy.{key}: unknown (known: {', '.join(sorted(known))})")
-            if key == "restart_on_stalled":
+            if key in ("restart_on_stalled", "restart_finished"):
                 if not isinstance(value, bool):
                     raise ValueError(f"restart_policy.{key}: must be true or false")
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:

@@ -82,9 +82,12 @@ def _sink_rows(sink: str) -> list[str]:
 def test_an_available_now_script_ends_as_a_finished_run_that_the_supervisor_leaves_alone(streams, tmp_path):
     """Deployed through the product's deploy: the job processes what is there and ends by itself - a finished
     run (exit 0, ``finished``), judged STOPPED/FINISHED, not a failure, and the supervisor's decision is to do
-    nothing (it restarts it only when deployed again)."""
+    nothing. Asked (``restart_policy.restart_finished``), a supervisor pass starts it again from its checkpoint
+    - a rerun, not a failure: no attempt counted, no failure notified - and it takes only the new input."""
+    from airflow_streaming.lifecycle.ledger_file import load_ledger
     from airflow_streaming.lifecycle.observe import observe
     from airflow_streaming.lifecycle.operations import deploy_stream
+    from airflow_streaming.lifecycle.supervisor import supervise
     from airflow_streaming.reconcile.decision import Act
     from airflow_streaming.supervision.policy import RestartPolicy
 
@@ -105,5 +108,21 @@ def test_an_available_now_script_ends_as_a_finished_run_that_the_supervisor_leav
     assert verdict.state.value == "STOPPED" and verdict.reasons[0].code == "FINISHED", verdict
     decision = observe(hook, RestartPolicy()).decide(RestartPolicy())
     assert decision.act == Act.NOTHING, decision
+    events: list = []
+    left = supervise(hook, RestartPolicy(), notify=events.append)
+    assert left.action == "NOTHING" and "finished by itself" in left.reason and not events, (left, events)
     rows = _sink_rows(sink)
     assert len(rows) == len(set(rows)) == fed.valid
+
+    more = generate_events(source, count=50, files=2, run="avail2")
+    asked = RestartPolicy(restart_finished=True)
+    rerun = supervise(hook, asked, notify=events.append)
+    assert rerun.action == "RERUN" and rerun.new_run_id and rerun.new_run_id != result["run_id"], rerun
+    assert not events, events  # not a failure: nothing notified
+    wait_for(lambda: (doc := hook.status()) is not None and doc.run_id == rerun.new_run_id
+             and doc.state == contract.STOPPED, 120, "the rerun to finish by itself")
+    wait_for(lambda: not hook.alive(hook.driver_record()), 60, "the rerun's driver process to exit")
+    assert current_status(hook, rerun.new_run_id).exit.get("finished") is True
+    assert not load_ledger(hook).failures, "a rerun was counted as a failure"
+    rows = _sink_rows(sink)
+    assert len(rows) == len(set(rows)) == fed.valid + more.valid  # resumed from the checkpoint: exactly once
