@@ -5,7 +5,7 @@ Spark fetches an ``http(s)://`` entry of ``spark.files`` / ``--py-files`` throug
 (``Utils.fetchFile`` when the driver's SparkContext starts) as a Hadoop filesystem URI. The stream's script
 is ``http://127.0.0.1:PORT/job.py``, a small stateful job with its own trigger that imports ``helper`` from
 ``py_files`` (``http://127.0.0.1:PORT/helper.py``); it is deployed by the lifecycle, makes progress, is
-upgraded through the compatibility gate to v2 given as ``local:/abs/path/job_v2.py``, and stops gracefully:
+upgraded warm through the compatibility gate to v2 given as ``local:/abs/path/job_v2.py``, and stops gracefully:
 the sink holds exactly what was fed. A deploy of a URI the server answers with 404 fails naming the URI.
 """
 
@@ -133,7 +133,8 @@ def test_a_script_fetched_over_http_runs_upgrades_to_a_local_uri_and_stops_exact
         # Upgraded through the compatibility gate to v2, a file already on the driver's host (local:).
         feed("b", 1)
         v2 = v1.with_version("v2", application=f"local:{on_host / 'job_v2.py'}")
-        options = LifecycleOptions(probation=Probation(min_batches=1, window_s=60), poll_s=0.5)
+        # Warm: v2's driver is prepared beside v1 (the standby runs the gate and plans the script ahead).
+        options = LifecycleOptions(probation=Probation(min_batches=1, window_s=60), poll_s=0.5, warm_start=True)
         result: list = []
         asked = len(server.requests)
         upgrade = threading.Thread(target=lambda: result.append(LifecycleRunner(v2, Action.UPGRADE, options).run()))
@@ -149,6 +150,7 @@ def test_a_script_fetched_over_http_runs_upgrades_to_a_local_uri_and_stops_exact
         assert hook.status().version == "v2"
         v2_log = Path(hook.driver_log_path(result[0].new_run_id)).read_text(errors="replace")
         assert "job v2 on the driver host" in v2_log, v2_log[-3000:]
+        assert "planned the script's first query" in v2_log, v2_log[-3000:]
         assert "/job.py" not in [path for path, _ in server.requests[asked:]]  # v2's gate and driver: local:
         feed("d", 3)
         wait_for(lambda: set(sink_ids()) >= set(fed), 90, "every event in the sink")
