@@ -60,7 +60,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--checkpoint", required=True)
     app = parser.add_mutually_exclusive_group(required=True)
     app.add_argument("--job", help="bundled job module in spark_jobs.jobs")
-    app.add_argument("--script", help="absolute path of an unmodified user PySpark script")
+    app.add_argument("--script", help="an unmodified user PySpark script: an absolute path, local:/path, or a URI "
+                                      "fetched through spark.files (application_source.script_file)")
     parser.add_argument("--trigger-seconds", type=float, default=5.0)
     parser.add_argument("--heartbeat-seconds", type=float, default=5.0)
     parser.add_argument("--lease-ttl", type=float, default=120.0)
