@@ -11,11 +11,13 @@ import dataclasses
 import difflib
 import math
 import os
+import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_streaming.application_source import is_fetched
 from airflow_streaming.exceptions import SpecError
 from airflow_streaming.location import (  # noqa: F401 - re-exported
     _check_location,
@@ -25,7 +27,15 @@ from airflow_streaming.location import (  # noqa: F401 - re-exported
 )
 from airflow_streaming.redaction import secret_arguments
 from airflow_streaming.spark_lines import check_runtime
-from airflow_streaming.submit_fields import SUBMIT_FIELDS, check_submit_fields, check_twins, refuse_unsupported
+from airflow_streaming.submit_fields import (
+    SUBMIT_FIELDS,
+    URI_SCHEMES,
+    check_location,
+    check_submit_fields,
+    check_twins,
+    refuse_unsupported,
+    shipped_files,
+)
 
 __all__ = ["BUNDLED_JOBS", "SpecError", "StreamSpec", "as_spec", "parse_duration"]
 
@@ -100,13 +110,28 @@ def _check_application(value: Any) -> str:
     _check_str(value, "application")
     if value in BUNDLED_JOBS:
         return value
-    if value.startswith("/") and value.endswith(".py") and not value.endswith("/.py"):
+    if not value.startswith("/") and ":" in value:  # a URI: the schemes and form a dependency may have
+        check_location(value, "application", renamed=False)
+    if (value.startswith("/") or ":" in value) and value.endswith(".py") and not value.endswith("/.py"):
         return value
     raise SpecError(
         "application",
-        f"unknown bundled job {value!r} (bundled: {', '.join(sorted(BUNDLED_JOBS))}) "
-        "and not an absolute path to a .py file",
+        f"unknown bundled job {value!r} (bundled: {', '.join(sorted(BUNDLED_JOBS))}) and not an absolute path to a .py file "
+        f"nor a URI of one ({', '.join(s + ':' for s in URI_SCHEMES)})",
     )
+
+
+def _refuse_name_clash(application: str, shipped: tuple[str, ...]) -> None:
+    """A fetched ``application`` lands in the driver's SparkFiles directory under its file name: another shipped
+    file of that name from elsewhere would clash (Spark refuses a second path for one name)."""
+    if not is_fetched(application):
+        return
+    name = posixpath.basename(application)
+    for item in shipped:
+        path, _, alias = item.partition("#")
+        if item != application and (alias or posixpath.basename(path)) == name:
+            raise SpecError("application", f"{application!r} and the shipped file {item!r} have the same file name "
+                                           f"{name!r} in the driver's SparkFiles directory: rename one")
 
 
 def _check_application_args(value: Any) -> tuple[str, ...]:
@@ -410,7 +435,8 @@ class StreamSpec:
         submit = check_submit_fields({name: getattr(self, name) for name in SUBMIT_FIELDS})
         for name, value in submit.items():
             set_(self, name, value)
-        check_twins(submit, self.cluster)
+        check_twins({**submit, "files": shipped_files(self)}, self.cluster)
+        _refuse_name_clash(self.application, (*self.files, *self.py_files))
         if self.master is not None:  # the target is known: refuse now what it cannot honour
             refuse_unsupported(self, self.master, self.deploy_mode)
         set_(self, "spark_runtime", check_runtime(self.spark_runtime))

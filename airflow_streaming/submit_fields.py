@@ -8,6 +8,7 @@ provider's ``SparkSubmitOperator`` / ``SparkSubmitHook`` (``docs/job-dependencie
 - :func:`check_submit_fields` validates and normalises them (lists or comma-separated strings; a
   :class:`~airflow_streaming.exceptions.SpecError` names the entry, e.g. ``py_files[1]``);
 - :func:`submit_options` is the spark-submit options they become, in ``SparkSubmitHook``'s order;
+- :func:`shipped_files` is the ``files`` that travel: the spec's own and an ``application`` Spark fetches;
 - :func:`spark_properties` is the Spark conf they become where there is no spark-submit (the standalone
   master's REST submission);
 - :func:`refuse_unsupported` raises a ``SpecError`` naming the field and the target that cannot honour it.
@@ -21,10 +22,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_streaming.application_source import is_fetched
 from airflow_streaming.exceptions import SpecError
 
-__all__ = ["CLUSTER_TWINS", "LIST_FIELDS", "SUBMIT_FIELDS", "check_submit_fields", "cluster_manager",
-           "refuse_unsupported", "set_twins", "spark_properties", "submit_options", "target_kind"]
+__all__ = ["CLUSTER_TWINS", "LIST_FIELDS", "SUBMIT_FIELDS", "URI_SCHEMES", "check_location", "check_submit_fields",
+           "cluster_manager", "refuse_unsupported", "set_twins", "shipped_files", "spark_properties",
+           "submit_options", "target_kind"]
 
 PATH_FIELDS = ("py_files", "files", "archives", "jars")
 """Files that travel with the job: absolute local paths or URIs."""
@@ -84,7 +87,7 @@ def _items(value: Any, name: str) -> list[str]:
     return result
 
 
-def _check_location(item: str, where: str, renamed: bool) -> None:
+def check_location(item: str, where: str, renamed: bool) -> None:
     """An absolute local path or a URI of :data:`URI_SCHEMES`; ``#name`` allowed when ``renamed``."""
     if "," in item or any(ch.isspace() for ch in item):
         raise SpecError(where, f"must not contain commas or whitespace, got {item!r}")
@@ -115,7 +118,7 @@ def _check_list(value: Any, name: str) -> tuple[str, ...]:
     for index, item in enumerate(items):
         where = f"{name}[{index}]"
         if name in PATH_FIELDS:
-            _check_location(item, where, renamed=name in ("files", "archives"))
+            check_location(item, where, renamed=name in ("files", "archives"))
         elif name == "packages" and not _PACKAGE_RE.match(item):
             raise SpecError(where, f"must be a Maven coordinate group:artifact:version, got {item!r}")
         elif name == "exclude_packages" and not _EXCLUDE_RE.match(item):
@@ -261,6 +264,17 @@ def _value(spec: Any, name: str) -> Any:
     return None if value in (None, (), {}) else value
 
 
+def shipped_files(spec: Any) -> tuple[str, ...]:
+    """The ``files`` that travel with ``spec``'s driver: its own ``files`` and, when ``application`` is a URI
+    Spark fetches (``hdfs://``, ``s3a://``, ``https://``...), that URI, so the driver's SparkContext fetches the
+    script it runs (:mod:`airflow_streaming.application_source`)."""
+    files = tuple(getattr(spec, "files", None) or ())
+    application = getattr(spec, "application", None)
+    if isinstance(application, str) and is_fetched(application) and application not in files:
+        files += (application,)
+    return files
+
+
 def submit_options(spec: Any, archives: tuple[str, ...] | list[str] = (), with_py_files: bool = False,
                    queue: str | None = None) -> list[str]:
     """The spark-submit options of ``spec``'s fields, in ``SparkSubmitHook``'s order. ``archives`` are added
@@ -270,7 +284,9 @@ def submit_options(spec: Any, archives: tuple[str, ...] | list[str] = (), with_p
     args: list[str] = []
     for name, flag in SUBMIT_FLAGS.items():
         value = _value(spec, name)
-        if name == "archives":
+        if name == "files":
+            value = shipped_files(spec) or None
+        elif name == "archives":
             value = list(dict.fromkeys([*archives, *(value or ())])) or None
         elif (name == "py_files" and not with_py_files) or name == "properties_file":
             continue  # the plan's py_files and properties_file (merged with the target's own)
@@ -284,16 +300,16 @@ def submit_options(spec: Any, archives: tuple[str, ...] | list[str] = (), with_p
 
 def spark_properties(spec: Any) -> dict[str, str]:
     """The Spark conf of ``spec``'s fields where no spark-submit runs (the standalone REST submission):
-    ``spark.submit.pyFiles``, ``spark.files`` (also carrying the py-files, as spark-submit does for a Python
-    application), ``spark.jars``, ``spark.jars.packages``... (:data:`CONF_KEYS`)."""
+    ``spark.submit.pyFiles``, ``spark.files`` (:func:`shipped_files`, also carrying the py-files, as spark-submit
+    does for a Python application), ``spark.jars``, ``spark.jars.packages``... (:data:`CONF_KEYS`)."""
     conf: dict[str, str] = {}
     for name, key in CONF_KEYS.items():
-        value = _value(spec, name)
+        value = (shipped_files(spec) or None) if name == "files" else _value(spec, name)
         if value is not None:
             conf[key] = ",".join(value) if isinstance(value, (list, tuple)) else str(value)
     py_files = _value(spec, "py_files") or ()
     if py_files:
-        conf["spark.files"] = ",".join(dict.fromkeys([*(_value(spec, "files") or ()), *py_files]))
+        conf["spark.files"] = ",".join(dict.fromkeys([*shipped_files(spec), *py_files]))
     return conf
 
 

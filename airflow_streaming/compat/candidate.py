@@ -210,12 +210,13 @@ def capture_query(spark: Any, application: str, args: list[str], stream: str, ch
             with contextlib.suppress(QueryCaptured):
                 bundled_writer(spark, application, args, ctx).start()
         else:
-            if not os.path.isfile(application):
-                raise FileNotFoundError(f"application file {application} does not exist")
+            from airflow_streaming.application_source import script_file
+
+            script = script_file(application)  # a fetched URI: its copy, fetched by ``spark``'s SparkContext
             saved_argv = sys.argv
-            sys.argv = [application, *args]
+            sys.argv = [script, *args]
             try:
-                runpy.run_path(application, run_name="__main__")
+                runpy.run_path(script, run_name="__main__")
             except QueryCaptured:
                 pass
             finally:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from airflow_streaming.application_source import driver_argument, is_fetched, local_path
 from airflow_streaming.exceptions import ApplicationNotFoundError, JavaNotFoundError
 from airflow_streaming.log_masking import register_secrets
 from airflow_streaming.redaction import (
@@ -93,15 +94,18 @@ class PlanningMixin:
     """What a driver of the stream is started with (mixed into ``SparkStreamHook``)."""
 
     def application_argument(self) -> list[str]:
-        """``--job NAME`` or ``--script PATH``; :class:`ApplicationNotFoundError` if it is missing."""
+        """``--job NAME`` or ``--script`` and :func:`~airflow_streaming.application_source.driver_argument`
+        (a URI Spark fetches is not looked for here: it travels in ``files`` and the driver runs its fetched
+        copy); :class:`ApplicationNotFoundError` if a bundled job, or a file the local target's driver would run
+        on this host (a path, ``file:`` or ``local:``), is missing."""
         app = self.spec.application
         if self.spec.is_bundled:
             if not (JOBS_DIR / f"{app}.py").is_file():
                 raise ApplicationNotFoundError(f"bundled job {app!r} is not installed ({JOBS_DIR / app}.py missing)")
             return ["--job", app]
-        if self.target.kind == "local" and not os.path.isfile(app):
-            raise ApplicationNotFoundError(f"application file {app} does not exist; nothing was submitted")
-        return ["--script", app]
+        if self.target.kind == "local" and not is_fetched(app) and not os.path.isfile(local_path(app)):
+            raise ApplicationNotFoundError(f"application file {local_path(app)} does not exist; nothing was submitted")
+        return ["--script", driver_argument(app)]
 
     def preflight(self) -> None:
         """Refuse, before anything is written or started, a missing application, a plain argument that holds

@@ -25,11 +25,13 @@ import dataclasses
 import getpass
 import logging
 import os
+import posixpath
 import re
 import xml.etree.ElementTree as ET
 from typing import Any
 from urllib.parse import quote, urlencode, urlparse
 
+from airflow_streaming.application_source import is_fetched
 from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.exceptions import StreamStateUnknownError
 from airflow_streaming.reconcile.observation import Liveness
@@ -133,16 +135,21 @@ class YarnClusterTarget(ClusterTarget):
             yarn_conf["spark.executorEnv.PYSPARK_PYTHON"] = settings["python"]
         runtime_args = list(runtime_args)
         py_files: list[str] = []
+        script_at = runtime_args.index("--script") + 1 if "--script" in runtime_args else None
         if settings.get("runtime_path"):
             launcher = f"local:{settings['runtime_path'].rstrip('/')}/spark_jobs/launch.py"
         else:
             py_files.append(bundle_path())
-            if "--script" in runtime_args:  # ship a user script; it lands in the container's working directory
-                index = runtime_args.index("--script") + 1
-                script = runtime_args[index]
+            if script_at is not None and not runtime_args[script_at].startswith("local:") \
+                    and not is_fetched(runtime_args[script_at]):  # ship a submitting host's user script
+                script = runtime_args[script_at]
                 yarn_conf["spark.yarn.dist.files"] = ",".join(
                     filter(None, [conf.get("spark.yarn.dist.files", ""), script]))
-                runtime_args[index] = os.path.basename(script)
+                runtime_args[script_at] = os.path.basename(script)
+        if script_at is not None and is_fetched(runtime_args[script_at]):
+            # A fetched script already travels in --files (submit_fields.shipped_files), which YARN localizes into
+            # the container's working directory (spark.yarn.dist.files, not SparkFiles): run it from there.
+            runtime_args[script_at] = posixpath.basename(runtime_args[script_at])
         plan = super().plan(spec, run_id, launcher, runtime_args, {**yarn_conf, **conf}, secret_conf, log_path,
                             standby)
         tags = [t for t in (plan.conf.get("spark.yarn.tags") or "").split(",") if t]

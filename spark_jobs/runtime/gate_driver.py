@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import socket
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from airflow_streaming.application_source import checked_if_local, script_file
 from airflow_streaming.control.contract import EXIT_GRACEFUL, EXIT_STARTUP_FAILED, ControlPaths
 from airflow_streaming.control.storage import ControlStorage, StorageError
 
@@ -33,9 +33,11 @@ def run_gate_only(ns: argparse.Namespace, storage: ControlStorage, paths: Contro
 
     def check() -> Any:
         nonlocal spark
-        if ns.script and not os.path.isfile(ns.script):
-            raise FileNotFoundError(f"application script {ns.script} does not exist")
+        if ns.script:
+            ns.script = checked_if_local(ns.script)
         spark = session(f"{ns.stream}:{ns.version} compatibility gate")
+        if ns.script:  # the file to check (a fetched URI: the copy its SparkContext fetched through spark.files)
+            ns.script = script_file(ns.script)
         return run_check_in_driver(spark, ns, ns.checkpoint, not ns.gate_no_dry_run)
 
     try:

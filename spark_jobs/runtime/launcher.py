@@ -26,6 +26,7 @@ import time
 from typing import Any
 from urllib.parse import urlparse
 
+from airflow_streaming.application_source import checked_if_local, script_file
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import (
     EXIT_GRACEFUL,
@@ -59,7 +60,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--checkpoint", required=True)
     app = parser.add_mutually_exclusive_group(required=True)
     app.add_argument("--job", help="bundled job module in spark_jobs.jobs")
-    app.add_argument("--script", help="absolute path of an unmodified user PySpark script")
+    app.add_argument("--script", help="an unmodified user PySpark script: an absolute path, local:/path, or a URI "
+                                      "fetched through spark.files (application_source.script_file)")
     parser.add_argument("--trigger-seconds", type=float, default=5.0)
     parser.add_argument("--heartbeat-seconds", type=float, default=5.0)
     parser.add_argument("--lease-ttl", type=float, default=120.0)
@@ -246,9 +248,11 @@ class Driver:
 
         ns = self.ns
         try:
-            if ns.script and not os.path.isfile(ns.script):
-                raise FileNotFoundError(f"application script {ns.script} does not exist")
+            if ns.script:
+                ns.script = checked_if_local(ns.script)
             self.spark = self.spark or self.session.create()
+            if ns.script:  # the file to run (a fetched URI: the copy its SparkContext fetched through spark.files)
+                ns.script = script_file(ns.script)
             self.reporter.attach(self.spark)
             log.info("stream %s %s: app %s, Spark UI %s", ns.stream, ns.version, self.reporter.doc.app_id,
                      self.reporter.doc.spark_ui)

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_streaming import faults
+from airflow_streaming.application_source import checked_if_local, script_file
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import EXIT_GRACEFUL, EXIT_STARTUP_FAILED, ControlPaths
 from airflow_streaming.control.process import process_start_time
@@ -137,9 +138,11 @@ class Standby:
         ns = self.ns
         self.report("PREPARING")
         try:
-            if ns.script and not os.path.isfile(ns.script):
-                raise FileNotFoundError(f"application script {ns.script} does not exist")
+            if ns.script:
+                ns.script = checked_if_local(ns.script)
             self.spark = session()
+            if ns.script:  # the file to run (a fetched URI: the copy its SparkContext fetched through spark.files)
+                ns.script = script_file(ns.script)
             self.spark.range(1000).selectExpr("sum(id)").collect()  # warm up executors and code generation
             if ns.job:
                 ctx = JobContext(ns.stream, ns.version, ns.checkpoint, ns.trigger_seconds)

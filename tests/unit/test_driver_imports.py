@@ -40,6 +40,8 @@ DRIVER_SIDE = ("airflow_streaming", "airflow_streaming.checkpoint", "airflow_str
                "airflow_streaming.spark_lines",
                # the spec's SparkSubmitOperator fields (py_files, files, ... : their check)
                "airflow_streaming.submit_fields",
+               # where a user script comes from (a path, or a URI the driver's SparkContext fetches)
+               "airflow_streaming.application_source",
                # a bundled job's query as the runtime runs it (the driver starts it, the gate plans it)
                "airflow_streaming.bundled_job")
 #: Never on the driver side: Airflow, HTTP client libraries, pydantic, ORMs, cloud SDKs.
