@@ -21,6 +21,8 @@ AIRFLOWS_OWN = {
     "AIRFLOW__API_AUTH__JWT_SECRET": "jwtSecretMaterial",
     "AIRFLOW_CONN_WAREHOUSE": "postgres://etl:connPa55@wh/db",
     "AIRFLOW_VAR_API_TOKEN": "varToken123",
+    "AIRFLOW_HOME": "/srv/airflow-home-with-the-seal-key",
+    "AIRFLOW_CONFIG": "/srv/airflow-home-with-the-seal-key/airflow.cfg",
 }
 
 
