@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -183,8 +184,31 @@ def _existing(spark_home: str, python: str) -> ResolvedRuntime:
     return ResolvedRuntime(found, str(home), str(submit), python, "spark_home")
 
 
+def _not_ours(folder: Path, home: Path, python: Path, submit: Path) -> str | None:
+    """Why the cached runtime in ``folder`` cannot be trusted to be the one this host built (``None``: it
+    can): a part that is a symbolic link (but the venv's ``bin/python``, whose target is checked), owned by
+    another user than this one or root, or writable by group or others - someone else could have changed
+    the Spark (and the Python) that drivers run on."""
+    uid = os.getuid()
+    parts = [folder.parent, folder, folder / _MARKER, folder / "bin", home.parent, home, home / "bin", submit,
+             home / "jars", python]
+    for part in parts:
+        try:
+            info = part.stat() if part == python else part.lstat()
+        except OSError:
+            continue  # absent: the completeness check says so
+        if part != python and stat.S_ISLNK(info.st_mode):
+            return f"{part} is a symbolic link"
+        if info.st_uid not in (uid, 0):
+            return f"{part} is owned by uid {info.st_uid}, not by this user (uid {uid}) or root"
+        if info.st_mode & 0o022 and not (part == folder.parent and info.st_mode & stat.S_ISVTX):
+            return f"{part} is writable by {'group and others' if info.st_mode & 0o002 else 'its group'}"
+    return None
+
+
 def _cached(folder: Path, release: str, source: str = "cache") -> ResolvedRuntime | None:
-    """The runtime in ``folder`` when it is complete (its marker names ``release``), else ``None``."""
+    """The runtime in ``folder`` when it is complete (its marker names ``release``), else ``None``;
+    :class:`RuntimeUnavailableError` when it is there but not this user's own (:func:`_not_ours`)."""
     try:
         marker = json.loads((folder / _MARKER).read_text())
     except (OSError, ValueError):
@@ -192,6 +216,11 @@ def _cached(folder: Path, release: str, source: str = "cache") -> ResolvedRuntim
     home = _site_packages(folder) / "pyspark"
     python = folder / "bin" / "python"
     submit = home / "bin" / "spark-submit"
+    why = _not_ours(folder, home, python, submit)
+    if why is not None:
+        raise RuntimeUnavailableError(f"the cached Spark {release} runtime in {folder} is not used: {why}; remove "
+                                      f"it (or fix its owner and mode) and it is built again, or name an existing "
+                                      "installation with spark_runtime: {spark_home: ..., python: ...}")
     if (not isinstance(marker, dict) or marker.get("version") != release or not python.exists()
             or not submit.is_file() or _spark_version_of(home) != release):
         return None

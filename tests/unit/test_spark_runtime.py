@@ -100,6 +100,27 @@ def test_a_cached_runtime_is_found_and_a_half_built_one_is_never_used(tmp_path):
         resolve_runtime({"version": "3.5.6"}, build=False, cache=tmp_path)
 
 
+@pytest.mark.parametrize("tamper, why", [
+    (lambda folder, home: (folder / "bin").chmod(0o777), r"bin is writable by group and others"),
+    (lambda folder, home: (home / "bin" / "spark-submit").chmod(0o775), r"spark-submit is writable by its group"),
+    (lambda folder, home: os.chown(home, 4242, -1), r"pyspark is owned by uid 4242"),
+    (lambda folder, home: (home.rename(home.with_name("real")), home.symlink_to(home.with_name("real"))),
+     r"pyspark is a symbolic link"),
+])
+def test_a_cached_runtime_that_someone_else_could_have_changed_is_not_used(tmp_path, tamper, why):
+    """Issue 35: the runtime cache was reused without an owner/mode check - a runtime another user can write
+    to decides what every driver of this host runs. Refused, naming the part; nothing is rebuilt over it."""
+    home = fake_runtime(tmp_path / "pyspark-3.5.7", "3.5.7")
+    assert resolve_runtime({"version": "3.5.7"}, build=False, cache=tmp_path) is not None
+    if os.getuid() != 0 and "uid" in why:
+        pytest.skip("chown to another user needs root")
+    tamper(tmp_path / "pyspark-3.5.7", home)
+    for build in (False, True):
+        with pytest.raises(RuntimeUnavailableError, match=why):
+            resolve_runtime({"version": "3.5.7"}, build=build, cache=tmp_path)
+    assert (tmp_path / "pyspark-3.5.7" / ".airflow-streaming-runtime.json").exists()  # left for a person
+
+
 def test_a_marker_that_names_another_release_is_not_trusted(tmp_path):
     fake_runtime(tmp_path / "pyspark-3.5.7", "3.5.5")  # jars of 3.5.5 under the 3.5.7 name
     (tmp_path / "pyspark-3.5.7" / ".airflow-streaming-runtime.json").write_text('{"version": "3.5.7"}')
