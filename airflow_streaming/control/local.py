@@ -134,6 +134,12 @@ class LocalStorage(ControlStorage):
                 raise NotADirectoryError(errno.ENOTDIR, "Not a directory", path)
             for dirpath, dirnames, filenames in os.walk(path, onerror=fail):
                 rel_dir = os.path.relpath(dirpath, path)
+                for name in (*dirnames, *filenames):  # a copy of the tree would follow it out of the tree
+                    if os.path.islink(os.path.join(dirpath, name)):
+                        link = os.path.join(dirpath, name)
+                        raise OSError(errno.ELOOP, f"a symbolic link inside the tree, not followed: {link} (a "
+                                                   "checkpoint or control tree written by Spark holds none: remove it)",
+                                      link)
                 for name in dirnames:
                     entries.append(TreeEntry(_rel(rel_dir, name), True, 0))
                 for name in filenames:
