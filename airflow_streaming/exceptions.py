@@ -61,6 +61,13 @@ class LifecycleError(StreamingError):
     """A lifecycle action cannot go on (the message says why and what to do)."""
 
 
+class SealError(ValueError):
+    """A stored spec's seal does not vouch for what it is used as: not sealed by this Airflow deployment,
+    changed since, sealed for another stream or control location, sealed before seals bound their stream
+    (an earlier version of the provider), or sealed only as an upgrade's candidate that never passed its
+    compatibility gate. Nothing was submitted, stopped or deleted; the message names the file and the fix."""
+
+
 class SparkBinaryNotAllowedError(ValueError):
     """A Spark connection's ``spark-binary`` extra names a program the Spark provider does not allow.
 

@@ -14,10 +14,11 @@ import os
 import secrets
 from typing import Any
 
-from airflow_streaming.control.seal import is_sealed_by, seal_spec, without_seal
+from airflow_streaming.control.seal import DEPLOYABLE, is_sealed_by, seal_spec, sealed_field, without_seal
 from airflow_streaming.redaction import mask_spec
+from airflow_streaming.spec import StreamSpec
 
-__all__ = ["KEY_FILE_NAME", "deployer_of", "seal_key", "sealed", "sealed_deployer"]
+__all__ = ["KEY_FILE_NAME", "deployer_of", "seal_key", "sealed"]
 
 KEY_FILE_NAME = "airflow_streaming_seal.key"
 
@@ -58,22 +59,27 @@ def seal_key() -> bytes:
     return hashlib.sha256(b"airflow-streaming control seal\0" + material).digest()
 
 
-def sealed(spec: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``spec`` as it is stored: secrets masked (:func:`~airflow_streaming.redaction.mask_spec`), sealed."""
-    return None if spec is None else seal_spec(mask_spec(without_seal(spec)), seal_key())
-
-
-def sealed_deployer(stream: str, owner: str) -> dict[str, Any]:
-    """The ``deployed_by`` entry of ``deployed.json``: which task (``<dag_id>.<task_id> run <run_id> try
-    <n>``, the lifecycle owner) deployed ``stream``, sealed so that a driver cannot claim another DAG."""
-    return seal_spec({"stream": stream, "owner": owner}, seal_key())  # type: ignore[return-value]
-
-
-def deployer_of(deployed: Any, stream: str, key: bytes | None = None) -> str | None:
-    """The owner that deployed ``stream`` from a ``deployed.json`` document, if its ``deployed_by`` is
-    sealed by this deployment for this very stream; ``None`` otherwise (unknown, forged or copied).
-    ``key``: :func:`seal_key`, when the caller checks many documents at once."""
-    entry = deployed.get("deployed_by") if isinstance(deployed, dict) else None
-    if not isinstance(entry, dict) or entry.get("stream") != stream or not isinstance(entry.get("owner"), str):
+def sealed(spec: dict[str, Any] | None, home: StreamSpec | None = None, *, status: str = DEPLOYABLE,
+           deployed_by: str | None = None) -> dict[str, Any] | None:
+    """``spec`` as it is stored: secrets masked (:func:`~airflow_streaming.redaction.mask_spec`), sealed for
+    the stream ``home`` (whose control directory stores it; default: the spec's own stream) with ``status``
+    (:data:`~airflow_streaming.control.seal.DEPLOYABLE` or ``CANDIDATE``) and, in ``deployed.json``, who
+    deployed it (:func:`deployer_of`)."""
+    if spec is None:
         return None
-    return entry["owner"] if is_sealed_by(entry, key or seal_key()) else None
+    home = home if home is not None else StreamSpec.from_dict(mask_spec(without_seal(spec)))
+    return seal_spec(mask_spec(without_seal(spec)), seal_key(), stream=home.name, control=home.control_dir,
+                     status=status, deployed_by=deployed_by)
+
+
+def deployer_of(deployed: Any, stream: str, control: str, key: bytes | None = None) -> str | None:
+    """The owner (``<dag_id>.<task_id> run <run_id> try <n>``, the lifecycle owner of the task) that deployed
+    ``stream`` (control directory ``control``) from a ``deployed.json`` document: only the ``deployed_by`` that
+    the spec's seal binds, when that seal is this deployment's for this very stream and control directory;
+    ``None`` otherwise (unknown, forged, edited outside the seal or copied from another stream).
+    ``key``: :func:`seal_key`, when the caller checks many documents at once."""
+    spec = deployed.get("spec") if isinstance(deployed, dict) else None
+    if not is_sealed_by(spec, key or seal_key(), stream=stream, control=control):
+        return None
+    owner = sealed_field(spec, "deployed_by")
+    return owner if isinstance(owner, str) else None

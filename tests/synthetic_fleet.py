@@ -4,7 +4,7 @@ Each stream's control directory holds what a real run writes, through the real w
 :mod:`airflow_streaming.control.contract`:
 
 - ``deployed.json``: the spec as deployed (sealed like the deploy operator seals it) and its sealed
-  ``deployed_by`` owner (``<dag_id>.<task_id> run ... try 1``: the Streams page shows a stream to users who
+  ``deployed_by`` owner, bound by the same seal (``<dag_id>.<task_id> run ... try 1``: the Streams page shows a stream to users who
   may read that DAG);
 - ``RUNNING`` (the run marker), ``driver.json`` (:class:`DriverRecord` of the local target: pid and start
   time of a live process whose command line carries ``--run-id <run id>``), ``lease.json`` (held by the
@@ -35,7 +35,7 @@ from typing import Any
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlPaths, DriverRecord, Lease, QueryStatus, StatusDocument
 from airflow_streaming.control.local import LocalStorage
-from airflow_streaming.sealing import sealed, sealed_deployer
+from airflow_streaming.sealing import sealed
 from airflow_streaming.spec import StreamSpec
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "status" / "etl_dag_phase1_running.json"
@@ -179,8 +179,7 @@ def build_fleet(base: str | Path, count: int, drivers: StandInDrivers, *, owner_
         storage.makedirs(paths.root)
         run_id, pid, start = drivers.identity(i)
         owner = f"{owners[i % len(owners)]}.deploy run manual__2026-11-25 try 1"
-        deployed = {"run_id": run_id, "at": now - 3600, "spec": sealed(spec.to_dict()),
-                    "deployed_by": sealed_deployer(name, owner)}
+        deployed = {"run_id": run_id, "at": now - 3600, "spec": sealed(spec.to_dict(), deployed_by=owner)}
         storage.write_atomic(f"{paths.root}/deployed.json", json.dumps(deployed).encode())
         contract.write_marker(storage, paths, run_id, spec.version)
         record = DriverRecord(run_id=run_id, stream=name, version=spec.version, application=spec.application,

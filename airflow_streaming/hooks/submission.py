@@ -32,7 +32,7 @@ from airflow_streaming.hooks.planning import (  # noqa: F401 - re-exported: the 
     lease_ttl,
     redacting_log_options,
 )
-from airflow_streaming.sealing import deployer_of, sealed, sealed_deployer
+from airflow_streaming.sealing import deployer_of, sealed
 
 log = logging.getLogger("airflow_streaming.hooks.streaming_job")
 
@@ -200,10 +200,10 @@ class SubmissionMixin:
 
     def _record_deployment(self, record: DriverRecord, permit: StepPermit) -> None:
         self.storage.write_atomic(self.paths.driver, record.to_json())
-        doc: dict[str, Any] = {"run_id": record.run_id, "at": record.submitted_at, "spec": sealed(self.spec.to_dict())}
-        deployer = self._deployer(permit)
-        if deployer is not None:
-            doc["deployed_by"] = sealed_deployer(self.spec.name, deployer)
+        # One seal binds the spec, this stream and control directory, its version, that it may run (only a
+        # deployed spec is recorded here: a DAG's deploy, or a target after its gate) and who deployed it.
+        doc: dict[str, Any] = {"run_id": record.run_id, "at": record.submitted_at,
+                               "spec": sealed(self.spec.to_dict(), self.spec, deployed_by=self._deployer(permit))}
         self.storage.write_atomic(self.deployed_path, json.dumps(doc, indent=1).encode())
 
     def _deployer(self, permit: StepPermit) -> str | None:
@@ -218,7 +218,7 @@ class SubmissionMixin:
             return owner
         try:
             raw = self.storage.read_bytes(self.deployed_path)
-            return deployer_of(contract.json_object_or_none(raw), self.spec.name)
+            return deployer_of(contract.json_object_or_none(raw), self.spec.name, self.spec.control_dir)
         except (StorageError, ValueError):
             return None
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_streaming.control.contract import ControlFileError
-from airflow_streaming.exceptions import StreamingError
+from airflow_streaming.exceptions import SealError, StreamingError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.desired_state import DesiredState, StreamTarget, pending_changes
 from airflow_streaming.lifecycle.record import Action, LifecycleRecord, Probation
@@ -59,8 +59,8 @@ def deployment(target: StreamTarget) -> tuple[str | None, SparkStreamHook]:
             wanted = target.spec_for(version) if version in target.versions else target.spec
             try:
                 stored = trusted_spec(deployed["spec"], hook.deployed_path,
-                                      *(target.spec_for(v) for v in target.versions))
-            except ControlFileError as exc:  # not ours: act with the desired-state file's spec instead
+                                      *(target.spec_for(v) for v in target.versions), home=hook.spec)
+            except (ControlFileError, SealError) as exc:  # not ours: act with the desired-state file's spec instead
                 log.warning("%s", exc)
                 best = (at, version, SparkStreamHook(wanted))
             else:

@@ -55,7 +55,7 @@ class RollbackSteps:
 
     def _restarting_old(self, record: LifecycleRecord) -> None:
         stored = trusted_spec(record.from_spec or {}, f"{self.home.paths.root}/lifecycle.json", self.current,
-                              self.home.spec, self.target)
+                              self.home.spec, self.target, home=self.home.spec, legacy_rollback=True)
         old = SparkStreamHook(StreamSpec.from_dict(restore_secrets(stored, self.current, self.home.spec, self.target)))
         try:
             self._submit_once(old, record.rollback_run_id)

@@ -52,8 +52,9 @@ from airflow_streaming.compat.run import run_check
 from airflow_streaming.control import permit as permits
 from airflow_streaming.control.contract import HISTORY_NAME, RECORD_NAME, ControlFileError  # noqa: F401 - re-exported
 from airflow_streaming.control.permit import StepPermit
+from airflow_streaming.control.seal import CANDIDATE, DEPLOYABLE, LEGACY, seal_problem, sealed_field
 from airflow_streaming.control.storage import StorageError
-from airflow_streaming.exceptions import LifecycleError, StreamingError
+from airflow_streaming.exceptions import LifecycleError, SealError, StreamingError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.checkpoint_evidence import CheckpointEvidence
 from airflow_streaming.lifecycle.gate_steps import GateSteps
@@ -85,7 +86,7 @@ from airflow_streaming.lifecycle.stored import (  # noqa: F401 - re-exported: th
 )
 from airflow_streaming.lifecycle.trust import trusted_spec
 from airflow_streaming.lifecycle.waits import Wait, WaitNeeded, wait_over
-from airflow_streaming.sealing import sealed
+from airflow_streaming.sealing import seal_key, sealed
 from airflow_streaming.spec import SpecError, StreamSpec
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,10 @@ log = logging.getLogger(__name__)
 _UNTOUCHED = frozenset({Step.PLANNED, Step.CHECKED, Step.PREPARING})
 #: Steps of a rollback: an error is retried, then ROLLBACK_FAILED (a person must look).
 _ROLLBACK_STEPS = frozenset({Step.ROLLING_BACK, Step.RESTORED, Step.RESTARTING_OLD})
+#: The steps an in-place change reaches only when its compatibility gate passed: there the target is sealed
+#: deployable (before, ``candidate``), and a record that claims one of them for a candidate is refused.
+_GATE_PASSED = frozenset({Step.CHECKED, Step.STOPPING})
+_PAST_GATE = frozenset({Step.CHECKED, Step.STOPPING, Step.STOPPED, Step.SNAPSHOTTED, Step.STARTING, Step.PROBATION})
 ROLLBACK_ATTEMPTS = 3
 
 
@@ -189,6 +194,10 @@ class LifecycleRunner(CheckpointEvidence, StartSteps, GateSteps, StopSteps, RunS
         return read_history(self.home)
 
     def _advance(self, record: LifecycleRecord, step: Step, detail: str | None = None) -> None:
+        if step in _GATE_PASSED and record.action in IN_PLACE_CHANGES \
+                and sealed_field(record.to_spec, "status") != DEPLOYABLE:
+            # The gate passed (or had nothing to check): from here on the target may run, also for a restart.
+            record.to_spec = sealed(self.target.to_dict(), self.home.spec)
         record.advance(step, detail)
         self.save(record)
         faults.hit("runner.step", f"{record.action.value}:{step.value};")  # e.g. the task killed right here
@@ -302,7 +311,7 @@ class LifecycleRunner(CheckpointEvidence, StartSteps, GateSteps, StopSteps, RunS
         step = record.step
         self.failure = exc
         what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (StreamingError, OSError)) else str(exc)
-        expected = isinstance(exc, (StreamingError, OSError, SpecError))
+        expected = isinstance(exc, (StreamingError, OSError, SpecError, SealError))
         ends = step not in _ROLLBACK_STEPS and (step in _UNTOUCHED or step == Step.RETIRING or record.action in (
             Action.DEPLOY, Action.STOP, *SUPERVISOR_ACTIONS))
         if ends and expected:  # the action ends FAILED with this error as its outcome: reported once, there
@@ -313,7 +322,7 @@ class LifecycleRunner(CheckpointEvidence, StartSteps, GateSteps, StopSteps, RunS
         if isinstance(exc, (StorageError, ControlFileError)) and not self._can_write_record():
             raise exc  # the record cannot be saved: leave it where it is, to resume from
         if step in _ROLLBACK_STEPS:
-            if rollback_errors < ROLLBACK_ATTEMPTS:
+            if rollback_errors < ROLLBACK_ATTEMPTS and not isinstance(exc, SealError):  # a seal stays wrong
                 log.warning("retrying %s (%d/%d)", step.value, rollback_errors, ROLLBACK_ATTEMPTS)
                 time.sleep(min(10.0, 2.0 * rollback_errors))
                 return
@@ -366,6 +375,7 @@ class LifecycleRunner(CheckpointEvidence, StartSteps, GateSteps, StopSteps, RunS
                 raise LifecycleError(unfinished_message(record.stream, record.action.value, record.id,
                                                         record.to_version, record.step.value, self.action.value))
         if record is not None and not record.done:
+            self._check_gate_passed(record)
             note = f"resumed by {self.options.owner or 'pid ' + str(os.getpid())} at step {record.step.value}"
             if lock.took_over:
                 note += f"; took over the stale lock of {lock.took_over.get('owner')} (pid {lock.took_over.get('pid')})"
@@ -376,10 +386,14 @@ class LifecycleRunner(CheckpointEvidence, StartSteps, GateSteps, StopSteps, RunS
         deployed = self.home.deployed()
         from_spec = self.current.to_dict() if self.current is not None else (deployed or {}).get("spec")
         if self.current is None and from_spec is not None:  # the rollback target: never a forged deployed.json
-            from_spec = trusted_spec(from_spec, self.home.deployed_path, self.home.spec, self.target)
-        record = LifecycleRecord(  # specs at rest: no secret (redaction.mask_spec), sealed (lifecycle.trust)
-            stream=self.home.spec.name, action=self.action, from_spec=sealed(from_spec),
-            to_spec=sealed(self.target.to_dict()),
+            from_spec = trusted_spec(from_spec, self.home.deployed_path, self.home.spec, self.target,
+                                     home=self.home.spec)
+        # Specs at rest: no secret (redaction.mask_spec), sealed for this stream's control directory
+        # (lifecycle.trust). An in-place change's target is only a candidate until its gate passes (_advance).
+        record = LifecycleRecord(
+            stream=self.home.spec.name, action=self.action, from_spec=sealed(from_spec, self.home.spec),
+            to_spec=sealed(self.target.to_dict(), self.home.spec,
+                           status=CANDIDATE if self.action in IN_PLACE_CHANGES else DEPLOYABLE),
             allow_warnings=self.options.allow_warnings, probation=self.options.probation, owner=self.options.owner,
             warm_start=self.options.warm_start and self.action in IN_PLACE_CHANGES)
         record.old_run_id = (deployed or {}).get("run_id")
@@ -389,6 +403,21 @@ class LifecycleRunner(CheckpointEvidence, StartSteps, GateSteps, StopSteps, RunS
         self.save(record)
         faults.hit("runner.step", f"{record.action.value}:{record.step.value};")
         return record
+
+    def _check_gate_passed(self, record: LifecycleRecord) -> None:
+        """An unfinished in-place change recorded past its gate must carry a target sealed deployable for this
+        stream: a record a driver rewrote to skip the gate (a candidate at STOPPING, say) is refused. A record
+        sealed by an earlier version of the provider (no status in its seal) resumes as recorded."""
+        if record.action not in IN_PLACE_CHANGES or record.step not in _PAST_GATE:
+            return
+        problem = seal_problem(record.to_spec, seal_key(), stream=self.home.spec.name,
+                               control=self.home.spec.control_dir)
+        if problem not in (None, LEGACY):
+            raise SealError(f"{self.record_path}: the {record.action.value} {record.id} of {record.stream} is recorded "
+                            f"at step {record.step.value}, past its compatibility gate, but its target "
+                            f"{record.to_version} is {problem}: the record was not written by this runner after a "
+                            "passed gate, so nothing is resumed. Inspect the file, move it aside (mv "
+                            f"{self.record_path} {self.record_path}.bad) and run the {record.action.value} again")
 
     # ------------------------------------------------------------------ a deploy's task killed
     def abandon_start(self, reason: str) -> bool:

@@ -13,6 +13,7 @@ from airflow_streaming.control.contract import (
     parse_json,
     parse_json_object,
 )
+from airflow_streaming.control.seal import CANDIDATE, DEPLOYABLE
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import LifecycleError, StreamingError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
@@ -69,10 +70,13 @@ def resume_target(hook: SparkStreamHook, *actions: Action, known: tuple[StreamSp
         raise LifecycleError(unfinished_message(record.stream, record.action.value, record.id, record.to_version,
                                                 record.step.value, "/".join(a.value for a in actions)))
     where = f"{hook.paths.root}/{RECORD_NAME}"
-    current = StreamSpec.from_dict(restore_secrets(trusted_spec(record.from_spec, where, hook.spec, *known), hook.spec)) \
+    current = StreamSpec.from_dict(restore_secrets(trusted_spec(record.from_spec, where, hook.spec, *known,
+                                                                home=hook.spec), hook.spec)) \
         if record.action == Action.PARALLEL and record.from_spec is not None else None
-    return record.action, StreamSpec.from_dict(restore_secrets(trusted_spec(record.to_spec, where, hook.spec, *known),
-                                                               hook.spec)), current
+    # The target may still be a candidate (its gate not passed yet): the runner resumes it and gates it again
+    # (it refuses a candidate recorded past the gate, see LifecycleRunner._resume_or_create).
+    target = trusted_spec(record.to_spec, where, hook.spec, *known, home=hook.spec, statuses=(DEPLOYABLE, CANDIDATE))
+    return record.action, StreamSpec.from_dict(restore_secrets(target, hook.spec)), current
 
 
 def restart_spec(hook: SparkStreamHook, action: Action, *known: StreamSpec) -> StreamSpec:
@@ -89,9 +93,10 @@ def restart_spec(hook: SparkStreamHook, action: Action, *known: StreamSpec) -> S
         if previous is None:
             raise SpecError("action", f"stream {hook.spec.name!r} has no earlier version to roll back to: its "
                             f"history has no successful upgrade to {deployed.get('version')}")
-        previous = trusted_spec(previous, f"{hook.paths.root}/{HISTORY_NAME}", hook.spec, *known)
+        previous = trusted_spec(previous, f"{hook.paths.root}/{HISTORY_NAME}", hook.spec, *known, home=hook.spec)
         return StreamSpec.from_dict(restore_secrets(previous, hook.spec))
-    return StreamSpec.from_dict(restore_secrets(trusted_spec(deployed, hook.deployed_path, hook.spec, *known), hook.spec))
+    return StreamSpec.from_dict(restore_secrets(trusted_spec(deployed, hook.deployed_path, hook.spec, *known,
+                                                             home=hook.spec), hook.spec))
 
 
 def read_history(hook: SparkStreamHook) -> list[dict[str, Any]]:

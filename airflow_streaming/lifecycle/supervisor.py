@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_streaming.control.lifecycle_lock import LifecycleLock, LifecycleLockHeld
+from airflow_streaming.exceptions import SealError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.ledger_file import load_ledger, save_ledger
 from airflow_streaming.lifecycle.observe import Observed, observe
@@ -53,7 +54,8 @@ class PassResult:
     ``action``: NOTHING, NOTIFIED, WAITING (backing off), RECOVERED, RESTARTED, RESTART_FAILED, GAVE_UP,
     FAILED_OVER (the hot standby took over: recorded), STANDBY_PREPARED, STANDBY_FAILED, RERUN (a run that
     finished by itself started again: ``restart_finished``), RERUN_FAILED,
-    or SKIPPED (another lifecycle action holds the stream's lock)."""
+    SKIPPED (another lifecycle action holds the stream's lock) or REFUSED (a stored spec or record is not
+    sealed for this stream as runnable: nothing was done; a FAILED event names the :class:`SealError`)."""
 
     stream: str
     health: str
@@ -91,7 +93,22 @@ def supervise(hook: SparkStreamHook, policy: RestartPolicy, notify: Callable[[di
     except LifecycleLockHeld as exc:
         return PassResult(hook.spec.name, "-", "SKIPPED", f"another lifecycle action is under way: {exc}")
     with lock:
-        return _supervise_locked(hook, policy, notify, now, max_wait_s, lock)
+        try:
+            return _supervise_locked(hook, policy, notify, now, max_wait_s, lock)
+        except SealError as exc:  # the runner refused a stored record (say, a candidate recorded past its gate)
+            return _refuse(PassResult(hook.spec.name, "-", "REFUSED", str(exc)), notify, hook, None,
+                           time.time() if now is None else now, exc)
+
+
+def _refuse(result: PassResult, notify: Callable[[dict[str, Any]], None], hook: SparkStreamHook,
+            seen: Observed | None, now: float, exc: SealError) -> PassResult:
+    """Report a stored spec or record the pass will not act on (:class:`SealError`): nothing was run."""
+    message = str(exc)
+    log.error("supervise %s: nothing done: %s", hook.spec.name, message)
+    _notify(result, notify, _event("FAILED", hook, seen, now, error_class=type(exc).__name__,
+                                   error_first_line=message.splitlines()[0][:300], health_reasons=[message]))
+    result.action, result.reason = "REFUSED", message
+    return result
 
 
 def _supervise_locked(hook: SparkStreamHook, policy: RestartPolicy, notify: Callable[[dict[str, Any]], None],
@@ -122,8 +139,14 @@ def _supervise_locked(hook: SparkStreamHook, policy: RestartPolicy, notify: Call
         note_healthy(ledger, policy, now)
         if ledger.to_dict() != before:  # a healthy stream's pass writes nothing (1,000 streams: 1,000 fsyncs saved)
             save_ledger(hook, ledger)
+    deployed: StreamSpec = hook.spec
+    if decision.act in (Act.RECORD_FAILOVER, Act.PREPARE_STANDBY, Act.RESTART, Act.RESUME, Act.RERUN):
+        try:  # what runs is the deployed spec, only if sealed for this stream as deployable (or this pass's own)
+            deployed = _deployed_spec(hook)
+        except SealError as exc:
+            return _refuse(result, notify, hook, seen, now, exc)
     if decision.act == Act.RECORD_FAILOVER:
-        failover = _act(hook, lock, Action.FAILOVER)
+        failover = _act(deployed, lock, Action.FAILOVER)
         if failover.step != Step.SUCCEEDED:
             result.action, result.reason = "NOTHING", failover.error or "the takeover could not be recorded"
             return result
@@ -133,7 +156,7 @@ def _supervise_locked(hook: SparkStreamHook, policy: RestartPolicy, notify: Call
     if decision.act == Act.PREPARE_STANDBY:
         if decision.event == "RECOVERED":
             emit("RECOVERED")
-        standby = _act(hook, lock, Action.STANDBY)
+        standby = _act(deployed, lock, Action.STANDBY)
         if standby.step != Step.SUCCEEDED:  # the running stream is untouched; the next pass tries again
             log.error("could not prepare the hot standby of %s: %s", hook.spec.name, standby.error)
             result.action, result.reason = "STANDBY_FAILED", f"the hot standby could not be prepared: {standby.error}"
@@ -156,7 +179,7 @@ def _supervise_locked(hook: SparkStreamHook, policy: RestartPolicy, notify: Call
             result.action = "NOTIFIED"
         return result
     if decision.act == Act.RERUN:  # not a failure: no attempt counted, no failure notified
-        rerun = _act(hook, lock, Action.RECOVER)
+        rerun = _act(deployed, lock, Action.RECOVER)
         if rerun.step != Step.SUCCEEDED:
             result.action, result.reason = "RERUN_FAILED", rerun.error or "the rerun did not submit a driver"
             return result
@@ -176,9 +199,9 @@ def _supervise_locked(hook: SparkStreamHook, policy: RestartPolicy, notify: Call
     emit("RESTARTING", attempt=seen.attempt, max_attempts=seen.max_attempts, next_attempt_in_s=0,
          health_reasons=reasons)
     if decision.act == Act.RESUME:
-        recovery = _resume(hook, lock)
+        recovery = _resume(hook, deployed, lock)
     else:
-        recovery = _act(hook, lock, Action.RECOVER, kill_run_id=run_id if decision.kill_first else None)
+        recovery = _act(deployed, lock, Action.RECOVER, kill_run_id=run_id if decision.kill_first else None)
     if decision.act == Act.RESTART:
         record_restart(ledger, run_id, seen.failed_at, seen.error_class)
         save_ledger(hook, ledger)
@@ -192,26 +215,30 @@ def _supervise_locked(hook: SparkStreamHook, policy: RestartPolicy, notify: Call
 
 
 def _deployed_spec(hook: SparkStreamHook) -> StreamSpec:
-    """What is deployed (an upgrade may have moved the stream past the spec this pass was given)."""
+    """What is deployed (an upgrade may have moved the stream past the spec this pass was given).
+    :class:`SealError` when ``deployed.json``'s spec is neither this pass's own nor sealed by this deployment
+    for this stream and control directory as deployable (a copied, forged, candidate or legacy-sealed spec)."""
     deployed = (hook.deployed() or {}).get("spec")
     if deployed:  # a file a driver can write: used only when sealed by this deployment or the caller's own spec
-        deployed = trusted_spec(deployed, hook.deployed_path, hook.spec)
+        deployed = trusted_spec(deployed, hook.deployed_path, hook.spec, home=hook.spec)
     return StreamSpec.from_dict(restore_secrets(deployed, hook.spec)) if deployed else hook.spec
 
 
-def _act(hook: SparkStreamHook, lock: LifecycleLock, action: Action, kill_run_id: str | None = None) -> LifecycleRecord:
-    """Run one of the supervisor's actions (recover, standby, failover) on what is deployed, under the pass's
-    lock: a lifecycle action with its record and history entry, like every other change to a stream."""
-    runner = LifecycleRunner(_deployed_spec(hook), action,
+def _act(deployed: StreamSpec, lock: LifecycleLock, action: Action, kill_run_id: str | None = None
+         ) -> LifecycleRecord:
+    """Run one of the supervisor's actions (recover, standby, failover) on what is deployed
+    (:func:`_deployed_spec`), under the pass's lock: a lifecycle action with its record and history entry,
+    like every other change to a stream."""
+    runner = LifecycleRunner(deployed, action,
                              LifecycleOptions(owner=lock.holder.get("owner"), kill_run_id=kill_run_id), lock=lock)
     return runner.run()
 
 
-def _resume(hook: SparkStreamHook, lock: LifecycleLock) -> LifecycleRecord:
+def _resume(hook: SparkStreamHook, deployed: StreamSpec, lock: LifecycleLock) -> LifecycleRecord:
     """Resume the supervisor's own action that a pass left unfinished (it died mid-way), from its recorded step."""
     last = hook.lifecycle_record() or {}
     action = Action(last.get("action")) if last.get("action") in {a.value for a in Action} else Action.RECOVER
-    return _act(hook, lock, action)
+    return _act(deployed, lock, action)
 
 
 def _notify(result: PassResult, notify: Callable[[dict[str, Any]], None], event: dict[str, Any]) -> None:

@@ -2,11 +2,13 @@
 
 Airflow shows a DAG run only to users the auth manager lets read its DAG; the page does the same for
 streams. A stream (its row, spec, history, charts and actions) is shown to a user who may read the
-DAG whose task deployed it - ``deployed.json``'s ``deployed_by``, sealed by the Airflow side at deploy
-time (:func:`airflow_streaming.sealing.sealed_deployer`), so a driver cannot claim another DAG. Which
+DAG whose task deployed it - the ``deployed_by`` that the seal of ``deployed.json``'s spec binds, with the
+spec, this stream's name and its control directory (:func:`airflow_streaming.sealing.deployer_of`), so a
+driver cannot claim another DAG, nor copy another stream's or an older deployment's deployer. Which
 DAGs a user may read comes from the auth manager (``get_authorized_dag_ids``: teams and per-DAG
 permissions included). A stream whose deployer is unknown (deployed before this was recorded, by
-the command line, or a forged or copied record) is shown only to users who may read every DAG.
+the command line, sealed by an earlier version of the provider, or a forged or copied record) is
+shown only to users who may read every DAG.
 
 A lifecycle owner names ``<dag_id>.<task_id>``, and both may contain dots: every split whose DAG
 exists is a candidate, and the user must be able to read all of them.

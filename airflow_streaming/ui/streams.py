@@ -111,9 +111,11 @@ def _stand_in(name: str, location: str, application: str | None = None, checkpoi
     raise AssertionError("unreachable: the stand-in spec is always valid")
 
 
-def _deployer_in(raw: bytes | None, name: str, key: bytes | None = None) -> str | None:
+def _deployer_in(raw: bytes | None, name: str, control: str, key: bytes | None = None) -> str | None:
+    """Who deployed stream ``name`` (control directory ``control``): only the ``deployed_by`` bound by the
+    seal of ``deployed.json``'s spec for this stream and directory, never a field beside it."""
     try:
-        return deployer_of(json_object_or_none(raw), name, key)
+        return deployer_of(json_object_or_none(raw), name, control, key)
     except ValueError:
         return None
 
@@ -127,11 +129,12 @@ def _spec_from_dir(name: str, location: str, read: Callable[[str], bytes | None]
         raw = read("deployed.json")
         if raw is not None:
             stored = parse_json_object("deployed.json", raw)["spec"]
-            if is_sealed_by(stored, key or seal_key()):
+            if is_sealed_by(stored, key or seal_key(), stream=name, control=_stand_in(name, location).control_dir):
                 return StreamSpec.from_dict(stored), True, None
             # Not sealed by this deployment: a driver may have written it. Its cluster settings (where to
             # send credentials, which API server to ask) are not used; the stream is read from its files.
-            note = "deployed.json's spec is not sealed by this Airflow deployment: shown without asking its cluster"
+            note = ("deployed.json's spec is not sealed by this Airflow deployment for this stream: shown without "
+                    "asking its cluster")
             app, ckpt = stored.get("application"), stored.get("checkpoint_location")
             return _stand_in(name, location, app if isinstance(app, str) else None,
                              ckpt if isinstance(ckpt, str) else None), False, note
@@ -193,7 +196,8 @@ def discover(desired_state: str | None, control_locations: Iterable[str]) -> Dis
 
                     hook = deployment(target)[1]
                     spec = hook.spec
-                    deployer = _deployer_in(hook.storage.read_bytes(hook.deployed_path), spec.name, key)
+                    deployer = _deployer_in(hook.storage.read_bytes(hook.deployed_path), spec.name, spec.control_dir,
+                                            key)
                 except Exception as exc:  # noqa: BLE001 - unreadable deployed.json: read with the wanted spec
                     note = f"deployed spec unreadable: {exc}"
                 found.streams.append(StreamRef(name=spec.name, spec=spec, source="desired_state",
@@ -227,8 +231,9 @@ def discover(desired_state: str | None, control_locations: Iterable[str]) -> Dis
             read = _read_once(lambda f, b=base, st=storage: st.read_bytes(f"{b}/{f}"))
             spec, known, note = _spec_from_dir(name, location, read, key)
             found.streams.append(StreamRef(name=name, spec=spec, source="control_location", spec_known=known,
-                                           note=note, deployed_by=_deployer_in(_quietly(read, "deployed.json"), name,
-                                                                               key)))
+                                           note=note, deployed_by=_deployer_in(
+                                               _quietly(read, "deployed.json"), name,
+                                               _stand_in(name, location).control_dir, key)))
             seen.add(name)
     return found
 

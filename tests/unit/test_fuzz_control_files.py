@@ -20,7 +20,7 @@ import yaml
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError
 from airflow_streaming.control.storage import StorageError
-from airflow_streaming.exceptions import StreamingError
+from airflow_streaming.exceptions import SealError, StreamingError
 from airflow_streaming.lifecycle.desired_state import DesiredStateError, load_desired_state
 from airflow_streaming.control.lifecycle_lock import LifecycleLockHeld
 from airflow_streaming.lifecycle.operations import stop_stream
@@ -33,7 +33,7 @@ from control_fixtures import RUN_ID, deployed_stream, tree_digest
 
 SEED = 20261123
 CASES_PER_FILE = 14
-NAMED_ERRORS = (ControlFileError, StorageError, StreamingError, SpecError, LifecycleLockHeld)
+NAMED_ERRORS = (ControlFileError, SealError, StorageError, StreamingError, SpecError, LifecycleLockHeld)
 #: Files a later action needs: while unreadable, nothing may overwrite them.
 PRECIOUS = ("history.json", "supervisor.json", "lifecycle.json", "deployed.json")
 
@@ -139,7 +139,7 @@ def test_garbage_in_a_control_file_ends_in_a_named_error_or_a_safe_verdict(tmp_p
                 call()
             except NAMED_ERRORS as exc:
                 message = str(exc)
-                if isinstance(exc, ControlFileError) and name not in message:
+                if isinstance(exc, (ControlFileError, SealError)) and name not in message:
                     failures.append(f"{name} {case} {entry}: error does not name the file: {message[:200]}")
             except Exception as exc:  # noqa: BLE001 - this is what the test hunts for
                 failures.append(f"{name} {case} {entry}: {type(exc).__name__}: {exc!s:.200}")

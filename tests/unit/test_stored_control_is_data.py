@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_streaming.control.contract import ControlFileError, DriverRecord
+from airflow_streaming.control.contract import DriverRecord
+from airflow_streaming.exceptions import SealError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle.record import Action
 from airflow_streaming.lifecycle.runner import LifecycleOptions, LifecycleRunner, restart_spec, resume_target
@@ -88,12 +89,12 @@ def test_a_forged_deployed_spec_is_not_what_a_restart_runs(tmp_path):
     spec, hook = deployed_stream(tmp_path)
     evil, pwned = _attacker_script(tmp_path)
     _write(hook, "deployed.json", {"run_id": "r1", "at": 1.0, "spec": {**spec.to_dict(), "application": evil}})
-    with pytest.raises(ControlFileError, match=r"deployed\.json: the spec stored for version 'v1' is not sealed"):
+    with pytest.raises(SealError, match=r"deployed\.json: the spec stored for version 'v1' .* not sealed"):
         restart_spec(hook, Action.RESTART)
     # A genuine seal copied onto changed content does not help.
     genuine = sealed(spec.to_dict())
     _write(hook, "deployed.json", {"run_id": "r1", "at": 1.0, "spec": {**genuine, "application": evil}})
-    with pytest.raises(ControlFileError, match="not sealed"):
+    with pytest.raises(SealError, match="not sealed"):
         restart_spec(hook, Action.RESTART)
     assert not pwned.exists()
 
@@ -117,7 +118,7 @@ def test_a_forged_history_is_not_what_a_rollback_runs(tmp_path):
     _write(hook, "deployed.json", {"run_id": "r2", "at": 2.0, "spec": sealed(v2.to_dict())})
     _write(hook, "history.json", [{"id": "u1", "action": "upgrade", "outcome": "SUCCEEDED", "from_version": "v1",
                                    "to_version": "v2", "from_spec": {**spec.to_dict(), "application": evil}}])
-    with pytest.raises(ControlFileError, match=r"history\.json: the spec stored for version 'v1' is not sealed"):
+    with pytest.raises(SealError, match=r"history\.json: the spec stored for version 'v1' .* not sealed"):
         restart_spec(SparkStreamHook(v2), Action.ROLLBACK)
     # The same entry as the Airflow side wrote it (sealed) is the rollback target.
     _write(hook, "history.json", [{"id": "u1", "action": "upgrade", "outcome": "SUCCEEDED", "from_version": "v1",
@@ -132,7 +133,7 @@ def test_a_forged_unfinished_record_is_not_resumed(tmp_path):
     record = {"stream": "s1", "action": "restart", "step": "STOPPED", "id": "x1", "from_spec": sealed(spec.to_dict()),
               "to_spec": {**spec.to_dict(), "application": evil}, "steps": [{"step": "PLANNED", "at": 1.0}]}
     _write(hook, "lifecycle.json", record)
-    with pytest.raises(ControlFileError, match=r"lifecycle\.json: the spec stored for version 'v1' is not sealed"):
+    with pytest.raises(SealError, match=r"lifecycle\.json: the spec stored for version 'v1' .* not sealed"):
         resume_target(hook, Action.RESTART)
     assert not pwned.exists()
 
@@ -142,7 +143,7 @@ def test_an_upgrade_does_not_seal_a_forged_deployed_spec_as_its_rollback_target(
     evil, _ = _attacker_script(tmp_path)
     _write(hook, "deployed.json", {"run_id": "r1", "at": 1.0, "spec": {**spec.with_version("v0").to_dict(),
                                                                         "application": evil}})
-    with pytest.raises(ControlFileError, match="not sealed"):
+    with pytest.raises(SealError, match="not sealed"):
         LifecycleRunner(spec.with_version("v2"), Action.UPGRADE, LifecycleOptions()).run()
     assert not Path(hook.paths.root, "lifecycle.json").exists()
 
@@ -234,6 +235,8 @@ def test_a_forged_deployed_spec_is_not_what_a_supervisor_restart_runs(tmp_path):
         checkpoint_location=spec.checkpoint_location, handle={"pid": proc.pid, "start_time": start})
     hook.storage.unguarded.write_atomic(hook.paths.driver, record.to_json())
     _write(hook, "deployed.json", {"run_id": run_id, "at": 1.0, "spec": {**spec.to_dict(), "application": evil}})
-    with pytest.raises(ControlFileError, match=r"deployed\.json: the spec stored for version 'v1' is not sealed"):
-        supervise(hook, RestartPolicy(backoff_initial_s=0), lambda event: None)
+    events: list[dict] = []
+    result = supervise(hook, RestartPolicy(backoff_initial_s=0), events.append)  # reported, not raised
+    assert result.action == "REFUSED" and "deployed.json: the spec stored for version 'v1'" in result.reason
+    assert "not sealed" in result.reason and [e["error_class"] for e in events] == ["SealError"]
     assert not pwned.exists() and hook.driver_record().run_id == run_id  # nothing was submitted

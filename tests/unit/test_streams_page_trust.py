@@ -26,7 +26,7 @@ import stream_actions
 
 from airflow_streaming.control import contract
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
-from airflow_streaming.sealing import deployer_of, sealed, sealed_deployer
+from airflow_streaming.sealing import deployer_of, sealed
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.ui import views
 from airflow_streaming.ui.streams import StreamRef, discover, read_stream
@@ -206,16 +206,79 @@ def test_the_deployer_is_sealed_into_deployed_json_and_kept_by_later_actions(tmp
     owner = "team_a.etl.deploy run manual__2026 try 1"
     with stream_actions.step_permit(hook, "deploy", owner=owner) as permit:
         hook._record_deployment(record, permit)
-    assert deployer_of(deployed(), "s1") == owner
+    control = spec.control_dir
+    assert deployer_of(deployed(), "s1", control) == owner and "deployed_by" not in deployed()  # only in the seal
     # A restart by a shared supervisor DAG keeps the deployer.
     with stream_actions.step_permit(hook, "recover", owner="supervisor.sup run r try 1") as permit:
         hook._record_deployment(record, permit)
-    assert deployer_of(deployed(), "s1") == owner
-    # Forged (the driver rewrites it) or copied from another stream: not trusted.
+    assert deployer_of(deployed(), "s1", control) == owner
+    # Forged (the driver rewrites it), copied from another stream or another control location: not trusted.
     doc = deployed()
-    doc["deployed_by"]["owner"] = "open_dag.t run r try 1"
-    assert deployer_of(doc, "s1") is None
-    assert deployer_of({"deployed_by": sealed_deployer("other", owner)}, "s1") is None
+    doc["spec"]["seal"]["deployed_by"] = "open_dag.t run r try 1"
+    assert deployer_of(doc, "s1", control) is None
+    assert deployer_of(deployed(), "other", control) is None
+    assert deployer_of(deployed(), "s1", str(tmp_path / "elsewhere" / "s1")) is None
+    assert deployer_of({"spec": sealed(spec.to_dict(), spec.with_version("v1"), deployed_by=owner)}, "s1", control) == owner
+    elsewhere = StreamSpec(name="s1", application="events_etl", control_location=str(tmp_path / "elsewhere"),
+                           checkpoint_location=str(tmp_path / "ckpt2"), master="local[2]")
+    assert deployer_of({"spec": sealed(elsewhere.to_dict(), deployed_by=owner)}, "s1", control) is None
+
+
+def _deploy_as(tmp_path: Path, location: Path, owner: str) -> tuple[StreamSpec, dict]:
+    """Stream ``s1`` in ``location`` deployed by the real writer with the lock owner ``owner``."""
+    spec = StreamSpec(name="s1", application="events_etl", control_location=str(location),
+                      checkpoint_location=str(tmp_path / "ckpt" / location.name), master="local[2]")
+    hook = SparkStreamHook(spec)
+    hook.storage.makedirs(hook.paths.root)
+    record = contract.DriverRecord(run_id=RUN, stream="s1", version="v1", application="events_etl", host="h",
+                                   command="", log_path="", submitted_at=1.0, checkpoint_location="/c", target="local",
+                                   handle={})
+    with stream_actions.step_permit(hook, "deploy", owner=owner) as permit:
+        hook._record_deployment(record, permit)
+    return spec, json.loads(Path(hook.deployed_path).read_text())
+
+
+def test_a_deployer_written_outside_the_seal_gives_no_access(airflow_db, tmp_path):
+    """Issue 35: the page's per-DAG access read ``deployed_by`` from outside the seal of the spec. Team A's
+    stream ``s1``; team B deployed a stream of the same name in another control location. A driver that can
+    write team A's control directory makes the stream look like team B's: the deployer copied from team
+    B's ``deployed.json`` (on main a separately sealed ``{stream, owner}`` that any same-named stream's
+    deployer passes), the seal's own field edited, or team B's sealed spec copied whole. Team B's reader
+    must not see team A's stream (its last exception, its spec) in any of these."""
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from airflow.utils.session import create_session
+
+    from airflow_streaming.ui.access import visible_streams
+
+    team_a, team_b = "seal_alpha.deploy run r1 try 1", "seal_beta.deploy run r2 try 1"
+    _, a_doc = _deploy_as(tmp_path, tmp_path / "control_a", team_a)
+    _, b_doc = _deploy_as(tmp_path, tmp_path / "control_b", team_b)
+    a_file = tmp_path / "control_a" / "s1" / "deployed.json"
+    assert discover(None, [str(tmp_path / "control_a")]).streams[0].deployed_by == team_a  # the genuine one
+    forgeries = {
+        "team B's deployer beside team A's spec": {**a_doc, **{k: v for k, v in b_doc.items() if k != "spec"},
+                                                   "deployed_by": b_doc.get("deployed_by") or team_b},
+        "team B's sealed spec copied whole": {**a_doc, "spec": b_doc["spec"]},
+    }
+    if isinstance(a_doc["spec"]["seal"], dict):  # the deployer inside the seal, edited
+        edited = json.loads(json.dumps(a_doc))
+        edited["spec"]["seal"]["deployed_by"] = team_b
+        forgeries["the seal's deployer edited"] = edited
+    with create_session() as session:
+        _dags(session, {"seal_alpha": ("seal_bundle_alpha", "seal_alpha_team"),
+                        "seal_beta": ("seal_bundle_beta", "seal_beta_team")})
+        bob = SimpleAuthManagerUser(username="bob", role="VIEWER", teams=["seal_beta_team"])
+        ann = SimpleAuthManagerUser(username="ann", role="VIEWER", teams=["seal_alpha_team"])
+        genuine = discover(None, [str(tmp_path / "control_a")]).streams
+        assert [r.name for r in visible_streams(genuine, ann, session, SimpleAuthManager()).visible] == ["s1"]
+        assert visible_streams(genuine, bob, session, SimpleAuthManager()).visible == []
+        for what, doc in forgeries.items():
+            a_file.write_text(json.dumps(doc))
+            refs = discover(None, [str(tmp_path / "control_a")]).streams
+            assert refs[0].deployed_by != team_b, what
+            assert visible_streams(refs, bob, session, SimpleAuthManager()).visible == [], what
+        session.rollback()
 
 
 def _dags(session, layout: dict[str, tuple[str, str | None]]) -> None:
@@ -319,8 +382,8 @@ def test_the_api_shows_a_stream_only_to_readers_of_its_dag(airflow_db, tmp_path,
         d.mkdir(parents=True)
         spec = StreamSpec(name=name, application="events_etl", control_location=str(ctl),
                           checkpoint_location=str(tmp_path / "ckpt" / name), master="local[2]")
-        (d / "deployed.json").write_text(json.dumps({"run_id": RUN, "at": 1.0, "spec": sealed(spec.to_dict()),
-                                                     "deployed_by": sealed_deployer(name, owner)}))
+        (d / "deployed.json").write_text(json.dumps({"run_id": RUN, "at": 1.0,
+                                                     "spec": sealed(spec.to_dict(), deployed_by=owner)}))
     (ctl / "bad name!").mkdir()
     (ctl / "bad name!" / "status.json").write_text("{}")
     monkeypatch.setenv("AIRFLOW__AIRFLOW_STREAMING__CONTROL_LOCATIONS", str(ctl))
