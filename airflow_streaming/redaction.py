@@ -185,8 +185,10 @@ def secret_args_of_conf(conf: Mapping[str, Any]) -> list[str]:
 
 #: Spark's own redaction (the UI's Environment page, the event log, ``/api/v1/.../environment``), set on
 #: every submission so that it hides what ours hides: a conf entry is redacted when its key OR its value
-#: matches (Spark's rule). Keys: our sensitive words; values: ``password=``-style pairs (JAAS, JDBC),
-#: URL userinfo, bearer tokens, PEM private keys.
+#: matches (Spark's rule). Keys: our sensitive words, ``auth``, ``pass`` and environment-passing keys
+#: (``spark.executorEnv.*``...); values: ``password=``-style pairs (JAAS, JDBC), URL userinfo, ``sig=``,
+#: bearer and basic credentials, PEM private keys (also in base64). A regex cannot express the allowlist:
+#: a private key named otherwise still shows on the driver's own Spark UI (docs/security.md).
 SPARK_REDACTION_REGEX = (
     r"(?i)" + "|".join(re.escape(w) for w in SENSITIVE_WORDS) + r"|access[.]key|account[.]key|jaas|auth|pass|"
     r"env[.]|sig=|basic\s|ls0tls1crudjti|"
