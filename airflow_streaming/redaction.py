@@ -2,10 +2,14 @@
 
 Plain Python, no Airflow import: the driver side (``spark_jobs/runtime``) uses it too.
 
-- :func:`is_sensitive_key` (by key), :func:`holds_secret` (by value: the same patterns as the log
-  redaction), :func:`is_secret_entry` (either) - the one notion of "this holds a secret" that
-  :func:`split_conf`, :func:`secret_values`, :func:`mask_spec` and :func:`secret_arguments` use: secret
-  conf travels in a 0600 properties file, never on a command line, and is masked in specs at rest.
+- Spark conf is **private by default**: :func:`is_secret_conf_entry` - an entry is public only when its
+  key is a known non-secret Spark setting (:func:`airflow_streaming.public_conf.is_public_conf_key`)
+  and its value holds no secret. :func:`split_conf`, :func:`secret_values`, :func:`mask_conf` and
+  :func:`mask_spec` use it: private conf travels in a 0600 properties file (or the cluster target's
+  secret channel), never on a command line, and is masked in specs at rest, the UI and logs.
+- :func:`is_sensitive_key` (by key name), :func:`holds_secret` (by value: the same patterns as the log
+  redaction), :func:`is_secret_entry` (either): for what is no Spark conf - job arguments
+  (:func:`secret_arguments`), environment variables, ``key=value`` pairs in any text.
 - :func:`remember_secrets` keeps secret *values* in a process-local registry; every later
   :func:`redact` masks them. :func:`airflow_streaming.log_masking.register_secrets` (Airflow
   side) also hands them to Airflow's own secrets masker, so Airflow masks them in task logs too.
@@ -21,6 +25,8 @@ Plain Python, no Airflow import: the driver side (``spark_jobs/runtime``) uses i
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import re
 import sys
@@ -29,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_streaming.exceptions import SpecError
+from airflow_streaming.public_conf import is_public_conf_key
 
 MASK = "***"
 #: Values shorter than this are never masked as literals (they would mask innocent text everywhere).
@@ -41,8 +48,12 @@ _NOT_SECRET_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "o
 #: A key naming a secret contains one of these (any case).
 SENSITIVE_WORDS = ("password", "passwd", "pwd", "passphrase", "secret", "token", "credential", "apikey", "api_key",
                    "api-key", "private", "accountkey", "webhook")
+#: Short words that name a secret when they are a whole segment of a key (``DB_PASS``, ``spark.redis.auth``,
+#: ``--pass``, ``GITHUB_PAT``, ``sig=``): inside a word they mean something else (``passenger``, ``path``).
+SENSITIVE_SEGMENTS = ("pass", "auth", "pat", "pw", "sas", "sig", "jaas")
+_SEGMENT_RE = r"(?:^|(?<=[._\-]))(?:" + "|".join(SENSITIVE_SEGMENTS) + r")(?=$|[._\-])"
 _SENSITIVE_KEY_RE = re.compile(
-    r"(?:" + "|".join(re.escape(w) for w in SENSITIVE_WORDS) + r")"
+    r"(?:" + "|".join(re.escape(w) for w in SENSITIVE_WORDS) + r")" + r"|" + _SEGMENT_RE +
     r"|(?:^|\.)(?:key|keystore|truststore\.password)$"
     r"|^fs\.azure\.account\.key\.|\.account\.key\.|^spark\.hadoop\.fs\.azure\.account\.key\.",
     re.IGNORECASE)
@@ -52,7 +63,8 @@ _SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"
 def is_sensitive_key(key: str) -> bool:
     """Whether a conf key (or any ``key=value`` key) names a secret: ``*password*``, ``*pwd*``,
     ``*secret*`` (``fs.s3a.secret.key``), ``*token*``, ``*credential*``, ``*apikey*``, ``*private*``
-    (``private_key``), a key ending in ``.key`` (``fs.s3a.access.key``) and ``fs.azure.account.key.*``."""
+    (``private_key``), a key ending in ``.key`` (``fs.s3a.access.key``), ``fs.azure.account.key.*`` and a
+    key with a segment ``pass``, ``auth``, ``pat``, ``pw``, ``sas``, ``sig`` or ``jaas`` (``DB_PASS``)."""
     return bool(_SENSITIVE_KEY_RE.search(key))
 
 
@@ -79,11 +91,35 @@ def is_secret_entry(key: Any, value: Any) -> bool:
     return is_sensitive_key(str(key)) or holds_secret(value if isinstance(value, str) else str(value))
 
 
+def is_secret_conf_entry(key: Any, value: Any) -> bool:
+    """Whether a Spark conf entry is private (the rule is inverted: private unless known public): its key
+    is not a known non-secret Spark setting (:func:`~airflow_streaming.public_conf.is_public_conf_key`),
+    or its value holds a secret (:func:`holds_secret`)."""
+    return not is_public_conf_key(str(key)) or holds_secret(value if isinstance(value, str) else str(value))
+
+
 def split_conf(conf: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(plain, secret)``: the conf without and with its secret entries (by key or by value, see
-    :func:`is_secret_entry`). Secret entries never go on a command line."""
-    plain = {k: v for k, v in conf.items() if not is_secret_entry(k, v)}
+    """``(plain, secret)``: the Spark conf without and with its private entries (see
+    :func:`is_secret_conf_entry`). Private entries never go on a command line."""
+    plain = {k: v for k, v in conf.items() if not is_secret_conf_entry(k, v)}
     return plain, {k: v for k, v in conf.items() if k not in plain}
+
+
+def split_entries(entries: Mapping[str, Any], names: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(plain, secret)`` of conf ``entries`` that carry named values (``names``: conf key -> the name it
+    carries, e.g. an environment variable's): secret when the carried name or the value holds one
+    (:func:`is_secret_entry`) - for conf the provider builds from a spec field (``env_vars``)."""
+    plain = {k: v for k, v in entries.items() if not is_secret_entry(names.get(k, k), v)}
+    return plain, {k: v for k, v in entries.items() if k not in plain}
+
+
+def mask_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """A Spark conf as it may be shown or stored: every private entry's value (see
+    :func:`is_secret_conf_entry`) replaced by ``***``."""
+    return {k: (MASK if v not in (None, "") and is_secret_conf_entry(k, v) else v) for k, v in conf.items()}
+
+
+_OPTION_NAME = re.compile(r"--?[\w.\-]+")
 
 
 def secret_arguments(args: Iterable[Any]) -> list[int]:
@@ -100,7 +136,7 @@ def secret_arguments(args: Iterable[Any]) -> list[int]:
             found.append(i)
         elif arg.startswith("-") and "=" in arg and is_sensitive_key(option.split("=", 1)[0]):
             found.append(i)
-        elif holds_secret(arg) and not (arg.startswith("-") and "=" not in arg):
+        elif holds_secret(arg) and not _OPTION_NAME.fullmatch(arg):  # a PEM block starts with "-" too
             found.append(i)
     return found
 
@@ -149,10 +185,13 @@ def secret_args_of_conf(conf: Mapping[str, Any]) -> list[str]:
 
 #: Spark's own redaction (the UI's Environment page, the event log, ``/api/v1/.../environment``), set on
 #: every submission so that it hides what ours hides: a conf entry is redacted when its key OR its value
-#: matches (Spark's rule). Keys: our sensitive words; values: ``password=``-style pairs (JAAS, JDBC),
-#: URL userinfo, bearer tokens, PEM private keys.
+#: matches (Spark's rule). Keys: our sensitive words, ``auth``, ``pass`` and environment-passing keys
+#: (``spark.executorEnv.*``...); values: ``password=``-style pairs (JAAS, JDBC), URL userinfo, ``sig=``,
+#: bearer and basic credentials, PEM private keys (also in base64). A regex cannot express the allowlist:
+#: a private key named otherwise still shows on the driver's own Spark UI (docs/security.md).
 SPARK_REDACTION_REGEX = (
-    r"(?i)" + "|".join(re.escape(w) for w in SENSITIVE_WORDS) + r"|access[.]key|account[.]key|jaas|"
+    r"(?i)" + "|".join(re.escape(w) for w in SENSITIVE_WORDS) + r"|access[.]key|account[.]key|jaas|auth|pass|"
+    r"env[.]|sig=|basic\s|ls0tls1crudjti|"
     r"[a-z][a-z0-9+.-]*://[^/\s@]+@|bearer\s|-----BEGIN [A-Z ]*PRIVATE KEY")
 #: Spark SQL's redaction of strings in plans and SQL UI (``spark.sql.redaction.string.regex``): the
 #: secret part of ``password=...`` pairs and URL userinfo.
@@ -168,9 +207,9 @@ def _maskable(value: str) -> bool:
 
 
 def secret_values(conf: Mapping[str, Any]) -> list[str]:
-    """The values of ``conf``'s secret entries (by key or value) worth masking as literals: not
-    ``true``/``false``, not a number under 6 digits, not shorter than :data:`MIN_SECRET_LENGTH`."""
-    return [str(v) for k, v in conf.items() if v is not None and is_secret_entry(k, v) and _maskable(str(v))]
+    """The values of a Spark conf's private entries (:func:`is_secret_conf_entry`) worth masking as
+    literals: not ``true``/``false``, not a number under 6 digits, not shorter than :data:`MIN_SECRET_LENGTH`."""
+    return [str(v) for k, v in conf.items() if v is not None and is_secret_conf_entry(k, v) and _maskable(str(v))]
 
 
 # ------------------------------------------------------------------------------------- known values
@@ -206,12 +245,16 @@ _WORDS = "|".join(re.escape(w) for w in SENSITIVE_WORDS)
 _KEY_CHARS = r"[\w.\-]"
 # A candidate key: contains a sensitive word, ends in ".key", is "key", or is an Azure account key.
 # Every candidate is re-checked with is_sensitive_key, so the two can never disagree.
+_SEGMENTS = "|".join(SENSITIVE_SEGMENTS)
 _CANDIDATE_KEY = (rf"{_KEY_CHARS}*(?:{_WORDS}){_KEY_CHARS}*"
+                  rf"|{_KEY_CHARS}*(?<![A-Za-z0-9])(?:{_SEGMENTS})(?![A-Za-z0-9]){_KEY_CHARS}*"
                   rf"|{_KEY_CHARS}*\.account\.key\.{_KEY_CHARS}*"
                   rf"|(?<![\w.\-]){_KEY_CHARS}*(?<![\w-])key(?![\w.\-])")
-_VALUE = r"(?P<val>\"[^\"]*\"|'[^']*'|[^\s,;&|<>\"'}\])]+)"
-_KEY_VALUE = re.compile(rf"(?P<key>{_CANDIDATE_KEY})(?P<kq>[\"']?)(?P<sep>[ \t]*[=:][ \t]*){_VALUE}", re.IGNORECASE)
-_CLI_OPTION = re.compile(rf"(?P<opt>(?<![\w-])--?{_KEY_CHARS}*(?:{_WORDS}){_KEY_CHARS}*)(?P<sp>[ \t]+)(?!-)"
+# A value: a JSON-escaped quoted string (\"x\", a JAAS config inside JSON), a quoted one, or a bare word.
+_VALUE = r"(?P<val>\\\"(?:[^\"\\]|\\[^\"])*\\\"|\"[^\"]*\"|'[^']*'|[^\s,;&|<>\"'}\])]+)"
+_KEY_VALUE = re.compile(rf"(?P<key>{_CANDIDATE_KEY})(?P<kq>\\?[\"']?)(?P<sep>[ \t]*[=:][ \t]*){_VALUE}", re.IGNORECASE)
+# Any option followed by a value; re-checked with is_sensitive_key (``--password x``, ``--pass x``, ``--auth x``).
+_CLI_OPTION = re.compile(rf"(?P<opt>(?<![\w-])--?{_KEY_CHARS}+)(?P<sp>[ \t]+)(?!-)"
                          r"(?P<val>\"[^\"]*\"|'[^']*'|\S+)", re.IGNORECASE)
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^\s/?#@]+(?:@[^\s/?#@]+)*@", re.IGNORECASE)
 _BEARER = re.compile(r"\b(?P<scheme>Bearer)\s+[A-Za-z0-9._~+/=-]{4,}", re.IGNORECASE)
@@ -220,6 +263,41 @@ _AUTH_HEADER = re.compile(r"(?P<key>\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\
                           r"(?P<val>[^\s\"',;]+)", re.IGNORECASE)
 _PEM_PRIVATE_KEY = re.compile(r"-----BEGIN (?P<label>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----"
                               r".*?(?:-----END (?P=label)-----|\Z)", re.DOTALL)
+#: A PEM block in base64 (``LS0tLS1CRUdJTi`` is ``-----BEGIN``): masked when it decodes to a private key.
+_B64_PEM = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/=]*")
+#: A DER private key in base64 (PKCS#1 ``MIIE..IBAAKC``, PKCS#8 ``MIIE..IBADAN``).
+_DER_PRIVATE_KEY = re.compile(r"\bMII[A-Za-z0-9+/]{3}IBA(?:AKC|DAN)[A-Za-z0-9+/=]*")
+#: ``Basic <base64 of user:password>`` (whatever the key or header around it).
+_BASIC = re.compile(r"\b(?P<scheme>Basic)\s+(?P<val>[A-Za-z0-9+/]{6,}={0,2})(?![A-Za-z0-9+/=])", re.IGNORECASE)
+#: Oracle-style ``user/password@db`` (``scott/tiger@orcl``, ``jdbc:oracle:thin:scott/tiger@//h:1521/s``).
+_SLASH_CREDENTIALS = re.compile(r"(?<![\w/.@\-])(?P<user>[A-Za-z_][\w$#.\-]*)/[^\s/@:'\"]+@(?=[\w.\[/])")
+#: Tokens whose shape names them: GitHub, Slack, AWS access key ids, Google API keys, Stripe live keys.
+_TOKEN_SHAPES = re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}"
+                           r"|(?:AKIA|ASIA)[0-9A-Z]{16}|AIza[0-9A-Za-z_\-]{35}|sk_live_[0-9A-Za-z]{16,})\b")
+#: Webhook URLs whose path is the credential (Slack, Discord, Teams).
+_WEBHOOK_URL = re.compile(r"(?P<base>https://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
+                          r"|(?:\w+\.)?discord(?:app)?\.com/api/webhooks/|[\w.-]*webhook\.office\.com/))"
+                          r"[^\s\"'<>]+", re.IGNORECASE)
+
+
+def _b64_decoded(text: str) -> bytes:
+    """``text`` decoded as base64 (cut to whole 4-character groups: a truncated text decodes too; ``b""`` if it
+    is none)."""
+    text = text.rstrip("=")
+    try:
+        return base64.b64decode(text[:len(text) - len(text) % 4], validate=False)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _basic(m: re.Match[str]) -> str:
+    return f"{m.group('scheme')} {MASK}" if b":" in _b64_decoded(m.group("val")) else m.group(0)
+
+
+def _cli_option(m: re.Match[str]) -> str:
+    if not is_sensitive_key(m.group("opt").lstrip("-")):
+        return m.group(0)
+    return f"{m.group('opt')}{m.group('sp')}{_quoted_mask(m.group('val'))}"
 
 
 def _quoted_mask(value: str) -> str:
@@ -239,7 +317,9 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
       a truncated text); certificates and public keys are left alone;
     - the literal ``secrets`` and every value :func:`remember_secrets` was given;
     - URL userinfo: ``https://user:pass@host`` -> ``https://***@host``;
-    - ``Authorization: <scheme> <credentials>`` and ``Bearer <token>``;
+    - ``Authorization: <scheme> <credentials>``, ``Bearer <token>`` and ``Basic <user:password>``;
+    - base64 private keys (a PEM block in base64, a DER key), Oracle-style ``user/password@db``, tokens
+      whose shape names them (``ghp_...``, ``xoxb-...``, ``AKIA...``) and webhook URLs (Slack, Discord);
     - ``--password x`` / ``--api-token "x y"`` (the option names a secret; ``--token=x`` is a pair);
     - ``key=value``, ``key: value``, ``"key": "value"`` whose key :func:`is_sensitive_key`
       (``spark.hadoop.fs.s3a.secret.key=...``, ``fs.azure.account.key.acct.dfs.core.windows.net=...``,
@@ -249,11 +329,17 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
         return text
     text = _PEM_PRIVATE_KEY.sub(lambda m: f"-----BEGIN {m.group('label')}-----{MASK}-----END {m.group('label')}-----",
                                 text)
+    text = _B64_PEM.sub(lambda m: MASK if b"PRIVATE KEY" in _b64_decoded(m.group(0)[:64]) else m.group(0), text)
+    text = _DER_PRIVATE_KEY.sub(MASK, text)
     text = scrub(text, (*secrets, *_KNOWN))
+    text = _WEBHOOK_URL.sub(lambda m: f"{m.group('base')}{MASK}", text)
     text = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    text = _SLASH_CREDENTIALS.sub(lambda m: f"{m.group('user')}/{MASK}@", text)
     text = _AUTH_HEADER.sub(lambda m: f"{m.group('key')}{m.group('scheme') or ''}{MASK}", text)
     text = _BEARER.sub(lambda m: f"{m.group('scheme')} {MASK}", text)
-    text = _CLI_OPTION.sub(lambda m: f"{m.group('opt')}{m.group('sp')}{_quoted_mask(m.group('val'))}", text)
+    text = _BASIC.sub(_basic, text)
+    text = _TOKEN_SHAPES.sub(MASK, text)
+    text = _CLI_OPTION.sub(_cli_option, text)
     return _KEY_VALUE.sub(_key_value, text)
 
 
@@ -317,13 +403,13 @@ class RedactingFormatter(logging.Formatter):
 
 def mask_spec(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """A spec dict as it may be stored in control files (``deployed.json``, lifecycle records,
-    history): the values of sensitive ``spark_conf`` keys replaced by ``***``. Control files live on
+    history): the values of private ``spark_conf`` entries (:func:`mask_conf`), secret arguments and
+    secret environment variables replaced by ``***``. Control files live on
     shared storage; the secrets stay with whoever owns the spec (the DAG, the desired-state file)."""
     if spec is None:
         return None
     conf = dict(spec.get("spark_conf") or {})
-    masked = {**spec, "spark_conf": {k: (MASK if v not in (None, "") and is_secret_entry(k, v) else v)
-                                     for k, v in conf.items()}}
+    masked = {**spec, "spark_conf": mask_conf(conf)}
     if spec.get("application_args"):
         masked["application_args"] = mask_args(spec["application_args"])
     if spec.get("secret_args"):

@@ -23,7 +23,7 @@ from typing import TextIO
 from airflow_streaming.compat.model import Verdict
 from airflow_streaming.redaction import (
     SECRET_ARG_PREFIX,
-    is_sensitive_key,
+    is_secret_conf_entry,
     redact,
     redact_text,
     remember_secrets,
@@ -61,9 +61,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for item in ns.conf:
         if "=" not in item:
             parser.error(f"--conf expects KEY=VALUE, got {item!r}")
-        if is_sensitive_key(item.split("=", 1)[0]):
-            print(f"warning: --conf {item.split('=', 1)[0]}=... puts a secret on the command line, where every "
-                  "user of this machine can read it: pass it with --conf-stdin instead", file=sys.stderr)
+        if is_secret_conf_entry(*item.split("=", 1)):
+            print(f"warning: --conf {item.split('=', 1)[0]}=... puts private conf (not a known public Spark setting, "
+                  "or a value that holds a secret) on the command line, where every user of this machine can read "
+                  "it: pass it with --conf-stdin instead", file=sys.stderr)
     return ns
 
 

@@ -27,7 +27,7 @@ from airflow_streaming.control.contract import ControlFileError, DriverRecord
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import ApplicationNotFoundError, DriverStartError
 from airflow_streaming.pyspark_install import spark_submit_missing
-from airflow_streaming.redaction import scrub, split_conf
+from airflow_streaming.redaction import scrub, split_entries
 from airflow_streaming.targets.base import DriverTarget, LaunchPlan
 from airflow_streaming.targets.driver_env import driver_environment
 from airflow_streaming.targets.submit_command import (
@@ -83,8 +83,9 @@ class ClusterTarget(DriverTarget):
         """``plan`` with the spec's ``env_vars`` (the plan's ``env``) also as ``<prefix><NAME>`` conf entries
         (``spark.yarn.appMasterEnv.``, ``spark.kubernetes.driverEnv.``: how ``SparkSubmitHook`` hands them to a
         cluster driver); an entry that holds a secret goes with the secret conf, never on the command line."""
-        entries = {f"{prefix}{name}": value for name, value in (getattr(spec, "env_vars", None) or {}).items()}
-        plain, secret = split_conf(entries)
+        names = {f"{prefix}{name}": name for name in (getattr(spec, "env_vars", None) or {})}
+        entries = {key: spec.env_vars[name] for key, name in names.items()}
+        plain, secret = split_entries(entries, names)  # judged by the variable's name and value
         return dataclasses.replace(plan, conf={**plan.conf, **plain}, secret_conf={**plan.secret_conf, **secret})
 
     # ------------------------------------------------------------------ records and notes

@@ -1,6 +1,7 @@
 """The spark-submit command line of a :class:`LaunchPlan` - with no secret on it.
 
-Sensitive conf entries (see :mod:`airflow_streaming.redaction`) go into a 0600 properties file
+Private conf entries (every key not known as a public Spark setting: :mod:`airflow_streaming.public_conf`,
+:func:`airflow_streaming.redaction.split_conf`) go into a 0600 properties file
 (``--properties-file``, with ``--load-spark-defaults`` so that ``spark-defaults.conf`` still applies)
 that the driver's runtime deletes as soon as it has started: ``ps`` never shows a secret. When the spec
 names its own ``properties_file`` (read *instead of* ``spark-defaults.conf``, as ``SparkSubmitHook`` passes
@@ -14,7 +15,7 @@ import re
 
 from airflow_streaming.exceptions import ApplicationNotFoundError
 from airflow_streaming.properties_file import read_properties_file, write_properties_file
-from airflow_streaming.redaction import MASK, is_sensitive_key
+from airflow_streaming.redaction import MASK, is_sensitive_key, mask_args
 from airflow_streaming.targets.launch_plan import LaunchPlan
 
 __all__ = ["masked_command", "read_properties_file", "spark_submit_argv", "submitted_properties",
@@ -37,12 +38,14 @@ def spark_submit_argv(plan: LaunchPlan, binary: str = "spark-submit", properties
 
 
 def masked_command(argv: list[str]) -> str:
-    """The command as a string for records and logs (it carries no secret: see the module docstring)."""
+    """The command as a string for records and logs. Private conf is never on it (see the module
+    docstring); what still looks like a secret is masked all the same: ``k=v`` with a sensitive key,
+    ``--password x`` pairs, and any argument holding a secret (:func:`~airflow_streaming.redaction.mask_args`)."""
     shown = []
     for arg in argv:
         key, sep, _ = arg.partition("=")
         shown.append(f"{key}={MASK}" if sep and is_sensitive_key(key) else arg)
-    return " ".join(shown)
+    return " ".join(mask_args(shown))
 
 
 _SEPARATOR = re.compile(r"(?<!\\)[=:\s]")

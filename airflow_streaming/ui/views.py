@@ -1,6 +1,7 @@
 """Shape what was read about a stream into the JSON the UI shows (pure functions, no I/O, no Airflow).
 
-Every value that leaves here went through :func:`mask`: conf keys that name secrets are replaced by
+Every value that leaves here went through :func:`mask`: private ``spark_conf`` entries (every key not
+known as a public Spark setting, :mod:`airflow_streaming.public_conf`) and keys that name secrets are replaced by
 ``***``, and every string is scrubbed of the spec's secret values and of ``key=value`` secrets, URL
 user info and bearer tokens (:func:`airflow_streaming.notifications.events.redact`). Specs are shown
 as a summary (:func:`spec_view`), never as the raw deployed document.
@@ -14,7 +15,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_streaming.notifications.events import redact
-from airflow_streaming.redaction import MASK, is_sensitive_key, scrub, secret_values
+from airflow_streaming.redaction import (
+    MASK,
+    is_sensitive_key,
+    mask_args,
+    mask_conf,
+    scrub,
+    secret_arguments,
+    secret_values,
+)
 from airflow_streaming.spark_runtime import describe
 from airflow_streaming.task_owner import parse_task_owner
 from airflow_streaming.ui.streams import StreamSnapshot
@@ -29,19 +38,17 @@ RESTART_WINDOW_S = 3600.0
 
 # ------------------------------------------------------------------ secrets
 def spec_secrets(spec: Mapping[str, Any] | None) -> list[str]:
-    """Secret values of a spec dict: sensitive ``spark_conf`` values and sensitive application arguments."""
+    """Secret values of a spec dict: private ``spark_conf`` values (the same rule as the command line:
+    :func:`~airflow_streaming.redaction.is_secret_conf_entry`) and application arguments that hold a secret."""
     if not isinstance(spec, Mapping):
         return []
     conf = spec.get("spark_conf") or {}
     found = secret_values(conf) if isinstance(conf, Mapping) else []
     args = [str(a) for a in spec.get("application_args") or []]
-    for i, arg in enumerate(args):
-        key, eq, value = arg.partition("=")
-        if eq and key.startswith("-") and is_sensitive_key(key.lstrip("-")) and value:
-            found.append(value)
-        elif arg.startswith("-") and not eq and is_sensitive_key(arg.lstrip("-")) and i + 1 < len(args):
-            found.append(args[i + 1])
-    return [s for s in found if s]
+    for i in secret_arguments(args):
+        key, eq, value = args[i].partition("=")
+        found.append(value if eq and key.startswith("-") else args[i])
+    return [s for s in found if s and s != MASK]
 
 
 def mask(value: Any, secrets: Iterable[str] = ()) -> Any:
@@ -61,24 +68,6 @@ def mask(value: Any, secrets: Iterable[str] = ()) -> Any:
     return walk(value)
 
 
-def mask_args(args: Iterable[Any]) -> list[str]:
-    """Application arguments with the values of sensitive flags (``--password x``, ``--token=x``) masked."""
-    out: list[str] = []
-    hide_next = False
-    for raw in args:
-        arg = str(raw)
-        key, eq, _ = arg.partition("=")
-        if hide_next:
-            out.append(MASK)
-            hide_next = False
-        elif eq and key.startswith("-") and is_sensitive_key(key.lstrip("-")):
-            out.append(f"{key}={MASK}")
-        else:
-            out.append(arg)
-            hide_next = arg.startswith("-") and not eq and is_sensitive_key(arg.lstrip("-"))
-    return out
-
-
 def spec_view(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The parts of a spec a person watching the stream needs, secrets masked."""
     if not isinstance(spec, Mapping):
@@ -94,7 +83,8 @@ def spec_view(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if isinstance(env_vars, Mapping) and env_vars:  # names only: a value may be a secret
         view["env_vars"] = ", ".join(sorted(str(k) for k in env_vars)) + " (values not shown)"
     view["application_args"] = mask_args(spec.get("application_args") or [])
-    view["spark_conf"] = {k: MASK if is_sensitive_key(k) else v for k, v in (spec.get("spark_conf") or {}).items()}
+    conf = spec.get("spark_conf")
+    view["spark_conf"] = mask_conf(conf) if isinstance(conf, Mapping) else {}  # private unless known public
     if spec.get("cluster"):
         view["cluster"] = spec.get("cluster")
     view["spark_runtime"] = describe(spec.get("spark_runtime"))

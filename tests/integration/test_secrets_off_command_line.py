@@ -32,10 +32,14 @@ DB_PASSWORD = "dbPASSWORD-5d20b7e1c9"
 JAAS_PASSWORD = "jaasPASSWORD-0c4e7f9a21"  # secret by value: its key names no secret
 URL_PASSWORD = "u7e11b2d0aa9c"  # names nothing: only the URL form (userinfo) marks it
 ARG_SECRET = "a3f0b9d2c71e5"  # a secret argument of the job (StreamSpec.secret_args)
-SECRETS = (S3_SECRET, DB_PASSWORD, JAAS_PASSWORD, URL_PASSWORD, ARG_SECRET)
+REDIS_AUTH = "rEDISauth-7c1f0e92b4"  # issue 35: keys no keyword list named, private by default
+ENV_PASS = "eNVpass-3b8d61f0a2"
+OPAQUE = "oPAQUE-9e2a4c71d5"  # an unknown key with a plain value: private too (but Spark's own UI shows it)
+SECRETS = (S3_SECRET, DB_PASSWORD, JAAS_PASSWORD, URL_PASSWORD, ARG_SECRET, REDIS_AUTH, ENV_PASS)
 JAAS = f'org.apache.kafka.common.security.scram.ScramLoginModule required username="svc" password="{JAAS_PASSWORD}";'
 SECRET_CONF = {"spark.hadoop.fs.s3a.secret.key": S3_SECRET, "spark.myapp.db.password": DB_PASSWORD,
-               "spark.kafka.sasl.jaas.config": JAAS, "spark.myapp.sink.url": f"postgres://etl:{URL_PASSWORD}@db/app"}
+               "spark.kafka.sasl.jaas.config": JAAS, "spark.myapp.sink.url": f"postgres://etl:{URL_PASSWORD}@db/app",
+               "spark.redis.auth": REDIS_AUTH, "spark.executorEnv.DB_PASS": ENV_PASS, "spark.myapp.opaque": OPAQUE}
 REPO = Path(__file__).resolve().parents[2]
 
 # An unmodified user application: it proves the driver's SparkConf holds the secrets (it writes only
@@ -177,7 +181,7 @@ def test_secret_conf_reaches_the_driver_but_no_command_line_file_or_status(strea
     spec = StreamSpec.from_dict({**spec.to_dict(), "secret_args": {"--db-password": ARG_SECRET}})
     hook = streams.hook(spec)
 
-    with ProcessScanner(SECRETS) as scanner:
+    with ProcessScanner((*SECRETS, OPAQUE)) as scanner:
         record = stream_actions.submit(hook)
         doc = hook.wait_until_ready(record)
         assert doc.state == contract.RUNNING
@@ -201,6 +205,9 @@ def test_secret_conf_reaches_the_driver_but_no_command_line_file_or_status(strea
                          "spark.myapp.db.password": {"session": True, "spark_conf": True},
                          "spark.kafka.sasl.jaas.config": {"session": True, "spark_conf": True},
                          "spark.myapp.sink.url": {"session": True, "spark_conf": True},
+                         "spark.redis.auth": {"session": True, "spark_conf": True},
+                         "spark.executorEnv.DB_PASS": {"session": True, "spark_conf": True},
+                         "spark.myapp.opaque": {"session": True, "spark_conf": True},
                          "argv": sha(ARG_SECRET)}  # the secret argument reached the job's argv
     assert "spark.kafka.sasl.jaas.config" in environment and not [s for s in SECRETS if s in environment]
 
@@ -214,8 +221,8 @@ def test_secret_conf_reaches_the_driver_but_no_command_line_file_or_status(strea
     control = Path(spec.control_dir)
     assert (control / "driver.json").exists() and (control / "status.json").exists()
     assert "--properties-file" in (control / "driver.json").read_text()  # the record names the file, not its content
-    assert files_holding(Path(ckpt), SECRETS) == []
-    assert files_holding(control, SECRETS) == []
+    assert files_holding(Path(ckpt), (*SECRETS, OPAQUE)) == []
+    assert files_holding(control, (*SECRETS, OPAQUE)) == []
     assert json.loads((control / "deployed.json").read_text())["spec"]["spark_conf"][
         "spark.hadoop.fs.s3a.secret.key"] == "***"
 

@@ -28,7 +28,8 @@ from airflow_streaming.targets.runtime_bundle import PROJECT_ROOT, _imports, run
 DRIVER_SIDE = ("airflow_streaming", "airflow_streaming.checkpoint", "airflow_streaming.compat",
                "airflow_streaming.control", "airflow_streaming.health", "airflow_streaming.supervision",
                "airflow_streaming.exceptions", "airflow_streaming.faults", "airflow_streaming.properties_file",
-               "airflow_streaming.private_dir", "airflow_streaming.redaction", "airflow_streaming.spec",
+               "airflow_streaming.private_dir", "airflow_streaming.redaction", "airflow_streaming.public_conf",
+               "airflow_streaming.spec",
                "airflow_streaming.location",
                # who holds a lifecycle lock (a task instance's owner string): a hot standby takes the lock for
                # its takeover (control/lifecycle_lock.py, control/takeover.py)

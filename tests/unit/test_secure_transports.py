@@ -132,4 +132,4 @@ def test_compat_child_rejects_bad_stdin_and_warns_about_secrets_on_argv(capsys):
             read_conf(ns, io.StringIO(text))
     parse_args(["--checkpoint", "/c", "--application", "a", "--conf", "spark.x.password=hunter2"])
     err = capsys.readouterr().err
-    assert "puts a secret on the command line" in err and "--conf-stdin" in err and "hunter2" not in err
+    assert "puts private conf" in err and "on the command line" in err and "--conf-stdin" in err and "hunter2" not in err

@@ -25,7 +25,8 @@ SECRET = "sa-s3cr3t-42f0"
 def spec(tmp_path, **overrides) -> StreamSpec:
     fields = dict(name="etl", application="events_etl", checkpoint_location=str(tmp_path / "ckpt"),
                   control_location=str(tmp_path / "ctl"), master="spark://m1:7077,m2:7077", deploy_mode="cluster",
-                  master_ui_url="http://m1:8090", spark_conf={"spark.hadoop.x.password": SECRET, "spark.a": "1"},
+                  master_ui_url="http://m1:8090",
+                  spark_conf={"spark.hadoop.x.password": SECRET, "spark.sql.shuffle.partitions": "1"},
                   cluster={"python": "/opt/py/bin/python3", "driver_memory": "1g", "driver_cores": 2})
     fields.update(overrides)
     return StreamSpec(**fields)
@@ -54,7 +55,8 @@ def test_the_request_runs_the_launcher_through_python_runner_with_secrets_only_i
     assert props["spark.master"] == "spark://m1:7077,m2:7077" and props["spark.submit.deployMode"] == "cluster"
     assert props["spark.driver.supervise"] == "false" and props["spark.app.name"] == "etl:v1"
     assert props["spark.airflow_streaming.run_id"] == "20261123T000000Z-12345678"
-    assert props["spark.driver.memory"] == "1g" and props["spark.driver.cores"] == "2" and props["spark.a"] == "1"
+    assert props["spark.driver.memory"] == "1g" and props["spark.driver.cores"] == "2"
+    assert props["spark.sql.shuffle.partitions"] == "1"
     assert props["spark.pyspark.python"] == "/opt/py/bin/python3"
     # sparkProperties become -D options on the worker's driver command line: the secret is not there.
     assert SECRET not in json.dumps(props) and SECRET not in json.dumps(body["appArgs"])
