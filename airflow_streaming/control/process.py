@@ -166,3 +166,47 @@ def process_alive(pid: int | None, start_time: float | None = None, host: str | 
     if actual is None:
         return False
     return start_time is None or abs(actual - start_time) < START_TIME_TOLERANCE_S
+
+
+def flag_value(cmdline: list[str], flag: str) -> str | None:
+    """The value after the first ``flag`` on a command line (``None`` when it has none)."""
+    for i, arg in enumerate(cmdline[:-1]):
+        if arg == flag:
+            return cmdline[i + 1]
+    return None
+
+
+def live_run_pids(run_id: str, stream: str | None = None, control_dir: str | None = None) -> list[int]:
+    """Pids of the live local processes whose own command line carries ``--run-id <run_id>`` (and, when
+    given, ``--stream <stream>`` and ``--control-dir <control_dir>``): this host's own proof that a driver
+    of that run is alive, whatever a control file says (a hot standby's check before a takeover). Read
+    from ``/proc`` (standard library only: the driver side runs it)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        pid = int(entry)
+        cmdline = process_cmdline(pid)
+        if cmdline == [] and _parent(pid) not in (0, 2, None):
+            # Empty while inside execve (see EXEC_SETTLE_S); kernel threads (children of pid 2) and zombies
+            # are empty for good and are not read again.
+            cmdline = settled_cmdline(pid, settle=0.5)
+        if not cmdline or not has_token(cmdline, run_id):
+            continue
+        if stream is not None and flag_value(cmdline, "--stream") != stream:
+            continue
+        if control_dir is not None and flag_value(cmdline, "--control-dir") != control_dir:
+            continue
+        found.append(pid)
+    return found
+
+
+def _parent(pid: int) -> int | None:
+    """The parent pid of a live, non-zombie local process (``None``: gone, a zombie, or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return None if fields[0] in ("Z", "X") else int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -9,7 +9,17 @@ from a run that *crashed*:
 - the driver record (``driver.json``) names that run (no action replaced it);
 - the lease names that run and is stale (:meth:`~.contract.Lease.is_stale`: on its host, its holder
   process is gone; elsewhere, it was not renewed for its ttl). A run that ended on its own (an
-  exception, a graceful stop) released its lease: the supervisor's restart policy judges those.
+  exception, a graceful stop) released its lease: the supervisor's restart policy judges those;
+- and the standby's OWN proof agrees - ``lease.json`` is a file anyone who can write the control
+  directory can forge (a stale lease naming the live run made a standby take over beside it):
+
+  - no process of that run (``--run-id``, with this stream's ``--stream`` and ``--control-dir``) is alive
+    on this host (:func:`~.process.live_run_pids`): a live one is not a crash, whatever the lease says;
+  - a holder on this host is judged by its pid and start time only when the driver record also puts
+    the run on this host (local target); any other holder only once the standby ITSELF has seen the
+    same lease bytes unchanged for the lease's ttl (:class:`LeaseWatch`, its own monotonic clock) - a
+    forged lease restarts that wait, and the live holder, whose next renewal finds bytes it did not
+    write, stops itself long before (``renew_lease``: ``LeaseLostError``; every ttl/6 at most).
 
 Why the driver decides and not the supervisor's pass: a pass runs once a minute, a takeover is worth
 having only within seconds. The rule is this one pure function over the control files, and the
@@ -24,16 +34,35 @@ leaves a state the reconcile core already handles (a recorded run that is gone, 
 from __future__ import annotations
 
 import json
+import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, ControlPaths, Lease
+from airflow_streaming.control.process import live_run_pids
 from airflow_streaming.control.storage import ControlStorage
 
 #: States of a standby (``standby.json``) that the stream's hot standby reports besides the upgrade
 #: standby's PREPARING / READY / FAILED / PROMOTED / EXPIRED.
 TOOK_OVER = "TOOK_OVER"
+
+
+class LeaseWatch:
+    """What a standby has itself seen of the lease: since when (its own monotonic clock) the lease file has
+    held the bytes it holds now. Not a file: nobody but this process can make it older."""
+
+    def __init__(self) -> None:
+        self.raw: bytes | None = None
+        self.since = time.monotonic()
+
+    def unchanged_for(self, raw: bytes | None, now: float | None = None) -> float:
+        """Seconds these ``raw`` bytes have been seen unchanged (``0`` when they are new to this watch)."""
+        now = time.monotonic() if now is None else now
+        if raw != self.raw:
+            self.raw, self.since = raw, now
+        return now - self.since
 
 
 @dataclass(frozen=True)
@@ -49,8 +78,14 @@ class Judgement:
 
 
 def judge_takeover(storage: ControlStorage, paths: ControlPaths, me: str, version: str,
-          now: float | None = None) -> Judgement:
+                   now: float | None = None, watch: LeaseWatch | None = None, stream: str | None = None,
+                   control_dir: str | None = None, alive_here: Callable[[str], list[int]] | None = None) -> Judgement:
     """Whether the hot standby ``me`` (of ``version``) takes over now (see the module docstring).
+
+    ``watch``: the standby's own :class:`LeaseWatch`, given at every look (without one a holder elsewhere is
+    never judged crashed). ``stream`` / ``control_dir``: what the active run's command line
+    must carry besides its run id to count as alive here; ``alive_here``: the pids of a run alive on this host
+    (default :func:`~.process.live_run_pids`).
 
     ``exit`` when the stream no longer wants this standby: the run marker is absent (a stop) or names
     another version (an upgrade or a rollback moved the stream on). A storage error propagates (the
@@ -76,6 +111,7 @@ def judge_takeover(storage: ControlStorage, paths: ControlPaths, me: str, versio
     if record is None or record.run_id != active:
         return Judgement("wait", f"the driver record does not name the marker's run {active}")
     lease_raw = storage.read_bytes(paths.lease)
+    seen = watch.unchanged_for(lease_raw) if watch is not None else 0.0  # every look, so that the clock runs
     if lease_raw is None:
         return Judgement("wait", f"run {active} holds no lease (starting, or ended on its own)")
     try:
@@ -86,6 +122,16 @@ def judge_takeover(storage: ControlStorage, paths: ControlPaths, me: str, versio
         return Judgement("wait", f"the lease names run {lease.run_id}, not the marker's run {active}")
     if not lease.is_stale(now):
         return Judgement("wait", f"run {active} holds its lease")
+    pids = (alive_here or (lambda run: live_run_pids(run, stream, control_dir)))(active)
+    if pids:
+        return Judgement("wait", f"run {active} is alive on this host (pid {', '.join(map(str, pids))}): not a "
+                                 "crash, whatever lease.json says")
+    here = socket.gethostname()
+    if not (lease.host == here and record.host == here and record.target == contract.LOCAL_TARGET):
+        if seen < lease.ttl:
+            return Judgement("wait", f"the lease of run {active} (holder on {lease.host}) is stale by its content, "
+                                     f"but this standby has seen it unchanged for {seen:.0f}s of its ttl "
+                                     f"{lease.ttl:.0f}s only")
     return Judgement("take_over", f"run {active} crashed: its lease is stale and its marker still names it",
                      active, lease_raw, record_raw, marker_raw)
 
@@ -131,4 +177,4 @@ def _give_back(storage: ControlStorage, paths: ControlPaths, lease: Lease, own_r
             pass
 
 
-__all__ = ["TOOK_OVER", "Judgement", "judge_takeover", "take_over"]
+__all__ = ["TOOK_OVER", "Judgement", "LeaseWatch", "judge_takeover", "take_over"]

@@ -70,14 +70,21 @@ class HotStandbyMixin:
     def retire_hot_standby(self, permit: StepPermit, reason: str) -> str | None:
         """Stop the stream's hot standby if one runs (an upgrade prepares its own standby in its place).
         Killed through its target: it holds no lease and has touched nothing, and the stream's run marker
-        stays (it is the running version's). Returns what was done, ``None`` if there was none."""
+        stays (it is the running version's). Returns what was done, ``None`` if there was none. The target
+        kills only a driver launched for this stream and control directory: a ``standby-driver.json`` naming
+        another stream's run (forged or copied) gets a refusal (``"refusing to kill: ..."``), logged, and
+        nothing is signalled."""
         record = self.live_hot_standby()
         if record is None:
             return None
         with permit.open(self.paths.root, "retire the hot standby of"):  # type: ignore[attr-defined]
             outcome = self.target_of(record).kill(record, RETIRE_GRACE_SECONDS)  # type: ignore[attr-defined]
-        log.warning("retired the hot standby run %s of %s (%s): %s", record.run_id,
-                    self.spec.name, reason, outcome)  # type: ignore[attr-defined]
+        if outcome.startswith("refusing"):  # standby-driver.json names a driver that is not this stream's
+            log.error("did not retire the hot standby run %s of %s (%s): %s", record.run_id,
+                      self.spec.name, reason, outcome)  # type: ignore[attr-defined]
+        else:
+            log.warning("retired the hot standby run %s of %s (%s): %s", record.run_id,
+                        self.spec.name, reason, outcome)  # type: ignore[attr-defined]
         return outcome
 
     def acknowledge_takeover(self, permit: StepPermit, run_id: str) -> None:

@@ -38,22 +38,22 @@ def target_for(spec: Any, storage: ControlStorage, paths: ControlPaths) -> Drive
 
 def target_for_record(record: DriverRecord, storage: ControlStorage, paths: ControlPaths,
                       settings: dict[str, Any] | None = None, master: str = "") -> DriverTarget:
-    """The target that can check and kill the driver of ``record``: where the driver runs from its handle
-    (REST URL, ResourceManager, namespace) plus ``settings`` for what a handle never holds (credentials
-    files, TLS). A Kubernetes API server - the endpoint that gets the bearer token - comes only from
-    ``settings`` or ``master`` (the caller's spec), never from the handle (see ``_api_of``)."""
+    """The target that can check and kill the driver of ``record``: of the kind its record names, asking only
+    the endpoints of ``settings`` and ``master`` (the caller's spec and connection) - never a ResourceManager,
+    REST server, master UI or API server that the record's handle names (a control file must not choose whom
+    the status is asked: a fake ResourceManager's RUNNING would hide a dead driver). A driver started under
+    another deploy target is still checked where it runs, if the spec still configures that cluster;
+    otherwise the target cannot be built (``ValueError`` naming the setting)."""
     settings = dict(settings or {})
     handle = record.handle
     if record.target == "standalone-cluster":
         from airflow_streaming.targets.standalone import StandaloneClusterTarget
 
-        urls = {k: handle[k] for k in ("rest_url", "master_ui_url") if handle.get(k)}
-        return StandaloneClusterTarget(storage, paths, {**settings, **urls}, master=handle.get("master") or "")
+        return StandaloneClusterTarget(storage, paths, settings, master=master if master.startswith("spark://") else "")
     if record.target == "yarn":
         from airflow_streaming.targets.yarn import YarnClusterTarget
 
-        rm = ",".join(handle.get("rm_urls") or [handle.get("rm_url") or ""])
-        return YarnClusterTarget(storage, paths, {**settings, **({"resourcemanager_url": rm} if rm else {})})
+        return YarnClusterTarget(storage, paths, settings)
     if record.target == "kubernetes":
         from airflow_streaming.targets.kubernetes import KubernetesClusterTarget
 

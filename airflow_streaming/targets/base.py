@@ -18,13 +18,18 @@ from __future__ import annotations
 
 import abc
 import functools
+import hashlib
+import logging
+import posixpath
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 from airflow_streaming.control import permit
 from airflow_streaming.control.contract import ControlPaths, DriverRecord
+from airflow_streaming.control.process import flag_value  # noqa: F401 - also importable from here
 from airflow_streaming.control.storage import ControlStorage
 from airflow_streaming.reconcile.observation import Liveness  # also importable from here
 from airflow_streaming.submit_fields import cluster_manager, refuse_unsupported, submit_options
@@ -32,6 +37,26 @@ from airflow_streaming.targets.launch_plan import LaunchPlan
 from airflow_streaming.targets.submit_command import masked_command, spark_submit_argv
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+STREAM_FLAG = "--stream"
+CONTROL_DIR_FLAG = "--control-dir"
+
+
+def control_path(location: str) -> str:
+    """The path part of a control location (``/abs``, ``file:///abs``, ``hdfs://nn:port/abs``), normalized:
+    what a driver's ``--control-dir`` and a target's ``paths.root`` are compared by."""
+    parsed = urlparse(location)
+    path = parsed.path if parsed.scheme else location
+    return posixpath.normpath(path) if path else ""
+
+
+def control_digest(location: str) -> str:
+    """A short digest of a control location's path (a YARN tag or Kubernetes label holds it)."""
+    return hashlib.sha256(control_path(location).encode()).hexdigest()[:16]
+
+
 
 
 def poll_until(probe: Callable[[], T], done: Callable[[T], bool], timeout: float, poll: float) -> T:
@@ -102,6 +127,35 @@ class DriverTarget(abc.ABC):
         self.storage = storage
         self.paths = paths
         self.settings = dict(settings or {})
+
+    # ------------------------------------------------------------------ whose driver
+    @property
+    def stream(self) -> str:
+        """The stream this target serves: the last part of its control directory (``<location>/<name>``)."""
+        return posixpath.basename(control_path(self.paths.root))
+
+    def record_problem(self, record: DriverRecord) -> str | None:
+        """Why ``record`` cannot be this stream's (it names another stream), ``None`` when it may be. A record
+        is a file that anyone who can write the control directory can forge: this is only the first check,
+        the driver's own launch (:meth:`launch_problem`) is the proof."""
+        if record.stream != self.stream:
+            return (f"the driver record of run {record.run_id} names stream {record.stream!r}, not this stream "
+                    f"{self.stream!r} (control directory {self.paths.root}): a record copied from another stream")
+        return None
+
+    def launch_problem(self, run_id: str, stream: str | None, control_dir: str | None) -> str | None:
+        """Why a driver whose own launch (command line, launch command, tags) names ``stream`` and
+        ``control_dir`` is not a driver of this stream and control location; ``None`` when it is."""
+        if stream != self.stream or control_dir is None or control_path(control_dir) != control_path(self.paths.root):
+            return (f"the driver of run {run_id} was launched for stream {stream!r} with control directory "
+                    f"{control_dir!r}, not for this stream {self.stream!r} at {self.paths.root}")
+        return None
+
+    def refuse(self, message: str) -> str:
+        """Log and return a refusal to act on someone else's driver (nothing was signalled)."""
+        message = f"refusing to kill: {message}; nothing was signalled"
+        log.error("%s", message)
+        return message
 
     def plan(self, spec: Any, run_id: str, launcher: str, runtime_args: list[str], conf: dict[str, str],
              secret_conf: dict[str, str], log_path: str, standby: bool = False) -> LaunchPlan:

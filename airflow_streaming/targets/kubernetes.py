@@ -7,8 +7,8 @@
   from the spec. The handle is ``{namespace, pod, api_server}``.
 - state: ``GET /api/v1/namespaces/<ns>/pods/<pod>``: phase Pending/Running -> ALIVE,
   Succeeded/Failed or 404 -> GONE, an API server that does not answer (or refuses us) -> UNKNOWN.
-- kill: ``DELETE`` the driver pod with a grace period - only a pod whose labels carry the recorded
-  run id and ``spark-role=driver``. Spark's executors, config map and service are owned by the driver
+- kill: ``DELETE`` the driver pod with a grace period - only a pod whose labels carry this stream, this
+  control location (a digest: ``CONTROL_LABEL``), the recorded run id and ``spark-role=driver``. Spark's executors, config map and service are owned by the driver
   pod and go with it.
 - find: ``GET /api/v1/namespaces/<ns>/pods?labelSelector=airflow-streaming/run-id=<run>,spark-role=driver``.
 
@@ -49,7 +49,7 @@ from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.exceptions import DriverStartError, SpecError, StreamStateUnknownError
 from airflow_streaming.reconcile.observation import Liveness
 from airflow_streaming.submit_fields import PATH_FIELDS, is_local_path
-from airflow_streaming.targets.base import DriverState, LaunchPlan
+from airflow_streaming.targets.base import DriverState, LaunchPlan, control_digest
 from airflow_streaming.targets.cluster import SECRET_CONF_ENV, ClusterTarget, run_spark_submit, submit_failure
 from airflow_streaming.targets.cluster_http import ClusterUnreachableError
 from airflow_streaming.targets.kube_api import KubeApi
@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 RUN_LABEL = "airflow-streaming/run-id"
 STREAM_LABEL = "airflow-streaming/stream"
+CONTROL_LABEL = "airflow-streaming/control"
+"""A digest of the stream's control location's path (``targets.base.control_digest``)."""
 DRIVER_CONTAINER = "spark-kubernetes-driver"
 ALIVE_PHASES = frozenset({"Pending", "Running"})
 GONE_PHASES = frozenset({"Succeeded", "Failed"})
@@ -163,6 +165,7 @@ class KubernetesClusterTarget(ClusterTarget):
             "spark.kubernetes.driver.pod.name": pod,
             f"spark.kubernetes.driver.label.{RUN_LABEL}": run_label,
             f"spark.kubernetes.driver.label.{STREAM_LABEL}": stream_label,
+            f"spark.kubernetes.driver.label.{CONTROL_LABEL}": control_digest(self.paths.root),
             f"spark.kubernetes.executor.label.{RUN_LABEL}": run_label,
             f"spark.kubernetes.executor.label.{STREAM_LABEL}": stream_label,
         }
@@ -388,10 +391,17 @@ class KubernetesClusterTarget(ClusterTarget):
             self._delete_conf_secret(namespace, str(record.handle.get("pod")), record.run_id)
             return f"nothing to kill: driver pod {name} does not exist"
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        if labels.get(RUN_LABEL) != label_value(record.run_id) or labels.get("spark-role") != "driver":
-            message = (f"refusing to delete pod {name}: its labels ({RUN_LABEL}={labels.get(RUN_LABEL)}, spark-role="
-                       f"{labels.get('spark-role')}) do not make it the driver of run {record.run_id}; nothing was "
-                       "deleted")
+        problem = self.record_problem(record)
+        if problem is None and (labels.get(RUN_LABEL) != label_value(record.run_id) or labels.get("spark-role") != "driver"):
+            problem = (f"its labels ({RUN_LABEL}={labels.get(RUN_LABEL)}, spark-role={labels.get('spark-role')}) do "
+                       f"not make it the driver of run {record.run_id}")
+        if problem is None and (labels.get(STREAM_LABEL) != label_value(self.stream)
+                                or labels.get(CONTROL_LABEL) != control_digest(self.paths.root)):
+            problem = (f"its labels ({STREAM_LABEL}={labels.get(STREAM_LABEL)}, {CONTROL_LABEL}="
+                       f"{labels.get(CONTROL_LABEL)}) do not make it a driver of stream {self.stream!r} at "
+                       f"{self.paths.root}")
+        if problem is not None:
+            message = f"refusing to delete pod {name}: {problem}; nothing was deleted"
             log.error("%s", message)
             return message
         seconds = max(0, int(grace))
@@ -429,9 +439,12 @@ class KubernetesClusterTarget(ClusterTarget):
                 for ns, name, phase in self._run_pods(doc, run_id, namespace)]
 
     def adopt(self, run_id: str) -> dict[str, Any] | None:
-        """The one live driver pod labelled with ``run_id`` in the target's namespace."""
+        """The one live driver pod labelled with ``run_id``, this stream and this control location in the
+        target's namespace."""
+        selector = (f"{RUN_LABEL}={label_value(run_id)},{STREAM_LABEL}={label_value(self.stream)},"
+                    f"{CONTROL_LABEL}={control_digest(self.paths.root)},spark-role=driver")
         try:
-            reply = self.api.list_pods(self.namespace, f"{RUN_LABEL}={label_value(run_id)},spark-role=driver")
+            reply = self.api.list_pods(self.namespace, selector)
             pods = self._run_pods(reply.json(), run_id, self.namespace) if reply.ok else []
         except (ClusterUnreachableError, ValueError):
             return None

@@ -3,9 +3,12 @@
 spark-submit is started detached, in its own session (process group), with its output in the
 control directory's log (a local log directory when the control files are on HDFS, see
 ``SparkStreamHook.driver_log_path``). The driver is identified by the spark-submit pid, its start time and the
-run id on its command line (``--run-id``); its JVM and Python driver carry the same run id. A kill
-signals only processes that still carry that run id (and their descendants): a recycled pid, or a
-process group that is not ours, is "gone", never signalled.
+run id on its command line (``--run-id``); its JVM and Python driver carry the same run id, and the
+stream's name and control directory (``--stream``, ``--control-dir``). A kill signals only processes whose
+own command line carries that run id AND this target's stream and control directory (and their
+descendants): a recycled pid, a process group that is not ours, or another stream's driver named by a
+forged or copied record (a run id is only a name a control file can copy) is never signalled - the kill
+refuses and says why.
 
 Use client mode on a fixed host (an edge node, a pinned Celery queue): the driver lives and dies
 with that host. For drivers that outlive any Airflow worker use a cluster target.
@@ -20,6 +23,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -30,7 +34,8 @@ from airflow_streaming.exceptions import ApplicationNotFoundError
 from airflow_streaming.properties_file import forget_properties_file
 from airflow_streaming.pyspark_install import spark_submit_missing
 from airflow_streaming.reconcile.observation import Liveness
-from airflow_streaming.targets.base import DriverState, DriverTarget, LaunchPlan, poll_until
+from airflow_streaming.targets.base import (CONTROL_DIR_FLAG, STREAM_FLAG, DriverState, DriverTarget, LaunchPlan,
+                                            flag_value, poll_until)
 from airflow_streaming.targets.driver_env import driver_environment
 from airflow_streaming.targets.submit_command import spark_submit_argv, submitted_properties, write_properties_file
 
@@ -46,10 +51,15 @@ def reap_children() -> None:
             _CHILDREN.pop(pid, None)
 
 
-def run_processes(run_id: str) -> list[psutil.Process]:
+def run_processes(run_id: str, owner: Callable[[list[str]], str | None] | None = None,
+                  refused: list[str] | None = None) -> list[psutil.Process]:
     """Live (non-zombie) local processes that carry ``--run-id <run_id>`` on their command line, plus their
     descendants. psutil's ``Process`` objects remember each one's creation time: a later ``send_signal``
-    refuses a pid that was reused meanwhile (``NoSuchProcess``) instead of signalling a stranger."""
+    refuses a pid that was reused meanwhile (``NoSuchProcess``) instead of signalling a stranger.
+
+    ``owner``: a process is kept only when ``owner(its command line)`` says nothing against it (``None``);
+    what it said of the others goes to ``refused`` (the run id is a name any control file can copy: the
+    process's own command line says whose driver it is)."""
     found: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter(["cmdline", "ppid"]):
         try:
@@ -61,6 +71,11 @@ def run_processes(run_id: str) -> list[psutil.Process]:
                 cmdline = settled_cmdline(proc.pid, settle=0.5) or []
             if not has_token(cmdline, run_id):
                 continue
+            problem = owner(cmdline) if owner is not None else None
+            if problem is not None:
+                if refused is not None:
+                    refused.append(f"pid {proc.pid}: {problem}")
+                continue
             found[proc.pid] = proc
             for child in proc.children(recursive=True):
                 found.setdefault(child.pid, child)
@@ -69,10 +84,10 @@ def run_processes(run_id: str) -> list[psutil.Process]:
     return [p for p in found.values() if _running(p)]
 
 
-def _reaped_run_processes(run_id: str) -> list[psutil.Process]:
-    """:func:`run_processes`, once our exited children are collected (what a kill waits on)."""
+def _reaped(members: Callable[[], list[psutil.Process]]) -> list[psutil.Process]:
+    """``members()``, once our exited children are collected (what a kill waits on)."""
     reap_children()
-    return run_processes(run_id)
+    return members()
 
 
 def _running(proc: psutil.Process) -> bool:
@@ -86,6 +101,21 @@ class LocalTarget(DriverTarget):
     """A detached spark-submit on this host (see the module docstring)."""
 
     kind = "local"
+
+    def ours(self, run_id: str, refused: list[str] | None = None, strict: bool = True) -> list[psutil.Process]:
+        """The processes of ``run_id`` launched for this stream and this control directory (their own command
+        line carries ``--stream``, ``--control-dir`` and ``--run-id``) and their descendants; why each other
+        process carrying the run id is not ours goes to ``refused``. Not ``strict`` (a question, never a
+        kill): a process of this stream without ``--control-dir`` (a detached compatibility check) counts."""
+        return run_processes(run_id, lambda cmdline: self.command_problem(run_id, cmdline, strict), refused)
+
+    def command_problem(self, run_id: str, cmdline: list[str], strict: bool = True) -> str | None:
+        """Why a process with ``cmdline`` is not a driver of this stream and control directory (``None``: it is;
+        see :meth:`ours`)."""
+        control_dir = flag_value(cmdline, CONTROL_DIR_FLAG)
+        if not strict and control_dir is None and flag_value(cmdline, STREAM_FLAG) == self.stream:
+            return None
+        return self.launch_problem(run_id, flag_value(cmdline, STREAM_FLAG), control_dir)
 
     def submit(self, plan: LaunchPlan) -> dict[str, Any]:
         env = driver_environment(os.environ, plan.env)
@@ -106,12 +136,12 @@ class LocalTarget(DriverTarget):
 
     def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
         reap_children()
-        return [f"pid {p.pid} ({' '.join(_cmdline(p))[:80]})" for p in run_processes(run_id)]
+        return [f"pid {p.pid} ({' '.join(_cmdline(p))[:80]})" for p in self.ours(run_id, strict=False)]
 
     def adopt(self, run_id: str) -> dict[str, Any] | None:
         """The run's one root process (spark-submit, or whichever of its processes outlived it): the
         process that carries the run id and whose parent does not."""
-        members = run_processes(run_id)
+        members = self.ours(run_id)
         pids = {p.pid for p in members}
         roots = []
         for proc in members:
@@ -134,17 +164,22 @@ class LocalTarget(DriverTarget):
                                                  f"in client mode: its processes cannot be seen from "
                                                  f"{socket.gethostname()}")
         identity = record.local_identity()
+        why = "no spark-submit pid recorded"
         if identity is not None:
             ok, why = identity.check()
-            if ok:
+            problem = self.command_problem(record.run_id, settled_cmdline(identity.pid) or []) if ok else None
+            if ok and problem is None:
                 return DriverState(Liveness.ALIVE, f"spark-submit pid {identity.pid} of run {record.run_id} is alive")
-        else:
-            why = "no spark-submit pid recorded"
         # The JVM or the Python driver may outlive spark-submit (and still hold the lease).
-        members = run_processes(record.run_id)
+        refused: list[str] = []
+        members = self.ours(record.run_id, refused)
         if members:
             return DriverState(Liveness.ALIVE, f"processes of run {record.run_id} are alive: "
                                                f"{', '.join(str(p.pid) for p in members)}")
+        if refused:
+            return DriverState(Liveness.UNKNOWN, f"the record of run {record.run_id} names no driver of this "
+                                                 f"stream: {'; '.join(refused)} (a forged or copied record: fix "
+                                                 "or remove it)")
         return DriverState(Liveness.GONE, f"no process of run {record.run_id} is alive ({why})")
 
     def kill(self, record: DriverRecord, grace: float) -> str:
@@ -153,9 +188,14 @@ class LocalTarget(DriverTarget):
                        f"{record.host} in client mode (stop it through its run marker, or kill it there)")
             log.error("%s", message)
             return message
-        done = []
+        problem = self.record_problem(record)
+        if problem is not None:
+            return self.refuse(problem)
+        done: list[str] = []
+        refused: list[str] = []
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            victims = run_processes(record.run_id)
+            refused.clear()
+            victims = self.ours(record.run_id, refused)
             if not victims:
                 break
             log.warning("sending %s to the processes of run %s: %s", sig.name, record.run_id,
@@ -166,15 +206,18 @@ class LocalTarget(DriverTarget):
                 except psutil.Error:
                     pass
             done.append(f"{sig.name} to {len(victims)} process(es)")
-            poll_until(lambda: _reaped_run_processes(record.run_id), lambda alive: not alive, grace, 0.2)
+            poll_until(lambda: _reaped(lambda: self.ours(record.run_id)), lambda alive: not alive, grace, 0.2)
+        if not done and refused:
+            return self.refuse("; ".join(refused))
         self._wait_child(record, 5.0)
         self._forget_secrets(record)
+        left_alone = f"; left alone (not this stream's): {'; '.join(refused)}" if refused else ""
         if not done:
             identity = record.local_identity()
             why = identity.check()[1] if identity is not None else "no pid recorded"
             return f"nothing to kill: no process of run {record.run_id} is alive ({why}); nothing was signalled"
-        left = run_processes(record.run_id)
-        return "; ".join(done) + (f"; still alive: {[p.pid for p in left]}" if left else "; all gone")
+        left = self.ours(record.run_id)
+        return "; ".join(done) + (f"; still alive: {[p.pid for p in left]}" if left else "; all gone") + left_alone
 
     def wait_gone(self, record: DriverRecord, timeout: float) -> bool:
         """As :meth:`DriverTarget.wait_gone` (polling faster), then our own spark-submit child reaped fully."""

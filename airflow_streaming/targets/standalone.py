@@ -51,7 +51,7 @@ EXITED_STATES = frozenset({"FINISHED", "KILLED", "FAILED"})
 says ERROR when it lost the driver's worker, whose driver may still run (a network partition)."""
 REST_HINT = ("check that the master runs with spark.master.rest.enabled=true, that its REST port (default 6066, "
              "spark.master.rest.port) is reachable from this host, and cluster.rest_url")
-_LAUNCH_RUN_ID = re.compile(r'"--run-id" "([^"]+)"')
+_LAUNCH_FLAG = re.compile(r'"(--run-id|--stream|--control-dir)" "([^"]+)"')
 
 
 def liveness_of(driver_state: str | None) -> Liveness:
@@ -209,9 +209,8 @@ class StandaloneClusterTarget(ClusterTarget):
         """The master's status of the recorded submission; :class:`ClusterUnreachableError` if no REST
         server answers."""
         sid = quote(str(handle.get("submission_id") or ""), safe="")
-        urls = [handle.get("rest_url")] + [u for u in self.rest_urls if u != handle.get("rest_url")]
         errors: list[ClusterUnreachableError] = []
-        for rest in (u for u in urls if u):
+        for rest in self.rest_urls:  # the configured REST servers only, never one a record names
             try:
                 reply = self.http.request("GET", f"{rest}/v1/submissions/status/{sid}")
                 doc = reply.json()
@@ -239,10 +238,12 @@ class StandaloneClusterTarget(ClusterTarget):
             return DriverState(Liveness.GONE, f"the master does not know submission {sid} (finished and forgotten, "
                                               "or submitted to another master)", "NOT_FOUND")
         driver_state = doc.get("driverState")
+        foreign = self.foreign_endpoints(record.handle)
+        why_foreign = f" ({foreign})" if foreign else ""
         where = f" on worker {doc['workerHostPort']}" if doc.get("workerHostPort") else ""
         why = f": {doc['message'].splitlines()[0]}" if doc.get("message") else ""
         return DriverState(liveness_of(driver_state), f"standalone submission {sid} of run {record.run_id} is "
-                                                      f"{driver_state}{where}{why}", driver_state,
+                                                      f"{driver_state}{where}{why}{why_foreign}", driver_state,
                            exited=driver_state in EXITED_STATES)
 
     # ------------------------------------------------------------------ the worker's view of a driver
@@ -272,9 +273,27 @@ class StandaloneClusterTarget(ClusterTarget):
             text = text.split("\n", 1)[1] if "\n" in text else ""
         return text
 
+    def foreign_endpoints(self, handle: dict[str, Any]) -> str | None:
+        """What a record's handle says of a REST server or master UI that is not configured (``None``:
+        nothing); never asked - the endpoints come from the spec and the connection only."""
+        named = {"REST server": handle.get("rest_url"), "master UI": handle.get("master_ui_url")}
+        configured = {"REST server": self.rest_urls, "master UI": [self.master_ui_url]}
+        others = [f"the {what} {url}" for what, url in named.items()
+                  if isinstance(url, str) and url and url.rstrip("/") not in configured[what]]
+        if not others:
+            return None
+        message = (f"the driver record names {' and '.join(others)}, not configured (cluster.rest_url / "
+                   "master_ui_url): asked the configured ones only")
+        log.warning("%s", message)
+        return message
+
     def launch_run_id(self, sid: str, worker_id: str | None, master_doc: dict[str, Any]) -> str | None:
-        """The ``--run-id`` on the launch command of driver ``sid`` (first line of its stderr on the worker);
-        ``None`` when it cannot be read (not launched yet, worker UI unreachable)."""
+        """The ``--run-id`` on the launch command of driver ``sid`` (see :meth:`launch_flags`)."""
+        return (self.launch_flags(sid, worker_id, master_doc) or {}).get("--run-id")
+
+    def launch_flags(self, sid: str, worker_id: str | None, master_doc: dict[str, Any]) -> dict[str, str] | None:
+        """``--run-id``, ``--stream`` and ``--control-dir`` on the launch command of driver ``sid`` (first line
+        of its stderr on the worker); ``None`` when it cannot be read (not launched yet, worker UI unreachable)."""
         worker_ui = self._worker_ui(worker_id, master_doc)
         if not worker_ui:
             return None
@@ -283,8 +302,10 @@ class StandaloneClusterTarget(ClusterTarget):
         except ClusterUnreachableError as exc:
             log.info("cannot read the launch command of %s: %s", sid, exc)
             return None
-        match = _LAUNCH_RUN_ID.search(head.split("\n=====", 1)[0])
-        return match.group(1) if match else None
+        flags: dict[str, str] = {}
+        for flag, value in _LAUNCH_FLAG.findall(head.split("\n=====", 1)[0]):
+            flags.setdefault(flag, value)
+        return flags or None
 
     # ------------------------------------------------------------------ kill and find
     def kill(self, record: DriverRecord, grace: float) -> str:
@@ -298,22 +319,28 @@ class StandaloneClusterTarget(ClusterTarget):
             message = f"cannot kill {sid} of run {record.run_id} now: {state.detail}"
             log.error("%s", message)
             return message
-        proof = "the submission id recorded at submit"
+        problem = self.record_problem(record)
         try:
             status = self._status(record.handle)
-            master_doc = self._master_json(record.handle.get("master_ui_url"))
-            launched = self.launch_run_id(sid, status.get("workerId"), master_doc)
+            launched = self.launch_flags(sid, status.get("workerId"), self._master_json())
         except ClusterUnreachableError as exc:
             launched = None
             log.info("cannot cross-check %s on its worker: %s", sid, exc)
-        if launched is not None and launched != record.run_id:
-            message = (f"refusing to kill {sid}: its launch command carries run {launched}, not the recorded run "
-                       f"{record.run_id} (a record pointing at another submission); nothing was killed")
+        if problem is None and launched is None:
+            problem = (f"the launch command of {sid} cannot be read on its worker (its UI: see cluster.master_ui_url), "
+                       f"so nothing proves that it is run {record.run_id} of this stream; if it is, kill it with "
+                       f"`spark-class org.apache.spark.deploy.Client kill {self.master} {sid}`")
+        elif problem is None and launched is not None and launched.get("--run-id") != record.run_id:
+            problem = (f"its launch command carries run {launched.get('--run-id')}, not the recorded run "
+                       f"{record.run_id} (a record pointing at another submission)")
+        elif problem is None and launched is not None:
+            problem = self.launch_problem(record.run_id, launched.get("--stream"), launched.get("--control-dir"))
+        if problem is not None:
+            message = f"refusing to kill {sid}: {problem}; nothing was killed"
             log.error("%s", message)
             return message
-        if launched == record.run_id:
-            proof = "its launch command on the worker carries the run id"
-        rest = record.handle.get("rest_url") or self.rest_urls[0]
+        proof = "its launch command on the worker carries the run id, the stream and the control directory"
+        rest = self.rest_urls[0]
         try:
             reply = self.http.request("POST", f"{rest}/v1/submissions/kill/{quote(sid, safe='')}")
             doc = reply.json()
@@ -362,8 +389,9 @@ class StandaloneClusterTarget(ClusterTarget):
             sid = driver.get("id")
             if not sid or sid in known:
                 continue
-            launched = self.launch_run_id(sid, driver.get("worker"), master_doc)
-            if launched == run_id:
+            flags = self.launch_flags(sid, driver.get("worker"), master_doc) or {}
+            launched = flags.get("--run-id")
+            if launched == run_id and self.launch_problem(run_id, flags.get("--stream"), flags.get("--control-dir")) is None:
                 found.append((str(sid), driver))
             elif launched is None:
                 log.info("active driver %s (%s) has no readable launch command yet: cannot tell its run",
@@ -373,8 +401,8 @@ class StandaloneClusterTarget(ClusterTarget):
     # ------------------------------------------------------------------ for people
     def urls(self, record: DriverRecord) -> dict[str, str]:
         sid = str(record.handle.get("submission_id") or "")
-        ui = record.handle.get("master_ui_url") or self.master_ui_url
-        rest = record.handle.get("rest_url") or self.rest_urls[0]
+        ui = self.master_ui_url
+        rest = self.rest_urls[0]
         links = {"master_ui": ui, "submission_status": f"{rest}/v1/submissions/status/{sid}"}
         try:
             worker_ui = self._worker_ui(self._status(record.handle).get("workerId"), self._master_json(ui))
@@ -390,7 +418,7 @@ class StandaloneClusterTarget(ClusterTarget):
         sid = str(record.handle.get("submission_id") or "")
         try:
             status = self._status(record.handle)
-            worker_ui = self._worker_ui(status.get("workerId"), self._master_json(record.handle.get("master_ui_url")))
+            worker_ui = self._worker_ui(status.get("workerId"), self._master_json())
             if worker_ui:
                 text = self._driver_log(worker_ui, sid, "stdout", 256 * 1024)
                 if not text.strip():

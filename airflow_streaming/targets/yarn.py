@@ -11,7 +11,12 @@
   FINISHED, FAILED, KILLED, or an application the RM does not know (404) -> GONE; an RM that does
   not answer -> UNKNOWN.
 - kill: ``PUT <rm>/ws/v1/cluster/apps/<id>/state {"state": "KILLED"}``, only for an application whose
-  tags carry the recorded run id.
+  tags carry the recorded run id AND this stream's tag AND this control location's tag, and whose name is
+  this stream's (a record names an application id that anyone who can write the control directory can
+  change; the tags were set by the submission - see docs/security.md for what a forger can still copy).
+- endpoints: only the configured ResourceManagers (``cluster.resourcemanager_url`` or yarn-site.xml) are
+  asked or sent a kill; the ``rm_url`` a record names is never used (a record naming another one is
+  reported: a fake RM's RUNNING must not hide a dead driver).
 - find: ``GET <rm>/ws/v1/cluster/apps?applicationTags=<run tag>&states=<live states>``.
 - logs: the RM's ``amContainerLogs`` (the driver's container logs on its NodeManager).
 
@@ -35,7 +40,7 @@ from airflow_streaming.application_source import is_fetched
 from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.exceptions import StreamStateUnknownError
 from airflow_streaming.reconcile.observation import Liveness
-from airflow_streaming.targets.base import DriverState, LaunchPlan
+from airflow_streaming.targets.base import DriverState, LaunchPlan, control_digest
 from airflow_streaming.targets.cluster import ClusterTarget, run_spark_submit, submit_failure
 from airflow_streaming.targets.cluster_http import ClusterHttp, ClusterUnreachableError, HttpReply
 from airflow_streaming.targets.runtime_bundle import bundle_path
@@ -66,6 +71,15 @@ def run_tag(run_id: str) -> str:
 
 def stream_tag(stream: str) -> str:
     return f"airflow-streaming-stream-{stream}".lower()[:100]
+
+
+def control_tag(control_dir: str) -> str:
+    """The YARN tag of a stream's control location (a digest of its path: see ``targets.base.control_path``)."""
+    return f"airflow-streaming-control-{control_digest(control_dir)}"
+
+
+def app_tags(app: dict[str, Any]) -> set[str]:
+    return {t.strip().lower() for t in str(app.get("applicationTags") or "").split(",") if t.strip()}
 
 
 def rm_url_from_yarn_site(conf_dir: str | None) -> str | None:
@@ -153,7 +167,7 @@ class YarnClusterTarget(ClusterTarget):
         plan = super().plan(spec, run_id, launcher, runtime_args, {**yarn_conf, **conf}, secret_conf, log_path,
                             standby)
         tags = [t for t in (plan.conf.get("spark.yarn.tags") or "").split(",") if t]
-        tags += [run_tag(run_id), stream_tag(spec.name)]
+        tags += [run_tag(run_id), stream_tag(spec.name), control_tag(self.paths.root)]
         plan = self.driver_env_conf(plan, "spark.yarn.appMasterEnv.", spec)
         return dataclasses.replace(plan, conf={**plan.conf, "spark.yarn.tags": ",".join(dict.fromkeys(tags))},
                                    py_files=[*py_files, *plan.py_files])
@@ -178,20 +192,48 @@ class YarnClusterTarget(ClusterTarget):
         return {"app_id": app_id, "rm_url": self.rm_urls[0], "rm_urls": self.rm_urls}
 
     # ------------------------------------------------------------------ the RM
-    def _rm_get(self, path: str, handle: dict[str, Any] | None = None) -> HttpReply:
-        """GET ``path`` from the recorded RM, then the other configured ones (HA); a standby RM's redirect
-        is followed by urllib. :class:`ClusterUnreachableError` when none answers."""
-        urls = list(dict.fromkeys([*((handle or {}).get("rm_urls") or []), (handle or {}).get("rm_url"),
-                                   *self.rm_urls]))
+    def foreign_rm(self, handle: dict[str, Any]) -> str | None:
+        """What a record's handle says of a ResourceManager that is not configured (``None``: nothing). Never
+        asked: the endpoints come from the spec and the connection only."""
+        named = [u.rstrip("/") for u in [*(handle.get("rm_urls") or []), handle.get("rm_url")] if isinstance(u, str) and u]
+        others = [u for u in dict.fromkeys(named) if u not in self.rm_urls]
+        if not others:
+            return None
+        message = (f"the driver record names the ResourceManager {', '.join(others)}, which is not configured "
+                   f"(cluster.resourcemanager_url: {', '.join(self.rm_urls)}): asked the configured one only")
+        log.warning("%s", message)
+        return message
+
+    def owner_problem(self, record: DriverRecord, app: dict[str, Any]) -> str | None:
+        """Why application ``app`` is not the driver of ``record`` for this stream and control location
+        (``None``: it is): its tags must carry the run, this stream and this control location, and its name
+        must be this stream's."""
+        tags = app_tags(app)
+        wanted = {"run": run_tag(record.run_id), "stream": stream_tag(self.stream),
+                  "control location": control_tag(self.paths.root)}
+        missing = [f"{what} tag {tag}" for what, tag in wanted.items() if tag not in tags]
+        if run_tag(record.run_id) not in tags:
+            return f"its tags {sorted(tags)} do not carry run {record.run_id} (tag {run_tag(record.run_id)})"
+        if missing:
+            return (f"its tags {sorted(tags)} lack the {', '.join(missing)}: it is not a driver of stream "
+                    f"{self.stream!r} at {self.paths.root}")
+        name = str(app.get("name") or "")
+        if name.rsplit(":", 1)[0] != self.stream:
+            return f"it is named {name!r}, not after stream {self.stream!r}"
+        return None
+
+    def _rm_get(self, path: str, method: str = "GET", body: Any = None) -> HttpReply:
+        """``method`` ``path`` at the configured RMs in turn (HA; a standby RM's redirect is followed by urllib) -
+        never at one a record names. :class:`ClusterUnreachableError` when none answers."""
         error: ClusterUnreachableError | None = None
-        for rm in (u for u in urls if u):
+        for rm in self.rm_urls:
             try:
-                reply = self.http.request("GET", f"{rm}{path}")
+                reply = self.http.request(method, f"{rm}{path}", body)
             except ClusterUnreachableError as exc:
                 error = error or exc
                 continue
             if reply.status >= 500:
-                error = error or ClusterUnreachableError(f"GET {rm}{path}", reply.message(), RM_HINT)
+                error = error or ClusterUnreachableError(f"{method} {rm}{path}", reply.message(), RM_HINT)
                 continue
             return reply
         raise error or ClusterUnreachableError(path, "no ResourceManager URL configured", RM_HINT)
@@ -199,7 +241,7 @@ class YarnClusterTarget(ClusterTarget):
     def application(self, handle: dict[str, Any]) -> dict[str, Any] | None:
         """The RM's ``app`` object of the recorded application, ``None`` if the RM does not know it."""
         app_id = str(handle.get("app_id") or "")
-        reply = self._rm_get(f"/ws/v1/cluster/apps/{quote(app_id, safe='')}", handle)
+        reply = self._rm_get(f"/ws/v1/cluster/apps/{quote(app_id, safe='')}")
         if reply.status == 404:
             return None
         try:
@@ -224,8 +266,9 @@ class YarnClusterTarget(ClusterTarget):
         state = app.get("state")
         final = f", final status {app['finalStatus']}" if app.get("finalStatus") not in (None, "", "UNDEFINED") else ""
         diag = f": {str(app['diagnostics']).strip().splitlines()[0][:300]}" if app.get("diagnostics") else ""
+        foreign = self.foreign_rm(record.handle)
         return DriverState(liveness_of(state), f"YARN application {app_id} of run {record.run_id} is {state}{final}"
-                                               f"{diag}", state)
+                                               f"{diag}" + (f" ({foreign})" if foreign else ""), state)
 
     def kill(self, record: DriverRecord, grace: float) -> str:
         app_id = str(record.handle.get("app_id") or "")
@@ -239,16 +282,15 @@ class YarnClusterTarget(ClusterTarget):
             return message
         if app is None or app.get("state") in GONE_STATES:
             return f"nothing to kill: {app_id} is {'unknown to the RM' if app is None else app.get('state')}"
-        tags = {t.strip().lower() for t in str(app.get("applicationTags") or "").split(",")}
-        if run_tag(record.run_id) not in tags:
-            message = (f"refusing to kill {app_id}: its tags {sorted(t for t in tags if t)} do not carry run "
-                       f"{record.run_id} (tag {run_tag(record.run_id)}); nothing was killed")
+        problem = self.record_problem(record) or self.owner_problem(record, app)
+        if problem is not None:
+            message = f"refusing to kill {app_id}: {problem}; nothing was killed"
             log.error("%s", message)
             return message
-        rm = record.handle.get("rm_url") or self.rm_urls[0]
-        url = f"{rm}/ws/v1/cluster/apps/{quote(app_id, safe='')}/state?{urlencode({'user.name': self.user})}"
+        self.foreign_rm(record.handle)
+        path = f"/ws/v1/cluster/apps/{quote(app_id, safe='')}/state?{urlencode({'user.name': self.user})}"
         try:
-            reply = self.http.request("PUT", url, {"state": "KILLED"})
+            reply = self._rm_get(path, "PUT", {"state": "KILLED"})  # the configured RMs only
         except ClusterUnreachableError as exc:
             message = f"kill of {app_id} (run {record.run_id}) not sent: {exc}"
             log.error("%s", message)
@@ -260,7 +302,7 @@ class YarnClusterTarget(ClusterTarget):
             log.error("%s", message)
             return message
         if reply.status not in (200, 202):
-            message = f"kill of {app_id} (run {record.run_id}) failed at {url}: {reply.message()}"
+            message = f"kill of {app_id} (run {record.run_id}) failed at {reply.url}: {reply.message()}"
             log.error("%s", message)
             return message
         sent = f"kill of YARN application {app_id} (run {record.run_id}, tagged {run_tag(record.run_id)}) accepted"
@@ -275,7 +317,7 @@ class YarnClusterTarget(ClusterTarget):
         except (ClusterUnreachableError, ValueError) as exc:
             raise StreamStateUnknownError(f"cannot tell whether run {run_id} was submitted to YARN: {exc}") from exc
         return [f"YARN application {app.get('id')} of run {run_id} is {app.get('state')}"
-                for app in _run_apps(doc, run_id)]
+                for app in _run_apps(doc, run_id) if stream_tag(self.stream) in app_tags(app)]
 
     def adopt(self, run_id: str) -> dict[str, Any] | None:
         """The one live application tagged with ``run_id``."""
@@ -284,6 +326,8 @@ class YarnClusterTarget(ClusterTarget):
             apps = _run_apps(self._rm_get(f"/ws/v1/cluster/apps?{query}").json(), run_id)
         except (ClusterUnreachableError, ValueError):
             return None
+        probe = DriverRecord(run_id, self.stream, "", "", "", "", "", 0.0, "")
+        apps = [app for app in apps if self.owner_problem(probe, app) is None]
         if len(apps) != 1 or not apps[0].get("id"):
             return None
         return {"app_id": str(apps[0]["id"]), "rm_url": self.rm_urls[0], "rm_urls": self.rm_urls}
@@ -291,7 +335,7 @@ class YarnClusterTarget(ClusterTarget):
     # ------------------------------------------------------------------ for people
     def urls(self, record: DriverRecord) -> dict[str, str]:
         app_id = str(record.handle.get("app_id") or "")
-        rm = record.handle.get("rm_url") or self.rm_urls[0]
+        rm = self.rm_urls[0]
         links = {"resourcemanager_app": f"{rm}/cluster/app/{app_id}"}
         try:
             app = self.application(record.handle) or {}

@@ -63,6 +63,8 @@ class Standby:
         self.plan_warm_up_s: float | None = None
         """Seconds the standby spent replaying its job's plan once before promotion (None: not done)."""
         self._takeover_retry_at = 0.0
+        self._lease_watch: Any = None
+        """What this standby has itself seen of the lease (``takeover.LeaseWatch``): its own clock, not lease.json's."""
 
     def report(self, state: str, error: dict[str, Any] | None = None) -> None:
         """Write the standby document (``PREPARING``, ``READY``, ``FAILED``, ``PROMOTED``, ``EXPIRED``...)."""
@@ -79,8 +81,15 @@ class Standby:
         from airflow_streaming.control.lifecycle_lock import LifecycleLock, LifecycleLockHeld
 
         ns = self.ns
+        if self._lease_watch is None:
+            self._lease_watch = takeover.LeaseWatch()
+
+        def judge() -> takeover.Judgement:
+            return takeover.judge_takeover(self.storage, self.paths, ns.run_id, ns.version, watch=self._lease_watch,
+                                           stream=ns.stream, control_dir=ns.control_dir)
+
         try:
-            judged = takeover.judge_takeover(self.storage, self.paths, ns.run_id, ns.version)
+            judged = judge()
         except StorageError as exc:
             log.warning("hot standby: cannot read the control files (looking again): %s", exc)
             return None
@@ -98,7 +107,7 @@ class Standby:
             log.warning("hot standby: cannot take the lifecycle lock (looking again): %s", exc)
             return None
         try:
-            judged = takeover.judge_takeover(self.storage, self.paths, ns.run_id, ns.version)  # again, under the lock
+            judged = judge()  # again, under the lock
             if judged.act != "take_over":
                 return "exit" if judged.act == "exit" else None
             own = self.storage.read_bytes(self.paths.standby_driver)

@@ -86,3 +86,49 @@ def test_a_driver_killed_mid_batch_is_taken_over_by_its_hot_standby_exactly_once
     assert hook.hot_standby_state()["state"] == "EXPIRED"
     output = read_etl_output(out)
     assert output.duplicates == {} and output.rows == fed.valid  # nothing lost, nothing duplicated
+
+
+def test_a_forged_stale_lease_never_lets_the_hot_standby_run_beside_the_live_driver(streams):
+    """Issue 35: a stale lease.json naming the live run (a dead pid, renewed long ago) made the standby take the
+    lease while the active driver ran on. Now the standby sees the run's processes alive on its host and waits;
+    the active driver's next renewal finds bytes it did not write and stops; only then does the standby take
+    over. At no moment is the standby the recorded driver while a process of the active run lives, and the
+    sink is exactly what was fed."""
+    import socket
+    import subprocess
+    import sys
+
+    from airflow_streaming.control.process import process_start_time
+
+    inp, out = streams.path("input", "forged"), streams.path("output", "forged")
+    spec = streams.spec("forged", "events_etl", ["--input", inp, "--output", out, "--quarantine",
+                                                 streams.path("quarantine", "forged"), "--max-files-per-trigger", "1"],
+                        hot_standby=True)
+    hook = streams.hook(spec)
+    fed = generate_events(inp, count=2000, files=20, run="forged")
+    record = stream_actions.submit(hook)
+    hook.wait_until_ready(record)
+    events: list[dict] = []
+    standby = prepared(hook, events)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_start = process_start_time(dead.pid)
+    dead.wait()
+    old = time.time() - 3600
+    hook.storage.unguarded.write_atomic(hook.paths.lease, contract.Lease(
+        record.run_id, dead.pid, dead_start, socket.gethostname(), old, old, 120).to_json())
+    both = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        now_recorded = hook.driver_record().run_id
+        active_alive = bool(hook.processes_of_run(record.run_id))
+        if now_recorded == standby and active_alive:
+            both.append(time.monotonic())
+        if now_recorded == standby and not active_alive:
+            break
+        time.sleep(0.05)
+    assert both == [], "the standby took over while the active driver's processes lived"
+    assert hook.driver_record().run_id == standby, "the active driver did not stop at its lease renewal"
+    wait_for(lambda: set(read_etl_output(out).event_ids) >= set(fed.event_ids), 180, "all input processed")
+    assert stream_actions.stop(hook).graceful
+    output = read_etl_output(out)
+    assert output.duplicates == {} and output.rows == fed.valid  # nothing lost, nothing duplicated

@@ -23,7 +23,7 @@ def _record(properties_file: str, run_id: str = RUN) -> DriverRecord:
 
 
 def _target(tmp_path) -> LocalTarget:
-    return LocalTarget(LocalStorage(), ControlPaths(str(tmp_path / "control")), {})
+    return LocalTarget(LocalStorage(), ControlPaths(str(tmp_path / "control" / "s")), {})  # stream s's target
 
 
 def test_a_forged_record_cannot_make_the_kill_delete_a_file(tmp_path, caplog):

@@ -184,3 +184,77 @@ def test_a_standby_that_failed_while_preparing_is_prepared_again_only_after_a_wh
     assert soon.observation.standby == Standby.READY and "failed while preparing" in soon.observation.detail
     later = observe(hook, POLICY, now=failed_at + STANDBY_RETRY_S + 1, holding_lock=True)
     assert later.observation.standby == Standby.MISSING
+
+
+# ---------------------------------------------------------------- a kill only of one's own run (issue 35)
+@pytest.fixture
+def two_streams(tmp_path, hook):
+    """Stream A (the fixture's ``s1``) and stream B beside it in the same control location, same spark-submit."""
+    a, runs = hook
+    b = SparkStreamHook(StreamSpec(name="s2", application="device_signals", checkpoint_location=str(tmp_path / "ckpt2"),
+                                   control_location=a.spec.control_location, master="local[1]",
+                                   cluster=dict(a.spec.cluster), hot_standby=True))
+    return a, b, runs
+
+
+def forged(record, stream: str):
+    """``record`` of stream A as a forger writes it into stream B's control directory (the stream field too)."""
+    import dataclasses
+
+    return dataclasses.replace(record, stream=stream)
+
+
+def assert_untouched(hook: SparkStreamHook, record) -> None:
+    time.sleep(0.5)  # a SIGTERM to the stand-in ends it at once
+    assert hook.processes_of_run(record.run_id), "stream A's driver was signalled"
+    assert hook.target_of(record).state(record).alive
+
+
+def test_retiring_a_forged_hot_standby_never_signals_another_streams_driver(two_streams, caplog):
+    """The second review's proof: stream B's standby-driver.json naming stream A's running driver (pid, start
+    time, run id copied) made B's retire SIGTERM A's driver. Now B's target asks the processes themselves:
+    A's command line names stream s1 and its control directory, so B refuses, says so, and signals nothing."""
+    a, b, runs = two_streams
+    victim = stream_actions.submit(a)
+    runs.append(victim.run_id)
+    b.storage.unguarded.write_atomic(b.paths.standby_driver, forged(victim, "s2").to_json())
+    b.storage.unguarded.write_atomic(b.paths.standby, json.dumps(
+        {"run_id": victim.run_id, "state": "READY", "failover": True, "at": time.time()}).encode())
+    state = b.target_of(victim).state(forged(victim, "s2"))
+    assert state.liveness == Liveness.UNKNOWN and "s1" in state.detail, state
+    outcome = stream_actions.retire_hot_standby(b, "an upgrade of s2")
+    assert outcome is not None and outcome.startswith("refusing to kill") and "nothing was signalled" in outcome
+    assert "'s1'" in outcome and victim.run_id in outcome, outcome
+    assert "did not retire the hot standby" in caplog.text
+    assert_untouched(a, victim)
+
+
+def test_a_forged_driver_record_gets_a_refused_kill_and_a_record_of_another_stream_too(two_streams):
+    a, b, runs = two_streams
+    victim = stream_actions.submit(a)
+    runs.append(victim.run_id)
+    # driver.json of B naming A's run (stream field rewritten): B's stop ends in B's kill of that record.
+    b.storage.unguarded.write_atomic(b.paths.driver, forged(victim, "s2").to_json())
+    outcome = stream_actions.kill(b, b.driver_record(), 2)
+    assert outcome.startswith("refusing to kill") and "control directory" in outcome, outcome
+    # The record copied as it is (it says stream s1): refused before any process is looked at.
+    outcome = stream_actions.kill(b, victim, 2)
+    assert outcome.startswith("refusing to kill") and "names stream 's1'" in outcome, outcome
+    # Nor does B adopt A's processes as an unrecorded driver of that run id.
+    assert b.target.adopt(victim.run_id) is None and not b.processes_of_run(victim.run_id)
+    assert_untouched(a, victim)
+    # A's own kill still works.
+    assert "SIGTERM" in stream_actions.kill(a, victim, 5, keep_marker=True)
+    assert not a.processes_of_run(victim.run_id)
+
+
+def test_a_driver_of_the_same_stream_name_in_another_control_location_is_not_ours(tmp_path, hook):
+    a, runs = hook
+    victim = stream_actions.submit(a)
+    runs.append(victim.run_id)
+    b = SparkStreamHook(StreamSpec(name="s1", application="device_signals", checkpoint_location=str(tmp_path / "c3"),
+                                   control_location=str(tmp_path / "elsewhere"), master="local[1]",
+                                   cluster=dict(a.spec.cluster)))
+    outcome = stream_actions.kill(b, victim, 2)
+    assert outcome.startswith("refusing to kill") and str(tmp_path / "control") in outcome, outcome
+    assert_untouched(a, victim)

@@ -310,3 +310,19 @@ def _record_of():
     return DriverRecord(run_id="20261123T000000Z-0000none", stream="s", version="v1", application="events_etl",
                         host="h", command="", log_path="", submitted_at=1.0, checkpoint_location="/c",
                         target="kubernetes", handle={})
+
+
+def test_a_forged_record_naming_another_streams_pod_is_refused(tmp_path, api, tls, token_file, submit_record):
+    """Stream B's driver.json naming stream A's pod and run id (the run label matches): the stream and control
+    location labels do not, so nothing is deleted and the refusal says why."""
+    a = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, name="a"))
+    b = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, name="b"))
+    victim = stream_actions.submit(a)
+    api.set_phase("streams", victim.handle["pod"], "Running")
+    for record in (victim, replace(victim, stream="b")):
+        outcome = stream_actions.kill(b, record, grace=1)
+        assert outcome.startswith("refusing to delete pod") and "nothing was deleted" in outcome, outcome
+    assert "do not make it a driver of stream 'b'" in outcome
+    assert api.deletions == [] and b.target.adopt(victim.run_id) is None
+    assert a.target.adopt(victim.run_id) == victim.handle
+    assert "deleted driver pod" in stream_actions.kill(a, victim, grace=1)

@@ -17,13 +17,16 @@ from airflow_streaming.targets.base import Liveness
 from airflow_streaming.targets.local import LocalTarget, run_processes
 
 RUN = "20261123T000000Z-feedbeef"
+STREAM = "s1"
+CONTROL = "/tmp/airflow-streaming-test-control"
+OURS = ["--stream", STREAM, "--control-dir", f"{CONTROL}/{STREAM}", "--run-id", RUN]  # as a driver's launch carries
 CHILD = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
 
 
 @pytest.fixture
 def run_process():
     """A process carrying ``--run-id RUN`` with a child that does not (found as a descendant)."""
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, "--run-id", RUN], start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, *OURS], start_new_session=True)
     try:
         deadline = time.monotonic() + 10
         while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
@@ -42,7 +45,7 @@ def run_process():
 def record_of(proc: subprocess.Popen, start: float | None, run_id: str = RUN) -> DriverRecord:
     import socket
 
-    return DriverRecord(run_id=run_id, stream="s1", version="v1", application="events_etl",
+    return DriverRecord(run_id=run_id, stream=STREAM, version="v1", application="events_etl",
                         host=socket.gethostname(), command="python -c ...", log_path="", submitted_at=time.time(),
                         checkpoint_location="/c", target="local", handle={"pid": proc.pid, "start_time": start})
 
@@ -61,7 +64,7 @@ def test_run_processes_finds_the_run_and_its_descendants_only(run_process):
 
 
 def test_kill_signals_the_run_and_reports_it_gone(tmp_path, run_process):
-    target = LocalTarget(LocalStorage(), ControlPaths(str(tmp_path / "control")), {})
+    target = LocalTarget(LocalStorage(), ControlPaths(f"{CONTROL}/{STREAM}"), {})
     record = record_of(run_process, process_start_time(run_process.pid))
     assert target.state(record).liveness == Liveness.ALIVE
     outcome = target.kill(record, grace=5)
@@ -71,7 +74,7 @@ def test_kill_signals_the_run_and_reports_it_gone(tmp_path, run_process):
 
 
 def test_a_pid_recorded_for_another_run_or_start_is_never_signalled(tmp_path, run_process):
-    target = LocalTarget(LocalStorage(), ControlPaths(str(tmp_path / "control")), {})
+    target = LocalTarget(LocalStorage(), ControlPaths(f"{CONTROL}/{STREAM}"), {})
     # Same pid, but recorded with another start time and another run: another process that reused the pid.
     forged = record_of(run_process, process_start_time(run_process.pid) - 100, "20990101T000000Z-00000000")
     ok, why = forged.local_identity().check()
@@ -83,14 +86,14 @@ def test_a_pid_recorded_for_another_run_or_start_is_never_signalled(tmp_path, ru
 
 
 def test_adopt_names_the_runs_root_process_and_refuses_when_it_cannot_tell_which(tmp_path, run_process):
-    target = LocalTarget(LocalStorage(), ControlPaths(str(tmp_path / "control")), {})
+    target = LocalTarget(LocalStorage(), ControlPaths(f"{CONTROL}/{STREAM}"), {})
     handle = target.adopt(RUN)
     assert handle == {"pid": run_process.pid, "start_time": process_start_time(run_process.pid)}, handle
     adopted = record_of(run_process, handle["start_time"])
     assert adopted.local_identity().check()[0] and target.state(adopted).liveness == Liveness.ALIVE
     assert target.adopt("20990101T000000Z-00000000") is None
     # A second process of the same run that is not the first one's descendant: which is the driver? None.
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--run-id", RUN],
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *OURS],
                              start_new_session=True)
     try:
         deadline = time.monotonic() + 10
@@ -105,15 +108,15 @@ def test_adopt_names_the_runs_root_process_and_refuses_when_it_cannot_tell_which
 def test_adopt_names_a_surviving_child_when_the_runs_first_process_has_exited(tmp_path):
     """spark-submit gone, its JVM (carrying the run id too) left: that one is the run's root now."""
     code = ("import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', "
-            f"'--run-id', '{RUN}'], start_new_session=True)")
-    parent = subprocess.Popen([sys.executable, "-c", code, "--run-id", RUN])
+            f"*{OURS!r}], start_new_session=True)")
+    parent = subprocess.Popen([sys.executable, "-c", code, *OURS])
     parent.wait(10)
     try:
         deadline = time.monotonic() + 10
         while not run_processes(RUN) and time.monotonic() < deadline:
             time.sleep(0.05)
         (orphan,) = run_processes(RUN)
-        target = LocalTarget(LocalStorage(), ControlPaths(str(tmp_path / "control")), {})
+        target = LocalTarget(LocalStorage(), ControlPaths(f"{CONTROL}/{STREAM}"), {})
         assert target.adopt(RUN) == {"pid": orphan.pid, "start_time": process_start_time(orphan.pid)}
     finally:
         for proc in run_processes(RUN):
@@ -136,7 +139,7 @@ def exec_chain(tmp_path):
     script = tmp_path / "exec_chain.sh"
     script.write_text(EXEC_CHAIN)
     script.chmod(0o755)
-    proc = subprocess.Popen([str(script), "1000000", "--run-id", RUN], start_new_session=True)
+    proc = subprocess.Popen([str(script), "1000000", *OURS], start_new_session=True)
     try:
         yield proc
     finally:
@@ -148,7 +151,7 @@ def test_a_process_inside_execve_is_still_alive_and_still_the_runs(tmp_path, exe
     """Stop 31's CI: a driver checked while spark-submit exec'd spark-class (or java) looked gone, because
     its command line read as empty for that moment; its start was judged failed and stopped. A live
     process whose pid and start time match is never judged gone or missed for an empty command line."""
-    target = LocalTarget(LocalStorage(), ControlPaths(str(tmp_path / "control")), {})
+    target = LocalTarget(LocalStorage(), ControlPaths(f"{CONTROL}/{STREAM}"), {})
     record = record_of(exec_chain, process_start_time(exec_chain.pid))
     unrecorded = record_of(exec_chain, None)  # no start time: liveness rests on the scan of command lines
     identity = record.local_identity()

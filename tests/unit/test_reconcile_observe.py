@@ -33,8 +33,10 @@ def dead_pid():
 
 
 @pytest.fixture
-def live_pid():
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "--run-id", NEW_RUN])
+def live_pid(tmp_path):
+    """A live driver of NEW_RUN of stream s1 (its command line names the stream and its control directory)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "--stream", "s1",
+                             "--control-dir", str(tmp_path / "control" / "s1"), "--run-id", NEW_RUN])
     time.sleep(0.1)
     yield proc.pid, process_start_time(proc.pid)
     proc.kill()

@@ -25,7 +25,8 @@ OLD_RUN = "20260105T000000Z-0000dddd"
 def test_restarting_old_defers_instead_of_holding_the_worker(tmp_path):
     spec, hook = deployed_stream(tmp_path)
     # The old version's rollback run is already submitted and alive (so nothing is submitted here).
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "--run-id", OLD_RUN])
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "--stream", "s1",
+                             "--control-dir", spec.control_dir, "--run-id", OLD_RUN])
     try:
         time.sleep(0.1)
         record = contract.DriverRecord(

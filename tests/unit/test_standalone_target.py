@@ -183,3 +183,115 @@ def test_on_the_lease_holders_own_host_the_pid_decides_not_the_master(tmp_path):
     hook, asked = _lease_elsewhere(tmp_path, "RUNNING", lease_host=socket.gethostname())
     liveness, _ = hook.driver_liveness()
     assert liveness == Liveness.ALIVE and asked == ["driver-1"]  # stale lease -> the master's RUNNING decides
+
+
+# --------------------------------------------------------------------------- whose driver, which master (issue 35)
+class _MasterStandIn:
+    """A standalone master's REST server, master UI and one worker UI in one HTTP server (the protocol only):
+    submission ``sid`` is RUNNING on worker w1, whose launch command carries ``launch`` (flag -> value)."""
+
+    def __init__(self, sid: str, launch: dict[str, str], state: str = "RUNNING"):
+        import http.server
+        import threading
+
+        self.sid, self.launch, self.state, self.asked, self.kills = sid, launch, state, [], []
+        stand_in = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _reply(self, body, content_type="application/json"):
+                data = (json.dumps(body) if content_type == "application/json" else body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                stand_in.asked.append(self.path)
+                if self.path.startswith("/v1/submissions/status/"):
+                    return self._reply({"action": "SubmissionStatusResponse", "success": True,
+                                        "driverState": stand_in.state, "workerId": "w1"})
+                if self.path.startswith("/json"):
+                    return self._reply({"workers": [{"id": "w1", "webuiaddress": stand_in.url}],
+                                        "activedrivers": [{"id": stand_in.sid, "worker": "w1", "state": stand_in.state}]})
+                if self.path.startswith("/log"):
+                    flags = " ".join(f'"{k}" "{v}"' for k, v in stand_in.launch.items())
+                    return self._reply(f'Launch Command: "java" "org.apache.spark.deploy.worker.DriverWrapper" '
+                                       f'"launch.py" {flags}\n========================================\n',
+                                       "text/plain")
+                self.send_response(404)
+                self.end_headers()
+
+            def do_POST(self):
+                stand_in.asked.append(self.path)
+                stand_in.kills.append(self.path)
+                stand_in.state = "KILLED"
+                self._reply({"action": "KillSubmissionResponse", "success": True, "message": "Kill request submitted"})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _standalone_record(stream: str, sid: str, rest_url: str, run_id: str = "r1") -> DriverRecord:
+    return DriverRecord(run_id=run_id, stream=stream, version="v1", application="events_etl", host="h", command="",
+                        log_path="", submitted_at=time.time(), checkpoint_location="/c", target="standalone-cluster",
+                        handle={"submission_id": sid, "rest_url": rest_url, "master_ui_url": rest_url})
+
+
+def test_a_forged_record_naming_another_streams_submission_is_refused(tmp_path):
+    """Stream B's record naming stream A's submission and run id: the launch command on the worker names stream
+    A and A's control directory, so B refuses and kills nothing; A's own kill goes through."""
+    sid = "driver-20261127000000-0001"
+    master = _MasterStandIn(sid, {"--stream": "a", "--control-dir": str(tmp_path / "ctl" / "a"), "--run-id": "r1"})
+    try:
+        def target_of(stream: str) -> StandaloneClusterTarget:
+            return StandaloneClusterTarget(LocalStorage(), ControlPaths(str(tmp_path / "ctl" / stream)),
+                                           {"rest_url": master.url, "master_ui_url": master.url},
+                                           master="spark://127.0.0.1:7077")
+
+        b = target_of("b")
+        for stream in ("b", "a"):  # the record's stream field rewritten by the forger, or left as A's
+            outcome = b.kill(_standalone_record(stream, sid, master.url), grace=1)
+            assert outcome.startswith("refusing to kill") and "nothing was killed" in outcome, outcome
+        assert "launched for stream 'a'" in b.kill(_standalone_record("b", sid, master.url), grace=1)
+        assert master.kills == [] and b.adopt("r1") is None
+        outcome = target_of("a").kill(_standalone_record("a", sid, master.url), grace=2)
+        assert "sent to" in outcome and master.kills == [f"/v1/submissions/kill/{sid}"], outcome
+    finally:
+        master.close()
+
+
+def test_the_rest_server_a_record_names_is_never_asked(tmp_path, caplog):
+    """A record whose rest_url / master_ui_url points at a fake master saying RUNNING: only the configured REST
+    server is asked (here it does not answer: UNKNOWN, never the fake's ALIVE), and the record is reported."""
+    sid = "driver-20261127000000-0002"
+    fake = _MasterStandIn(sid, {"--stream": "etl", "--control-dir": str(tmp_path / "ctl" / "etl"), "--run-id": "r1"})
+    try:
+        port = closed_port()
+        target = StandaloneClusterTarget(LocalStorage(), ControlPaths(str(tmp_path / "ctl" / "etl")),
+                                         {"rest_url": f"http://127.0.0.1:{port}",
+                                          "master_ui_url": f"http://127.0.0.1:{port}"},
+                                         master="spark://127.0.0.1:7077")
+        record = _standalone_record("etl", sid, fake.url)
+        assert target.state(record).liveness == Liveness.UNKNOWN
+        assert target.kill(record, grace=1).startswith("cannot kill")
+        assert fake.asked == [] and fake.kills == []
+        # The hook rebuilds a standalone target from the spec's settings only, never from the record.
+        hook = SparkStreamHook(spec(tmp_path, master="local[2]", deploy_mode=None, master_ui_url=None,
+                                    cluster={"rest_url": f"http://127.0.0.1:{port}"}))
+        assert hook.target_of(record).rest_urls == [f"http://127.0.0.1:{port}"]
+        fake.asked.clear()
+        working = StandaloneClusterTarget(LocalStorage(), ControlPaths(str(tmp_path / "ctl" / "etl")),
+                                          {"rest_url": fake.url, "master_ui_url": fake.url}, master="spark://x:7077")
+        state = working.state(_standalone_record("etl", sid, f"http://127.0.0.1:{port}"))
+        assert state.alive and f"127.0.0.1:{port}" in state.detail and "not configured" in caplog.text
+    finally:
+        fake.close()

@@ -117,11 +117,17 @@ def test_the_page_asks_no_host_a_control_file_names(tmp_path, kind):
         took = time.monotonic() - started
         assert host.requests == [] and took < 2.0, (host.requests, took)
         assert row["health"]["state"] in ("HEALTHY", "IDLE", "UNKNOWN", "STALLED"), row["health"]
-        # The positive control: the hook the operators and the supervisor use asks that host.
-        if kind != "kubernetes":  # a record's API server never gets asked (issue 25 item 1)
-            real = SparkStreamHook(ref.spec)
+        # The positive control: the hook the operators and the supervisor use asks the host its spec names.
+        # A host that only the record names is asked by nobody (a record's API server: issue 25 item 1; a
+        # record's ResourceManager, REST server or master UI: issue 35).
+        real = SparkStreamHook(ref.spec)
+        if kind == "sealed spark:// master":
             real.health()
             assert host.requests, "the control: the operators' hook asks the cluster manager"
+        else:  # the spec configures no such cluster: the target cannot be built, naming the setting to set
+            with pytest.raises(ValueError, match="rest_url|resourcemanager_url|api_server"):
+                real.health()
+            assert host.requests == []
 
 
 # ------------------------------------------------------------------ links only for http(s)

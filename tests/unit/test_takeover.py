@@ -52,8 +52,8 @@ def stream(tmp_path, dead_process):
     return storage, paths
 
 
-def take(storage, paths, me=STANDBY, version="v1", own=None):
-    judged = takeover.judge_takeover(storage, paths, me, version)
+def take(storage, paths, me=STANDBY, version="v1", own=None, watch=None):
+    judged = takeover.judge_takeover(storage, paths, me, version, watch=watch)
     if judged.act != "take_over":
         return judged, None
     own = own if own is not None else storage.read_bytes(paths.standby_driver)
@@ -91,14 +91,54 @@ def test_a_live_holder_is_never_taken_over(stream):
     assert names(storage, paths) == (ACTIVE, ACTIVE, ACTIVE)
 
 
-def test_another_hosts_lease_is_taken_over_only_after_its_ttl(stream):
+def test_another_hosts_lease_is_taken_over_only_after_its_ttl_on_the_standbys_own_clock(stream):
     storage, paths = stream
     now = time.time()
-    storage.write_atomic(paths.lease, Lease(ACTIVE, 1, 1.0, "another-host", now - 60, now - 60, 120).to_json())
-    assert take(storage, paths)[0].act == "wait"
-    storage.write_atomic(paths.lease, Lease(ACTIVE, 1, 1.0, "another-host", now - 200, now - 121, 120).to_json())
-    assert take(storage, paths)[1] is not None
+    storage.write_atomic(paths.lease, Lease(ACTIVE, 1, 1.0, "another-host", now - 60, now - 60, 2).to_json())
+    watch = takeover.LeaseWatch()
+    assert take(storage, paths, watch=watch)[0].act == "wait"  # stale by renewed_at, but just seen: not yet
+    judged, _ = take(storage, paths, watch=watch)
+    assert judged.act == "wait" and "seen it unchanged" in judged.reason, judged
+    time.sleep(2.1)  # the standby itself saw the same bytes for the lease's ttl
+    assert take(storage, paths, watch=watch)[1] is not None
     assert names(storage, paths) == (STANDBY, STANDBY, STANDBY)
+
+
+def test_a_forged_stale_lease_naming_the_live_run_is_not_a_crash(stream):
+    """The second review's proof: a stale lease.json naming the live run (a dead pid on this host) made the
+    standby take over while the active driver ran on. The standby's own proof: a process of that run is alive
+    here (its command line carries the run id, the stream and the control directory), whatever lease.json says."""
+    storage, paths = stream
+    active = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--stream", "s",
+                               "--control-dir", "/ctl/s", "--run-id", ACTIVE])
+    try:
+        time.sleep(0.2)
+        for stream_name, control_dir in ((None, None), ("s", "/ctl/s")):
+            judged = takeover.judge_takeover(storage, paths, STANDBY, "v1", stream=stream_name, control_dir=control_dir)
+            assert judged.act == "wait" and f"pid {active.pid}" in judged.reason, judged
+        # The same process for another stream's standby is not its run: the crash rule applies as before.
+        other = takeover.judge_takeover(storage, paths, STANDBY, "v1", stream="t", control_dir="/ctl/t")
+        assert other.act == "take_over"
+        assert names(storage, paths) == (ACTIVE, ACTIVE, ACTIVE)
+    finally:
+        active.kill()
+        active.wait()
+    assert take(storage, paths)[1] is not None  # once it really is gone: a crash
+
+
+def test_a_forged_lease_elsewhere_restarts_the_standbys_wait(stream):
+    """A forged lease naming a holder on another host, stale by its renewed_at: the standby waits the lease's
+    ttl from when IT saw those bytes - time for the live holder's next renewal to find bytes it did not write
+    and stop itself."""
+    storage, paths = stream
+    now = time.time()
+    watch = takeover.LeaseWatch()
+    storage.write_atomic(paths.lease, Lease(ACTIVE, 1, 1.0, "another-host", now, now, 120).to_json())
+    assert take(storage, paths, watch=watch)[0].act == "wait"  # fresh: held
+    storage.write_atomic(paths.lease, Lease(ACTIVE, 1, 1.0, "another-host", now - 999, now - 999, 120).to_json())
+    judged, lease = take(storage, paths, watch=watch)
+    assert judged.act == "wait" and "seen it unchanged for 0s" in judged.reason and lease is None, judged
+    assert names(storage, paths) == (ACTIVE, ACTIVE, ACTIVE)
 
 
 @pytest.mark.parametrize("change,act,why", [

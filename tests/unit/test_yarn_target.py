@@ -217,9 +217,11 @@ def test_resourcemanager_url_from_yarn_site(tmp_path, monkeypatch):
 def test_a_record_is_checked_where_its_driver_runs_whatever_the_spec_says_now(tmp_path, rm, submit_record):
     record = stream_actions.submit(SparkStreamHook(yarn_spec(tmp_path, rm.url)))
     rm.set_state(record.handle["app_id"], "RUNNING")
-    # The spec moved to local mode (and names no RM): the YARN driver is still seen, and killed, through
-    # the ResourceManager named in its handle - never judged "gone" by a local pid check.
-    local = SparkStreamHook(replace(yarn_spec(tmp_path, rm.url), master="local[2]", deploy_mode=None, cluster={}))
+    # The spec moved to local mode (its cluster settings still name the RM): the YARN driver is still seen, and
+    # killed, through the configured ResourceManager - never judged "gone" by a local pid check. (The RM its
+    # handle names is never asked: see test_the_resourcemanager_a_record_names_is_never_asked.)
+    local = SparkStreamHook(replace(yarn_spec(tmp_path, rm.url), master="local[2]", deploy_mode=None,
+                                    cluster={"resourcemanager_url": rm.url}))
     assert local.driver_liveness()[0] == Liveness.ALIVE
     assert local.target_of(record).kind == "yarn"
     assert "accepted" in stream_actions.kill(local, record, grace=5)
@@ -317,3 +319,47 @@ def test_the_gates_wait_ends_when_its_recorded_driver_ends_without_an_answer(tmp
     assert not wait_over(other)  # another gate's wait: its driver is not the recorded one
     hook.storage.unguarded.write_atomic(hook.paths.gate_report, json.dumps({"id": "gate-u2", "error": "x"}).encode())
     assert wait_over(other)  # its answer
+
+
+# ---------------------------------------------------------------- whose application, which RM (issue 35)
+def test_a_forged_record_naming_another_streams_application_is_refused(tmp_path, rm, submit_record):
+    """Stream B's driver.json naming stream A's application AND A's run id (so the run tag matches): the tags
+    of this stream and this control location are missing, so nothing is killed and the refusal says why."""
+    a = SparkStreamHook(yarn_spec(tmp_path, rm.url, name="a"))
+    b = SparkStreamHook(yarn_spec(tmp_path, rm.url, name="b"))
+    victim = stream_actions.submit(a)
+    rm.set_state(victim.handle["app_id"], "RUNNING")
+    for record in (victim, replace(victim, stream="b")):
+        outcome = stream_actions.kill(b, record, grace=1)
+        assert outcome.startswith("refusing to kill") and "nothing was killed" in outcome, outcome
+    assert "lack the stream tag airflow-streaming-stream-b" in outcome and "control location tag" in outcome
+    # Same name, another control location: its control tag differs.
+    elsewhere = SparkStreamHook(replace(yarn_spec(tmp_path, rm.url, name="a"), control_location=str(tmp_path / "x")))
+    outcome = stream_actions.kill(elsewhere, victim, grace=1)
+    assert outcome.startswith("refusing to kill") and "control location tag" in outcome, outcome
+    assert rm.kills == [] and rm.apps[victim.handle["app_id"]]["state"] == "RUNNING"
+    assert b.target.adopt(victim.run_id) is None and b.processes_of_run(victim.run_id) == []
+    assert "accepted" in stream_actions.kill(a, victim, grace=5)  # A's own kill goes through
+
+
+def test_the_resourcemanager_a_record_names_is_never_asked(tmp_path, rm, submit_record, caplog):
+    """The second review: driver.json's rm_url pointing at a fake RM whose RUNNING hid a dead driver. Only the
+    configured RM is asked (and sent a kill); the record's other RM is reported."""
+    from standins.yarn_rm import YarnRmStandIn
+
+    hook = SparkStreamHook(yarn_spec(tmp_path, rm.url))
+    record = stream_actions.submit(hook)
+    app_id = record.handle["app_id"]
+    rm.set_state(app_id, "FAILED", "FAILED", "the driver died")
+    with YarnRmStandIn() as fake:
+        fake.apps[app_id] = {**rm.apps[app_id], "state": "RUNNING", "finalStatus": "UNDEFINED"}
+        forged = replace(record, handle={**record.handle, "rm_url": fake.url, "rm_urls": [fake.url]})
+        hook.storage.unguarded.write_atomic(hook.paths.driver, forged.to_json())
+        state = hook.target_of(forged).state(forged)
+        assert state.gone and "FAILED" in state.detail and fake.url in state.detail, state
+        assert hook.driver_liveness()[0] == Liveness.GONE
+        assert f"names the ResourceManager {fake.url}" in caplog.text
+        rm.set_state(app_id, "RUNNING")
+        assert "accepted" in stream_actions.kill(hook, forged, grace=5)
+        assert rm.kills == [(app_id, hook.target.user)] and fake.kills == []
+        assert not any(fake.url in url for url in hook.target.urls(forged).values())
