@@ -79,9 +79,10 @@ def test_cluster_mode_deploy_stop_restart_kill_find_is_exactly_once(standalone_c
     assert f'"--run-id" "{record.run_id}"' in _launch_commands(cluster.work_dir)
     assert SECRET not in _launch_commands(cluster.work_dir) and SECRET not in record.command
 
-    # find: through the record, and from the master alone (as if the record had never been written).
+    # find: through the record, and from the master alone (adopt: as if the record had never been written). A
+    # driver counts only as this stream's: the target serves the stream's own control directory (issue 35).
     assert hook.processes_of_run(record.run_id)
-    blind = StandaloneClusterTarget(LocalStorage(), ControlPaths(str(tmp_path / "no-records")),
+    blind = StandaloneClusterTarget(LocalStorage(), ControlPaths(hook.paths.root),
                                     {"rest_url": cluster.rest, "master_ui_url": cluster.ui}, master=cluster.master)
     assert any(record.handle["submission_id"] in d for d in blind.find(record.run_id)), blind.find(record.run_id)
     assert blind.find("20990101T000000Z-00000000") == []
@@ -139,10 +140,13 @@ def test_cluster_mode_deploy_stop_restart_kill_find_is_exactly_once(standalone_c
 
 
 def _sleeper_plan(tmp_path: Path, run_id: str) -> LaunchPlan:
+    """A driver of stream ``sleeper`` (control directory ``<tmp>/sleeper``): its launch command carries the run
+    id, the stream and the control directory, as the launcher's does - what a kill checks (issue 35)."""
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     return LaunchPlan(run_id=run_id, name=f"sleeper:{run_id}", master="", deploy_mode="cluster",
-                      launcher=str(script), runtime_args=["--run-id", run_id], conf={"spark.driver.memory": "512m"},
+                      launcher=str(script), conf={"spark.driver.memory": "512m"},
+                      runtime_args=["--stream", "sleeper", "--run-id", run_id, "--control-dir", str(tmp_path / "sleeper")],
                       env={"PYSPARK_PYTHON": sys.executable}, log_path="")
 
 
@@ -154,7 +158,7 @@ def _record(run_id: str, handle: dict) -> DriverRecord:
 
 def test_kill_refuses_another_submission_and_an_unreachable_master_is_unknown(standalone_cluster, tmp_path):
     cluster = standalone_cluster
-    target = StandaloneClusterTarget(LocalStorage(), ControlPaths(str(tmp_path / "ctl")),
+    target = StandaloneClusterTarget(LocalStorage(), ControlPaths(str(tmp_path / "sleeper")),
                                      {"rest_url": cluster.rest, "master_ui_url": cluster.ui}, master=cluster.master)
     run_a, run_b = "20261123T000000Z-aaaaaaaa", "20261123T000000Z-bbbbbbbb"
     record_a = _record(run_a, target.submit(_sleeper_plan(tmp_path, run_a)))
