@@ -42,6 +42,7 @@ from spark_jobs.runtime.driver_session import DriverSession, forget_secret_prope
 from spark_jobs.runtime.gate_driver import run_gate_only
 from spark_jobs.runtime.hadoop_storage import driver_storage
 from spark_jobs.runtime.jvm_watchdog import exit_when_jvm_is_gone
+from spark_jobs.runtime.lease_check import LeaseCheck
 from spark_jobs.runtime.standby import Standby
 from spark_jobs.runtime import writer_capture
 
@@ -226,6 +227,9 @@ class Driver:
                                        remote=self.remote_storage)
         self.reporter.on_lease_lost = self._on_lease_lost
         self.reporter.on_new_query = self._check_resumable
+        # Before each foreachBatch batch writes: does this driver still hold the lease (not only at renewals)?
+        writer_capture.check_batches(LeaseCheck(self.storage, self.paths, lambda: self.reporter.lease,
+                                                lambda: self.reporter.lease_renewed_ok_at).check)
         if ns.progress_kafka_bootstrap:
             try:
                 from spark_jobs.runtime.kafka_exporter import KafkaProgressExporter

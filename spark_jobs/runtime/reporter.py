@@ -298,6 +298,11 @@ class StatusReporter:
                 log.exception("new-query check failed")
         return changed
 
+    @property
+    def lease_renewed_ok_at(self) -> float:
+        """``time.monotonic()`` of the last successful lease renewal (or of the start)."""
+        return self._lease_ok_at
+
     def _renew_lease(self, now: float) -> None:
         """Renew the lease (compare-and-swap). Lost: stop at once. Not renewable for half its ttl (the
         storage fails): stop too, before another host may judge the lease stale and start a second driver."""

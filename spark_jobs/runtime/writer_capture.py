@@ -11,7 +11,10 @@ The driver runtime wraps ``DataStreamWriter`` before the job runs:
 - inside :func:`planning` (a standby preparing a user script), the job's first ``start``/``toTable`` does not
   start anything: it raises :class:`PlannedQuery`, carrying the job's streaming DataFrame and the writer's
   settings, so that the standby can replay the job's own plan once before it is promoted
-  (``spark_jobs/runtime/plan_warm_up.py``).
+  (``spark_jobs/runtime/plan_warm_up.py``);
+- ``foreachBatch`` wraps the job's function so that, once the driver holds its lease, each batch first
+  checks the lease (:func:`check_batches`, :mod:`spark_jobs.runtime.lease_check`): a batch of a driver
+  that lost it raises before the job's function writes anything, and the query fails.
 """
 
 from __future__ import annotations
@@ -24,13 +27,15 @@ from typing import Any
 
 from airflow_streaming.health import job_trigger
 
-__all__ = ["PlannedQuery", "forget", "install", "planning", "trigger_of"]
+__all__ = ["PlannedQuery", "check_batches", "forget", "install", "planning", "trigger_of"]
 
 _ATTR = "_airflow_streaming_asked"
 _MARK = "_airflow_streaming_wrapped"
 _lock = threading.Lock()
 _by_query: dict[str, dict[str, Any]] = {}
 _planning = threading.Event()
+_batch_check: Any = None
+"""Called with the batch id before each ``foreachBatch`` function runs (``None``: no check yet)."""
 
 
 class PlannedQuery(BaseException):  # noqa: N818 - not an error: the job's query, caught before it starts
@@ -63,6 +68,13 @@ def forget(query_id: str) -> None:
         _by_query.pop(str(query_id), None)
 
 
+def check_batches(check: Any) -> None:
+    """From now on, call ``check(batch_id)`` before every ``foreachBatch`` function of the job runs; it
+    raises to refuse the batch (``None``: no check). The driver sets it once it holds its lease."""
+    global _batch_check
+    _batch_check = check
+
+
 @contextlib.contextmanager
 def planning() -> Iterator[None]:
     """Within the block, the job's first ``start``/``toTable`` raises :class:`PlannedQuery` instead of starting."""
@@ -87,6 +99,9 @@ def install() -> None:
         {"checkpointLocation": _first(args[1:], kwargs, "value")}
         if str(args[0] if args else kwargs.get("key")).lower() == "checkpointlocation" else {}))
     _remembering(DataStreamWriter, "options", lambda args, kwargs: _checkpoint_option(kwargs))
+    original_foreach = getattr(DataStreamWriter, "foreachBatch", None)
+    if original_foreach is not None:
+        setattr(DataStreamWriter, "foreachBatch", _checking_batches(original_foreach))
     for name in ("start", "toTable"):
         original = getattr(DataStreamWriter, name, None)
         if original is not None:
@@ -119,6 +134,25 @@ def _remembering(cls: Any, name: str, asked: Any) -> None:
 
     setattr(call, _MARK, True)
     setattr(cls, name, call)
+
+
+def _checking_batches(original: Any) -> Any:
+    @functools.wraps(original)
+    def foreach_batch(self: Any, func: Any) -> Any:
+        if not callable(func):
+            return original(self, func)  # Spark's own error for a non-function
+
+        @functools.wraps(func)
+        def checked(batch_df: Any, batch_id: int) -> Any:
+            check = _batch_check
+            if check is not None:
+                check(batch_id)  # raises: the batch writes nothing, the query fails with the reason
+            return func(batch_df, batch_id)
+
+        return original(self, checked)
+
+    setattr(foreach_batch, _MARK, True)
+    return foreach_batch
 
 
 def _starting(call_name: str, original: Any) -> Any:
