@@ -55,7 +55,7 @@ from airflow_streaming.hooks.submission import SubmissionMixin
 from airflow_streaming.private_dir import private_dir
 from airflow_streaming.redaction import redact, secret_values
 from airflow_streaming.spec import StreamSpec
-from airflow_streaming.targets import target_for, target_for_record
+from airflow_streaming.targets import target_for, target_for_record, target_settings
 from airflow_streaming.targets.base import DriverTarget
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         is still checked where it runs)."""
         if self._target is not None and self._target.kind == record.target:
             return self._target
-        return target_for_record(record, self.storage, self.paths, dict(self.spec.cluster), self.spec.master or "")
+        return target_for_record(record, self.storage, self.paths, target_settings(self.spec), self.spec.master or "")
 
     def _spec_with_connection(self) -> StreamSpec:
         """The spec over its ``spark`` connection (every field ``SparkSubmitHook`` reads: see

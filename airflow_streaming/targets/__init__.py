@@ -13,12 +13,19 @@ from airflow_streaming.submit_fields import target_kind  # noqa: F401 - importab
 from airflow_streaming.targets.base import DriverTarget
 
 
-def target_for(spec: Any, storage: ControlStorage, paths: ControlPaths) -> DriverTarget:
-    """The :class:`DriverTarget` for ``spec`` (its master, deploy mode and ``cluster`` settings)."""
-    kind = target_kind(spec.master, spec.deploy_mode)
+def target_settings(spec: Any) -> dict[str, Any]:
+    """The endpoints and settings a target of ``spec`` asks and uses: its ``cluster`` settings, and its
+    ``master_ui_url`` (the one place a standalone master's UI is configured besides ``cluster``)."""
     settings = dict(getattr(spec, "cluster", None) or {})
     if getattr(spec, "master_ui_url", None):
         settings.setdefault("master_ui_url", spec.master_ui_url)
+    return settings
+
+
+def target_for(spec: Any, storage: ControlStorage, paths: ControlPaths) -> DriverTarget:
+    """The :class:`DriverTarget` for ``spec`` (its master, deploy mode and ``cluster`` settings)."""
+    kind = target_kind(spec.master, spec.deploy_mode)
+    settings = target_settings(spec)
     if kind == "local":
         from airflow_streaming.targets.local import LocalTarget
 

@@ -295,3 +295,14 @@ def test_the_rest_server_a_record_names_is_never_asked(tmp_path, caplog):
         assert state.alive and f"127.0.0.1:{port}" in state.detail and "not configured" in caplog.text
     finally:
         fake.close()
+
+
+def test_a_target_rebuilt_for_a_record_asks_the_specs_own_master_ui(tmp_path):
+    """A host that operates a stream it did not deploy (tests/integration/test_two_hosts.py) rebuilds the target
+    from the spec for the record: the spec's top-level ``master_ui_url`` is where the worker's launch command is
+    read (what a kill checks) - not the default ``<master host>:8080``, and never the record's URL."""
+    hook = SparkStreamHook(spec(tmp_path, master="local[2]", deploy_mode=None, master_ui_url="http://m1:8090",
+                                cluster={"rest_url": "http://m1:6066"}))
+    record = _standalone_record("etl", "driver-20261127000000-0003", "http://elsewhere:9999")
+    rebuilt = hook.target_of(record)
+    assert isinstance(rebuilt, StandaloneClusterTarget) and rebuilt.master_ui_url == "http://m1:8090"
