@@ -156,6 +156,9 @@ def decide(o: Observation, policy: Policy) -> Decision:
         return Decision(Act.NOTHING, f"{run} stopped gracefully (a stop request removed its run marker); deploy "
                                      "it to start it again")
     if o.status == RunStatus.FINISHED:
+        if policy.restart_finished and o.standby == Standby.TAKING_OVER:
+            return Decision(Act.OBSERVE, f"{run} finished by itself and its hot standby is taking over: not rerun "
+                                         "beside it (two drivers on one checkpoint); looking again")
         if policy.restart_finished:
             return Decision(Act.RERUN, f"{run} finished by itself (an availableNow/once trigger) and the restart "
                                        "policy's restart_finished is on: starting it again from its checkpoint")

@@ -128,19 +128,20 @@ def _violations(o: Observation, policy: Policy) -> list[str]:
     # A run that finished by itself is started again only when the policy asks, only then, and only alone.
     if d.act == Act.RERUN and not (policy.restart_finished and o.status == RunStatus.FINISHED
                                    and o.liveness == Liveness.GONE and o.desired == Desired.RUNNING
-                                   and o.action == ActionState.NONE and o.lease == Lease.FREE_OR_OURS):
+                                   and o.action == ActionState.NONE and o.lease == Lease.FREE_OR_OURS
+                                   and o.standby != Standby.TAKING_OVER):
         bad.append("a rerun the observation or the policy does not allow")
     if d.act == Act.RERUN and (d.event is not None or d.kill_first):
         bad.append("a rerun counted as a failure (an event or a kill)")
     if (o.status == RunStatus.FINISHED and o.liveness == Liveness.GONE and o.desired == Desired.RUNNING
             and o.action == ActionState.NONE and o.record == RecordState.PRESENT and o.lease == Lease.FREE_OR_OURS
-            and o.standby != Standby.TOOK_OVER):
+            and o.standby not in (Standby.TOOK_OVER, Standby.TAKING_OVER)):
         if policy.restart_finished and d.act != Act.RERUN:
             bad.append("a finished run not started again although restart_finished is on")
         if not policy.restart_finished and d.act != Act.NOTHING:
             bad.append("a finished run acted on although restart_finished is off")
     # A takeover under way is not pre-empted by a restart: two starts on one checkpoint.
-    if o.standby == Standby.TAKING_OVER and o.liveness == Liveness.GONE and d.act == Act.RESTART:
+    if o.standby == Standby.TAKING_OVER and o.liveness == Liveness.GONE and d.act in (Act.RESTART, Act.RERUN):
         bad.append("a restart while the hot standby takes over")
     return bad
 
@@ -180,6 +181,9 @@ def test_a_finished_run_is_left_finished_unless_asked():
     assert rerun.act == Act.RERUN and rerun.event is None and not rerun.kill_first
     stopped = Observation(Desired.RUNNING, ActionState.NONE, RecordState.PRESENT, Liveness.GONE, RunStatus.STOPPED)
     assert decide(stopped, Policy(False, True)).act == Act.NOTHING  # a graceful stop is never rerun
+    taking_over = Observation(Desired.RUNNING, ActionState.NONE, RecordState.PRESENT, Liveness.GONE,
+                              RunStatus.FINISHED, standby=Standby.TAKING_OVER)
+    assert decide(taking_over, Policy(False, True)).act == Act.OBSERVE  # never a rerun beside a takeover
 
 
 def test_the_decision_is_a_function_of_the_dimensions_only():
