@@ -77,6 +77,20 @@ class SparkBinaryNotAllowedError(ValueError):
     (``cluster.spark_binary``), as the provider's ``spark_binary`` argument may."""
 
 
+class RunAsUserError(ValueError):
+    """A driver cannot be started as the spec's ``run_as_user``: no such user, the user could read the Airflow
+    side's secrets, cannot run the driver's Python or Spark, or the control directory cannot be shared with it
+    (see :mod:`airflow_streaming.run_as`). Nothing was started. A ``ValueError``: a retry cannot fix it.
+
+    :param user: the user name.
+    :param reason: what is wrong, with the fix.
+    """
+
+    def __init__(self, user: str, reason: str) -> None:
+        super().__init__(f"run_as_user {user!r}: {reason}")
+        self.user, self.reason = user, reason
+
+
 class UnsafeDirectoryError(ValueError):
     """A private directory of this provider (secrets, runtime zip, driver logs) exists but is not private:
     a symlink, not a directory, another user's, or open to group/others. Nothing was written into it or

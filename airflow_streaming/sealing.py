@@ -18,13 +18,19 @@ from airflow_streaming.control.seal import DEPLOYABLE, is_sealed_by, seal_spec, 
 from airflow_streaming.redaction import mask_spec
 from airflow_streaming.spec import StreamSpec
 
-__all__ = ["KEY_FILE_NAME", "deployer_of", "seal_key", "sealed"]
+__all__ = ["KEY_FILE_NAME", "deployer_of", "seal_key", "sealed", "secret_files"]
 
 KEY_FILE_NAME = "airflow_streaming_seal.key"
 
 
 def _airflow_home() -> str:
     return os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+
+
+def secret_files() -> list[str]:
+    """The Airflow side's files that a driver must never read: the seal key file and ``airflow.cfg``."""
+    home = _airflow_home()
+    return [os.path.join(home, KEY_FILE_NAME), os.environ.get("AIRFLOW_CONFIG") or os.path.join(home, "airflow.cfg")]
 
 
 def _key_file() -> bytes:

@@ -23,6 +23,7 @@ from airflow_streaming.location import (  # noqa: F401 - re-exported
     _check_location,
     _check_str,
     _same_file_system,
+    is_local_location,
     locations_overlap,
 )
 from airflow_streaming.redaction import secret_arguments
@@ -35,7 +36,9 @@ from airflow_streaming.submit_fields import (
     check_twins,
     refuse_unsupported,
     shipped_files,
+    target_kind,
 )
+from airflow_streaming.run_as import check_name
 
 __all__ = ["BUNDLED_JOBS", "SpecError", "StreamSpec", "as_spec", "parse_duration"]
 
@@ -339,6 +342,12 @@ class StreamSpec:
     that recovery is a query start in a running JVM, not a cold start. Costs a second driver's memory
     and cores while it waits; the supervisor prepares it and records each takeover."""
 
+    run_as_user: str | None = None
+    """A local or client-mode driver, and the compatibility check's child that runs the candidate's code,
+    started as this Unix user (``docs/security.md``, :mod:`airflow_streaming.run_as`): it cannot read the seal
+    key, ``airflow.cfg`` or the worker's private files, nor change the Airflow side's control files. Needs a
+    local ``control_location``; not with ``hot_standby`` (a takeover rewrites the Airflow side's files)."""
+
     # SparkSubmitOperator's fields, same names and meaning (airflow_streaming.submit_fields, docs/job-dependencies.md).
     # The list fields accept a list or a comma-separated string; files are absolute paths or URIs.
     py_files: tuple[str, ...] = ()
@@ -445,6 +454,8 @@ class StreamSpec:
         if not isinstance(self.hot_standby, bool):
             raise SpecError("hot_standby", f"must be true or false, got {_type_name(self.hot_standby)} "
                                            f"{self.hot_standby!r}")
+        if self.run_as_user is not None:
+            self._check_run_as_user()
         if self.storage_conn_id is not None:
             _check_str(self.storage_conn_id, "storage_conn_id")
         # The checkpoint and the stream's control dir must not overlap.
@@ -525,8 +536,27 @@ class StreamSpec:
             **({"secret_args": dict(self.secret_args)} if self.secret_args else {}),
             **({"spark_runtime": dict(self.spark_runtime)} if self.spark_runtime else {}),
             **({"hot_standby": True} if self.hot_standby else {}),
+            **({"run_as_user": self.run_as_user} if self.run_as_user else {}),
             **self._submit_fields_dict(),
         }
+
+    def _check_run_as_user(self) -> None:
+        try:
+            check_name(self.run_as_user)
+        except ValueError as exc:
+            raise SpecError("run_as_user", str(exc)) from None
+        if self.master is not None and target_kind(self.master, self.deploy_mode) != "local":
+            raise SpecError("run_as_user", "only for a driver on the Airflow worker (a local master, or client "
+                            "mode): a cluster-mode driver runs on the cluster, as the cluster's user (use its own "
+                            "impersonation: proxy_user, a Kubernetes service account)")
+        if self.hot_standby:
+            raise SpecError("run_as_user", "not with hot_standby: a takeover rewrites driver.json and the run "
+                            "marker, which a driver running as another user may not write; drop one of them")
+        if not is_local_location(self.control_location) or not is_local_location(self.checkpoint_location):
+            raise SpecError("run_as_user", "needs a local control_location and checkpoint_location (the control "
+                            "directory is shared with the driver's Unix user on this host's file system, and the "
+                            "compatibility check reads the checkpoint as that user, without the worker's Airflow "
+                            "connections)")
 
     def _submit_fields_dict(self) -> dict[str, Any]:
         """The SparkSubmitOperator fields that are set (left out when unset: specs stored before them stay

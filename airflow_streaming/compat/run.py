@@ -40,7 +40,9 @@ def check_command(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True) 
     plain, secret = split_conf({**dependency_conf(spec), **{str(k): str(v) for k, v in spec.spark_conf.items()}})
     secret.update(secret_args_conf(spec.secret_args))  # the child appends them to the job's arguments
     runtime = _runtime_of(spec)
-    cmd = [runtime.python if runtime else sys.executable, "-m", "airflow_streaming.compat", "--json",
+    python = runtime.python if runtime else (spec.env_vars or {}).get("PYSPARK_PYTHON") if spec.run_as_user \
+        else None
+    cmd = [*_switch(spec), python or sys.executable, "-m", "airflow_streaming.compat", "--json",
            "--checkpoint", spec.checkpoint_location,
            "--application", spec.application, "--stream", spec.name,
            "--trigger-seconds", str(spec.trigger_interval)]
@@ -87,21 +89,61 @@ def _runtime_of(spec: StreamSpec) -> Any:
     return runtime
 
 
+def _switch(spec: StreamSpec) -> list[str]:
+    """The prefix that runs the check as the spec's ``run_as_user`` (none without one)."""
+    if not spec.run_as_user:
+        return []
+    from airflow_streaming import run_as
+
+    return run_as.switch_command(run_as.lookup(spec.run_as_user))
+
+
+def _cwd(spec: StreamSpec) -> str | None:
+    """Where the check runs: the ``run_as_user``'s home (the worker's directory may be closed to it)."""
+    if not spec.run_as_user:
+        return None
+    from airflow_streaming import run_as
+
+    return run_as.working_directory(run_as.lookup(spec.run_as_user))
+
+
 def check_environment(spec: StreamSpec) -> dict[str, str] | None:
-    """The check child's environment: this process's (``None``), or for a candidate with its own Spark runtime
-    that runtime's ``SPARK_HOME`` and Python, with the runtime tree (``spark_jobs`` and the pure modules, no
-    other site-packages) as its ``PYTHONPATH``, and without Airflow's configuration and credentials."""
+    """The check child's environment. The child runs the candidate's code (it plans the job), so it gets none
+    of Airflow's configuration and credentials (:func:`airflow_streaming.targets.driver_env.driver_environment`)
+    - except for a checkpoint on HDFS, which it reads through the spec's Airflow connection (``None``: this
+    process's environment). A candidate with its own Spark runtime gets that runtime's ``SPARK_HOME`` and
+    Python, with the runtime tree (``spark_jobs`` and the pure modules, no other site-packages) as its
+    ``PYTHONPATH``; a spec with ``run_as_user`` that user's home and name (:mod:`airflow_streaming.run_as`)."""
+    from airflow_streaming.location import is_local_location
+    from airflow_streaming.targets.driver_env import driver_environment
+
     runtime = _runtime_of(spec)
     if runtime is None:
-        return None
+        if not is_local_location(spec.checkpoint_location):
+            return None
+        env = driver_environment(os.environ)
+        if spec.run_as_user:
+            import pyspark
+
+            from airflow_streaming import run_as
+            from airflow_streaming.targets.runtime_bundle import PROJECT_ROOT
+
+            env = run_as.switched_environment(env, run_as.lookup(spec.run_as_user))
+            # Its Python (env_vars PYSPARK_PYTHON) may be another installation: this provider and PySpark first.
+            site = os.path.dirname(os.path.dirname(os.path.abspath(pyspark.__file__)))
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), site, env.get("PYTHONPATH")]))
+        return env
     from airflow_streaming.spark_runtime import without_class_archive
-    from airflow_streaming.targets.driver_env import driver_environment
     from airflow_streaming.targets.runtime_bundle import runtime_tree
 
     env = driver_environment(os.environ, runtime.environment())
     env["PYTHONPATH"] = runtime_tree()
     if "SPARK_SUBMIT_OPTS" in env:
         env["SPARK_SUBMIT_OPTS"] = without_class_archive(env["SPARK_SUBMIT_OPTS"])
+    if spec.run_as_user:
+        from airflow_streaming import run_as
+
+        env = run_as.switched_environment(env, run_as.lookup(spec.run_as_user))
     return env
 
 
@@ -116,7 +158,8 @@ def run_check(spec: StreamSpec, allow_warnings: bool, dry_run: bool = True, time
     secrets = secret_values(spec.spark_conf)
     register_secrets(secrets)
     proc = subprocess.run(cmd, input=secret_input, stdin=None if secret_input is not None else subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout, env=check_environment(spec))
+                          capture_output=True, text=True, timeout=timeout, env=check_environment(spec),
+                          cwd=_cwd(spec))
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     start = next((i for i, line in enumerate(lines) if line.startswith("{")), None)
     try:
@@ -143,7 +186,7 @@ def start_check_detached(spec: StreamSpec, allow_warnings: bool, dry_run: bool, 
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if secret_input is not None else subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-                                env=check_environment(spec))
+                                env=check_environment(spec), cwd=_cwd(spec))
     if secret_input is not None and proc.stdin is not None:
         proc.stdin.write(secret_input.encode())
         proc.stdin.close()

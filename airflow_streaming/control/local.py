@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import shutil
 import tempfile
 
@@ -40,6 +41,8 @@ class LocalStorage(ControlStorage):
         # Hidden temp name: Spark's file sources and our readers ignore dot-files.
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
         try:
+            if _shared(directory):  # a driver of another user (run_as_user) and the worker read each other's files
+                os.fchmod(fd, 0o640)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
@@ -167,6 +170,16 @@ class LocalStorage(ControlStorage):
 
 def _rel(rel_dir: str, name: str) -> str:
     return name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
+
+
+def _shared(directory: str) -> bool:
+    """A control directory shared with a driver of another Unix user (``airflow_streaming.run_as``: set-group-id,
+    group-writable, sticky): files written there are 0640, so that each side reads the other's."""
+    try:
+        mode = os.stat(directory).st_mode
+    except OSError:
+        return False
+    return bool(mode & stat.S_ISGID and mode & stat.S_IWGRP and mode & stat.S_ISVTX)
 
 
 def _unlink_quietly(path: str) -> None:

@@ -181,8 +181,11 @@ class PlanningMixin:
 
     def _environment(self) -> dict[str, str]:
         env: dict[str, str] = {}
-        env["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
-        env["PYSPARK_DRIVER_PYTHON"] = os.environ.get("PYSPARK_DRIVER_PYTHON", env["PYSPARK_PYTHON"])
+        own = dict(getattr(self.spec, "env_vars", None) or {})  # the spec's Python is the driver's too
+        env["PYSPARK_PYTHON"] = own.get("PYSPARK_PYTHON") or os.environ.get("PYSPARK_PYTHON", sys.executable)
+        env["PYSPARK_DRIVER_PYTHON"] = own.get("PYSPARK_DRIVER_PYTHON") or (
+            env["PYSPARK_PYTHON"] if "PYSPARK_PYTHON" in own else os.environ.get("PYSPARK_DRIVER_PYTHON",
+                                                                                env["PYSPARK_PYTHON"]))
         bindir = os.path.dirname(sys.executable)
         path = os.environ.get("PATH", "")
         if not shutil.which("spark-submit", path=path) and os.path.exists(os.path.join(bindir, "spark-submit")):

@@ -71,6 +71,7 @@ class SubmissionMixin:
             plan = self.launch_plan(run_id, standby=standby, failover=failover)
             plan = dataclasses.replace(plan, env={**self._environment(), **plan.env})
             self.storage.makedirs(self.paths.root)
+            self.ready_for_run_as_user(plan)
             if not self.remote_storage:
                 self.storage.makedirs(os.path.dirname(self.paths.log(run_id)))
             permit.check(self.paths.root, "submit")
@@ -157,6 +158,26 @@ class SubmissionMixin:
                         run_id, self.spec.name, record.handle)
             return record
 
+    def ready_for_run_as_user(self, plan: Any) -> None:
+        """For a spec with ``run_as_user``: refuse (``RunAsUserError``) a user that could read the Airflow side's
+        secrets or cannot run the driver, then share the stream's control directory with it
+        (:mod:`airflow_streaming.run_as`). Nothing to do without one."""
+        if not plan.run_as_user:
+            return
+        import shutil
+        import sys
+
+        from airflow_streaming import run_as
+        from airflow_streaming.sealing import secret_files
+
+        user = run_as.lookup(plan.run_as_user)
+        binary = self.target.binary(plan)
+        spark_submit = shutil.which(binary, path=plan.env.get("PATH", os.environ.get("PATH"))) or binary
+        pythons = [plan.env.get(name) or sys.executable for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")]
+        run_as.preflight(user, run=[spark_submit, *dict.fromkeys(pythons)], read=[plan.launcher],
+                         secret=secret_files())
+        run_as.share_control_dir(self.paths.root, user)
+
     def submit_gate(self, permit: StepPermit, run_id: str, dry_run: bool = True) -> DriverRecord:
         """Start a *gate driver* on the stream's own target: a short driver that runs the compatibility gate
         of this spec (the candidate) against its checkpoint where the checkpoint and the job's dependencies
@@ -170,6 +191,7 @@ class SubmissionMixin:
             plan = dataclasses.replace(plan, name=f"{plan.name} gate",
                                        env={**self._environment(), **plan.env})
             self.storage.makedirs(self.paths.root)
+            self.ready_for_run_as_user(plan)
             if not self.remote_storage:
                 self.storage.makedirs(os.path.dirname(self.paths.log(run_id)))
             permit.check(self.paths.root, "submit the gate of")

@@ -175,6 +175,7 @@ class DriverTarget(abc.ABC):
                           py_files=list(getattr(spec, "py_files", None) or ()),
                           env=dict(getattr(spec, "env_vars", None) or {}),
                           properties_file=getattr(spec, "properties_file", None),
+                          run_as_user=getattr(spec, "run_as_user", None),
                           submit_args=[*options, *(self.settings.get("submit_args") or []), *self.kerberos_args()])
 
     def archives(self) -> list[str]:

@@ -33,6 +33,9 @@ class LaunchPlan:
     spark_binary: str | None = None
     """The ``spark-submit`` of the stream version's own Spark runtime (``airflow_streaming.spark_runtime``);
     ``None``: the target's ``spark_binary`` setting (default ``spark-submit`` on PATH)."""
+    run_as_user: str | None = None
+    """The Unix user the driver runs as (the spec's ``run_as_user``; local target only): see
+    :mod:`airflow_streaming.run_as`."""
     properties_file: str | None = None
     """The spec's ``properties_file`` (spark-submit's ``--properties-file``: read instead of
     ``spark-defaults.conf``)."""

@@ -16,18 +16,21 @@ with that host. For drivers that outlive any Airflow worker use a cluster target
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import psutil
 
+from airflow_streaming import run_as, secret_handoff
 from airflow_streaming.control.contract import DriverRecord
 from airflow_streaming.control.process import ProcessIdentity, has_token, process_start_time, settled_cmdline
 from airflow_streaming.exceptions import ApplicationNotFoundError
@@ -122,17 +125,53 @@ class LocalTarget(DriverTarget):
         binary = self.binary(plan)
         if shutil.which(binary, path=env.get("PATH")) is None:
             raise ApplicationNotFoundError(f"{spark_submit_missing(binary)}; nothing was submitted")
+        if plan.run_as_user:
+            return self._submit_as_user(plan, env, binary)
         properties = write_properties_file(submitted_properties(plan), plan.run_id) if plan.secret_conf else None
         if properties:
             env["AIRFLOW_STREAMING_SECRET_PROPERTIES"] = properties  # the runtime deletes it once started
         argv = spark_submit_argv(plan, binary, properties)
-        os.makedirs(os.path.dirname(plan.log_path), exist_ok=True)
-        with open(plan.log_path, "ab") as log_file:
-            proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, start_new_session=True, close_fds=True)
-        _CHILDREN[proc.pid] = proc
+        proc = self._start(plan, argv, env)
         return {"pid": proc.pid, "start_time": process_start_time(proc.pid),
                 **({"properties_file": properties} if properties else {})}
+
+    def _start(self, plan: LaunchPlan, argv: list[str], env: dict[str, str], stdin: bytes | None = None,
+               cwd: str | None = None) -> subprocess.Popen:
+        os.makedirs(os.path.dirname(plan.log_path), exist_ok=True)
+        with open(plan.log_path, "ab") as log_file:
+            proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                                    env=env, start_new_session=True, close_fds=True, cwd=cwd)
+        if stdin is not None and proc.stdin is not None:
+            try:
+                proc.stdin.write(stdin)
+            finally:
+                proc.stdin.close()
+        _CHILDREN[proc.pid] = proc
+        return proc
+
+    def _submit_as_user(self, plan: LaunchPlan, env: dict[str, str], binary: str) -> dict[str, Any]:
+        """Start the driver as ``plan.run_as_user`` (:mod:`airflow_streaming.run_as`): its secret conf is piped
+        to :mod:`airflow_streaming.secret_handoff`, which writes that user's own properties file and execs
+        spark-submit (the recorded pid stays the driver's)."""
+        user = run_as.lookup(plan.run_as_user or "")
+        env = run_as.switched_environment(env, user)
+        if "SPARK_HOME" not in env:  # else pip's spark-submit asks this Python where it is (find-spark-home)
+            import pyspark
+
+            env["SPARK_HOME"] = os.path.dirname(os.path.abspath(pyspark.__file__))
+        prefix, cwd = run_as.switch_command(user), run_as.working_directory(user)
+        if not plan.secret_conf:
+            proc = self._start(plan, [*prefix, *spark_submit_argv(plan, binary, None)], env, cwd=cwd)
+        else:
+            placeholder = f"@airflow-streaming-properties-{plan.run_id}"
+            env["AIRFLOW_STREAMING_SECRET_PROPERTIES"] = placeholder
+            python = env.get("PYSPARK_PYTHON") or sys.executable
+            argv = [*prefix, python, secret_handoff.__file__, plan.run_id, placeholder, "--",
+                    *spark_submit_argv(plan, binary, placeholder)]
+            payload = json.dumps({"conf": submitted_properties(plan)}).encode()
+            proc = self._start(plan, argv, env, stdin=payload, cwd=cwd)
+        return {"pid": proc.pid, "start_time": process_start_time(proc.pid), "run_as_user": user.name}
 
     def find(self, run_id: str, record: DriverRecord | None = None) -> list[str]:
         reap_children()
@@ -203,6 +242,8 @@ class LocalTarget(DriverTarget):
             for proc in victims:
                 try:
                     proc.send_signal(sig)  # psutil re-checks the process's start time first
+                except psutil.AccessDenied:
+                    self._signal_as(record, proc, sig)
                 except psutil.Error:
                     pass
             done.append(f"{sig.name} to {len(victims)} process(es)")
@@ -218,6 +259,18 @@ class LocalTarget(DriverTarget):
             return f"nothing to kill: no process of run {record.run_id} is alive ({why}); nothing was signalled"
         left = self.ours(record.run_id)
         return "; ".join(done) + (f"; still alive: {[p.pid for p in left]}" if left else "; all gone") + left_alone
+
+    @staticmethod
+    def _signal_as(record: DriverRecord, proc: psutil.Process, sig: signal.Signals) -> None:
+        """A driver of another Unix user (``run_as_user``), from a worker that is not root: signal it as that
+        user through ``sudo`` (the rule its start needed), after the same ownership checks."""
+        user = record.handle.get("run_as_user")
+        if not user or os.geteuid() == 0:
+            return
+        done = subprocess.run(["sudo", "-n", "-u", str(user), "kill", "-s", sig.name.removeprefix("SIG"),
+                               str(proc.pid)], capture_output=True, text=True, timeout=30)
+        if done.returncode:
+            log.error("could not signal pid %s as %s: %s", proc.pid, user, done.stderr.strip()[-300:])
 
     def wait_gone(self, record: DriverRecord, timeout: float) -> bool:
         """As :meth:`DriverTarget.wait_gone` (polling faster), then our own spark-submit child reaped fully."""
