@@ -70,6 +70,9 @@ API_HINT = ("check cluster.api_server (or the k8s:// master), that the API serve
             "in the namespace")
 SECRET_CONF_KEY = "conf.json"
 SECRET_KEY_REF = f"spark.kubernetes.driver.secretKeyRef.{SECRET_CONF_ENV}"
+DRIVER_ENV_PREFIX = "spark.kubernetes.driverEnv."
+EXECUTOR_ENV_PREFIX = "spark.kubernetes.executorEnv."
+"""Not a Spark setting (executors take ``spark.executorEnv.<NAME>``): refused, see ``refuse_unreachable_env``."""
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _SUBMISSION = re.compile(r"submission ID (\S+?):(\S+) into Kubernetes")
 _POD_NAME = re.compile(r"pod name: (\S+)")
@@ -156,6 +159,7 @@ class KubernetesClusterTarget(ClusterTarget):
         if not settings.get("image"):
             raise ValueError("cluster.image: Kubernetes cluster mode needs the driver's container image (Spark 4.2 "
                              "with Python, the provider's runtime dependencies and - unless shipped - the runtime)")
+        self.refuse_unreachable_env(secret_conf)
         pod = driver_pod_name(spec.name, run_id)
         run_label, stream_label = label_value(run_id), label_value(spec.name)
         k8s_conf = {
@@ -197,9 +201,9 @@ class KubernetesClusterTarget(ClusterTarget):
         # secret conf: never overridden by spark_conf.
         fixed = {k: v for k, v in k8s_conf.items() if k.endswith((".pod.name", RUN_LABEL)) or k == SECRET_KEY_REF}
         self.refuse_unshippable(spec, plan.conf)
-        plan = self.driver_env_conf(plan, "spark.kubernetes.driverEnv.", spec)
+        plan = self.driver_env_conf(plan, DRIVER_ENV_PREFIX, spec)
         secret_env = [n for n in getattr(spec, "env_vars", None) or {}
-                      if f"spark.kubernetes.driverEnv.{n}" in plan.secret_conf]
+                      if f"{DRIVER_ENV_PREFIX}{n}" in plan.secret_conf]
         if secret_env:
             name = secret_env[0]
             raise SpecError(f"env_vars.{name}", "holds a secret, which the kubernetes target cannot hand to the "
@@ -211,6 +215,31 @@ class KubernetesClusterTarget(ClusterTarget):
 
     def archives(self) -> list[str]:
         return list(self.settings.get("archives") or [])
+
+    @staticmethod
+    def refuse_unreachable_env(secret_conf: dict[str, str]) -> None:
+        """A private ``spark_conf`` entry that would never set the environment variable it names: a
+        ``SpecError`` naming the entry and the fix.
+
+        ``spark.kubernetes.driverEnv.<NAME>`` is read by spark-submit when it builds the driver pod, but private
+        conf travels in the run's Secret, which the driver applies to its session after it started: the variable
+        never is in the driver's environment. ``spark.kubernetes.executorEnv.<NAME>`` is no Spark setting at all.
+        (``spark.executorEnv.<NAME>`` does reach the executors: the Secret's conf is set before the SparkContext
+        exists, and Spark builds each executor pod's environment from that context's conf.)"""
+        for key in secret_conf:
+            if key.startswith(DRIVER_ENV_PREFIX):
+                name = key[len(DRIVER_ENV_PREFIX):]
+                raise SpecError(f"spark_conf.{key}", "passes an environment variable as private conf, which the "
+                                "kubernetes target delivers through the run's Secret, applied after the driver "
+                                "started: the variable would never be in the driver's environment. A non-secret "
+                                f"value goes in env_vars.{name}; a secret in a Kubernetes Secret referenced with "
+                                f"spark_conf spark.kubernetes.driver.secretKeyRef.{name}: <secret>:<key>")
+            if key.startswith(EXECUTOR_ENV_PREFIX):
+                name = key[len(EXECUTOR_ENV_PREFIX):]
+                raise SpecError(f"spark_conf.{key}", "Spark 4 has no such setting, so the variable would never be "
+                                "in the executors' environment: use spark_conf spark.executorEnv."
+                                f"{name} (private conf, delivered before the executors start), or for a secret "
+                                f"spark.kubernetes.executor.secretKeyRef.{name}: <secret>:<key>")
 
     @staticmethod
     def refuse_unshippable(spec: Any, conf: dict[str, str]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_streaming.exceptions import StreamStateUnknownError
+from airflow_streaming.exceptions import SpecError, StreamStateUnknownError
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets.base import Liveness
@@ -326,3 +326,38 @@ def test_a_forged_record_naming_another_streams_pod_is_refused(tmp_path, api, tl
     assert api.deletions == [] and b.target.adopt(victim.run_id) is None
     assert a.target.adopt(victim.run_id) == victim.handle
     assert "deleted driver pod" in stream_actions.kill(a, victim, grace=1)
+
+
+@pytest.mark.parametrize("key, fix", [
+    ("spark.kubernetes.driverEnv.DB_URL", r"non-secret value goes in env_vars\.DB_URL; a secret in a Kubernetes "
+                                          r"Secret referenced with spark_conf spark\.kubernetes\.driver\.secretKeyRef"
+                                          r"\.DB_URL: <secret>:<key>"),
+    ("spark.kubernetes.executorEnv.DB_URL", r"Spark 4 has no such setting.*spark\.executorEnv\.DB_URL"),
+])
+def test_an_environment_variable_in_private_conf_that_never_reaches_the_pod_is_refused(
+        tmp_path, api, tls, token_file, submit_record, key, fix):
+    """Issue 35: ``spark.kubernetes.driverEnv.*`` is private conf (env-passing prefixes are never public), so it
+    went in the run's Secret, which the driver applies to its session after it started - the variable never
+    was in the driver's environment. ``spark.kubernetes.executorEnv.*`` is no Spark setting at all. Both are a
+    SpecError naming the entry and the fix, before anything is created or submitted."""
+    hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={
+        key: "jdbc:postgresql://db:5432/app", "spark.kubernetes.file.upload.path": "s3a://bucket/uploads"}))
+    with pytest.raises(SpecError, match=fix) as refused:
+        stream_actions.submit(hook)
+    assert refused.value.field == f"spark_conf.{key}"
+    assert "jdbc:postgresql" not in str(refused.value)
+    assert not submit_record.exists() and api.objects["secrets"] == {} and api.pods == {}
+
+
+def test_an_executor_environment_variable_in_private_conf_travels_in_the_runs_secret(
+        tmp_path, api, tls, token_file, submit_record):
+    """``spark.executorEnv.*`` (private) is not refused: it goes in the run's Secret, which the runtime applies to
+    the SparkSession builder before the SparkContext exists (``DriverSession.create``), and Spark builds every
+    executor pod's environment from that context's conf."""
+    hook = SparkStreamHook(k8s_spec(tmp_path, api.url, tls, token_file, spark_conf={
+        "spark.executorEnv.DB_PASSWORD": SECRET, "spark.kubernetes.file.upload.path": "s3a://bucket/uploads"}))
+    record = stream_actions.submit(hook)
+    (call,) = calls(submit_record)
+    assert SECRET not in " ".join(call["argv"])
+    secret = api.objects["secrets"][("streams", conf_secret_name(record.handle["pod"]))]
+    assert json.loads(base64.b64decode(secret["data"]["conf.json"])) == {"spark.executorEnv.DB_PASSWORD": SECRET}

@@ -363,3 +363,18 @@ def test_the_resourcemanager_a_record_names_is_never_asked(tmp_path, rm, submit_
         assert "accepted" in stream_actions.kill(hook, forged, grace=5)
         assert rm.kills == [(app_id, hook.target.user)] and fake.kills == []
         assert not any(fake.url in url for url in hook.target.urls(forged).values())
+
+
+def test_an_environment_variable_in_private_conf_reaches_spark_submit_through_the_properties_file(
+        tmp_path, rm, submit_record):  # noqa: F811 - the fixtures
+    """Issue 35: ``spark.yarn.appMasterEnv.*`` and ``spark.executorEnv.*`` are private conf; on YARN the private
+    channel is spark-submit's own 0600 properties file, loaded into the SparkConf from which Spark's YARN
+    ``Client.setupLaunchEnv`` builds the application master's (the driver's) environment, and which the
+    driver's executors get. So they are not refused here (unlike on Kubernetes), and never on the argv."""
+    spec = replace(yarn_spec(tmp_path, rm.url), spark_conf={"spark.yarn.appMasterEnv.GITHUB_PAT": SECRET,
+                                                            "spark.executorEnv.DB_PASS": SECRET + "-x"})
+    record = stream_actions.submit(SparkStreamHook(spec))
+    (call,) = calls(submit_record)
+    assert SECRET not in " ".join(call["argv"]) and SECRET not in record.command
+    assert f"spark.yarn.appMasterEnv.GITHUB_PAT={SECRET}\n" in call["properties"]
+    assert f"spark.executorEnv.DB_PASS={SECRET}-x\n" in call["properties"]
