@@ -34,7 +34,6 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-import re
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -47,7 +46,6 @@ __all__ = ["DRIVER_FILES", "RunAsUserError", "UnixUser", "lookup", "may", "prefl
 #: The control files a driver writes itself (created by it, so owned by it under the sticky bit).
 DRIVER_FILES = ("status.json", "lease.json", "standby.json", "standby-gate-report.json", "gate-report.json")
 
-_NAME = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
 READ, WRITE, RUN = os.R_OK, os.W_OK, os.X_OK
 
 
@@ -60,13 +58,6 @@ class UnixUser:
     gid: int
     groups: frozenset[int]
     home: str
-
-
-def check_name(name: object) -> str:
-    """``name`` if it can be a Unix user name; ``ValueError`` otherwise (the spec names the field)."""
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"must be a Unix user name (lower-case letters, digits, '_', '.', '-'), got {name!r}")
-    return name
 
 
 def lookup(name: str) -> UnixUser:

@@ -26,7 +26,7 @@ from airflow_streaming.location import (  # noqa: F401 - re-exported
     is_local_location,
     locations_overlap,
 )
-from airflow_streaming.redaction import secret_arguments
+from airflow_streaming.redaction import is_secret_conf_entry, secret_arguments
 from airflow_streaming.spark_lines import check_runtime
 from airflow_streaming.submit_fields import (
     SUBMIT_FIELDS,
@@ -38,7 +38,13 @@ from airflow_streaming.submit_fields import (
     shipped_files,
     target_kind,
 )
-from airflow_streaming.run_as import check_name
+
+_UNIX_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+
+#: Spark conf whose value Spark's launchers put on a JVM's command line (``-D...`` options), in every mode.
+JVM_OPTION_KEYS = ("spark.driver.extraJavaOptions", "spark.driver.defaultJavaOptions",
+                   "spark.executor.extraJavaOptions", "spark.executor.defaultJavaOptions",
+                   "spark.yarn.am.extraJavaOptions")
 
 __all__ = ["BUNDLED_JOBS", "SpecError", "StreamSpec", "as_spec", "parse_duration"]
 
@@ -511,6 +517,13 @@ class StreamSpec:
         secret (it would go on a command line): called before anything is submitted or checked. (Not at
         construction: specs stored by earlier versions must stay readable.)"""
         _refuse_secret_arguments(self.application_args)
+        for key in JVM_OPTION_KEYS:
+            value = self.spark_conf.get(key)
+            if value not in (None, "") and is_secret_conf_entry(key, value):
+                raise SpecError(f"spark_conf.{key}", "holds a secret, and Spark puts JVM options on the JVM's "
+                                "command line, which every user of its host can read (ps, /proc): give the "
+                                "secret its own spark_conf entry (it travels privately, never on a command line) "
+                                "or put it in a file the option names")
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-safe dict; ``StreamSpec.from_dict(s.to_dict()) == s``."""
@@ -541,10 +554,9 @@ class StreamSpec:
         }
 
     def _check_run_as_user(self) -> None:
-        try:
-            check_name(self.run_as_user)
-        except ValueError as exc:
-            raise SpecError("run_as_user", str(exc)) from None
+        if not isinstance(self.run_as_user, str) or not _UNIX_USER.match(self.run_as_user):
+            raise SpecError("run_as_user", "must be a Unix user name (lower-case letters, digits, '_', '.', '-'), "
+                                           f"got {self.run_as_user!r}")
         if self.master is not None and target_kind(self.master, self.deploy_mode) != "local":
             raise SpecError("run_as_user", "only for a driver on the Airflow worker (a local master, or client "
                             "mode): a cluster-mode driver runs on the cluster, as the cluster's user (use its own "

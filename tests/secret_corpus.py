@@ -96,11 +96,18 @@ CONF_SHAPES = [
     ("spark.ssl.keyStorePassword", _canary(27), _canary(27)),
     ("spark.authenticate.secret", _canary(28), _canary(28)),
     ("spark.myapp.opaque", _canary(29), _canary(29)),
-    ("spark.driver.extraJavaOptions", f"-Xss4m -Djavax.net.ssl.keyStorePassword={_canary(30)}", _canary(30)),
+    ("spark.myapp.ssh.passphrase", f"{_canary(30)}-phrase", _canary(30)),
     ("spark.executorEnv.AWS_SECRET_ACCESS_KEY", _canary(31), _canary(31)),
     ("spark.datadog.api", _canary(32), _canary(32)),
     ("spark.sql.streaming.sink.url", f"https://etl:{_canary(33)}@sink.example/api", _canary(33)),
     ("spark.yarn.appMasterEnv.SLACK_HOOK", f"https://hooks.slack.com/services/T1/B1/{_canary(34)}", _canary(34)),
+]
+
+#: (key, value, canary): Spark conf that Spark itself puts on a JVM's command line (JVM options): a secret
+#: there is refused by the spec before anything is submitted (a real driver showed it in /proc/<pid>/cmdline).
+REFUSED_CONF_SHAPES = [
+    ("spark.driver.extraJavaOptions", f"-Xss4m -Djavax.net.ssl.keyStorePassword={_canary(56)}", _canary(56)),
+    ("spark.executor.extraJavaOptions", f"-Dkafka.password={_canary(57)}", _canary(57)),
 ]
 
 #: (application_args, index of the argument that holds the secret, canary): refused by the spec.

@@ -285,11 +285,9 @@ def corpus_secret_args() -> dict[str, str]:
 CORPUS_CANARIES = {**{c: key for key, _, c in CONF_SHAPES}, **{c: f"arg-{n}" for n, (_, _, c) in enumerate(ARG_SHAPES)}}
 #: A leak of today's product that this test knows (what the watch reports -> why): the test reports it as an
 #: expected failure (xfail) once every other check has passed. Delete the entry when its fix lands.
-KNOWN_LEAKS = {
-    "cmdline of the driver JVM (SparkSubmit): spark.driver.extraJavaOptions":
-        "a secret in spark.driver.extraJavaOptions travels in the 0600 properties file, but spark-submit's "
-        "launcher (local and client mode) puts that setting on the driver JVM's command line",
-}
+KNOWN_LEAKS: dict[str, str] = {}
+"""Leaks known and not yet fixed (name -> why). A secret in spark.driver.extraJavaOptions was one (spark-submit's
+launcher puts JVM options on the driver JVM's command line): the spec now refuses it (REFUSED_CONF_SHAPES)."""
 
 # A user script as a user writes it: it compares what it got (its SparkConf, the arguments the runtime
 # appended) with the digests it was given and writes only booleans; it logs its conf's keys at INFO through

@@ -24,7 +24,7 @@ from airflow_streaming.targets.standalone import SECRET_CONF_ENV
 from airflow_streaming.targets.submit_command import masked_command, spark_submit_argv
 from airflow_streaming.ui import views
 from airflow_streaming.ui.streams import discover, read_stream
-from secret_corpus import ARG_SHAPES, CONF_SHAPES, ENV_SHAPES
+from secret_corpus import ARG_SHAPES, CONF_SHAPES, ENV_SHAPES, REFUSED_CONF_SHAPES
 from standins.yarn_fixtures import rm, submit_record  # noqa: F401 - fixtures
 
 RUN = "20260101T000000Z-0000c0de"
@@ -141,6 +141,21 @@ def test_arguments_that_look_like_credentials_are_refused_and_masked(tmp_path, a
     assert canary not in redact(" ".join(args))
 
 
+@pytest.mark.parametrize("key,value,canary", REFUSED_CONF_SHAPES, ids=[k for k, _, _ in REFUSED_CONF_SHAPES])
+def test_a_secret_in_jvm_options_is_refused_before_anything_runs(tmp_path, key, value, canary):
+    """Spark's launchers put JVM options on the JVM's command line (seen on a real driver's /proc/<pid>/cmdline,
+    tests/integration/test_secrets_off_command_line.py), whatever channel carried the conf."""
+    spec = base_spec(tmp_path, spark_conf={key: value})
+    with pytest.raises(SpecError) as err:
+        spec.refuse_plain_secrets()
+    assert err.value.field == f"spark_conf.{key}" and canary not in str(err.value)
+    for target in ("local", "yarn"):
+        with pytest.raises(SpecError):
+            SparkStreamHook(replace(spec, **TARGETS[target])).launch_plan(RUN)
+    base_spec(tmp_path, spark_conf={key: "-Xss4m -Dlog4j2.configurationFile=/etc/spark/log4j2.xml"}
+              ).refuse_plain_secrets()  # options without a secret are fine
+
+
 def test_a_masked_argument_does_not_turn_the_check_off(tmp_path):
     StreamSpec.refuse_plain_secrets(base_spec(tmp_path, application_args=["--password", MASK, "--token=" + MASK]))
     with pytest.raises(SpecError) as err:
@@ -181,5 +196,5 @@ def test_the_allowlist_keeps_known_settings_public_and_everything_else_private()
 
 
 def test_the_corpus_is_large_and_its_canaries_unique():
-    canaries = [c for _, _, c in CONF_SHAPES] + [c for _, _, c in ARG_SHAPES] + [c for _, _, c in ENV_SHAPES]
-    assert len(CONF_SHAPES) + len(ARG_SHAPES) >= 30 and len(set(canaries)) == len(canaries)
+    canaries = [c for shapes in (CONF_SHAPES, ARG_SHAPES, ENV_SHAPES, REFUSED_CONF_SHAPES) for _, _, c in shapes]
+    assert len(CONF_SHAPES) + len(ARG_SHAPES) + len(REFUSED_CONF_SHAPES) >= 30 and len(set(canaries)) == len(canaries)

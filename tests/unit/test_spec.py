@@ -207,7 +207,7 @@ def test_unknown_field_with_suggestion() -> None:
     err = spec_error(data)
     assert err.field == "chekpoint_location"
     assert "unknown field 'chekpoint_location' (allowed: name, application," in str(err)
-    assert "heartbeat_interval, master_ui_url, health, deploy_mode, cluster, storage_conn_id, secret_args, spark_runtime, hot_standby, py_files," in str(err)
+    assert "heartbeat_interval, master_ui_url, health, deploy_mode, cluster, storage_conn_id, secret_args, spark_runtime, hot_standby, run_as_user, py_files," in str(err)
     assert "queue, env_vars, properties_file)" in str(err)
     assert "did you mean 'checkpoint_location'?" in str(err)
 
