@@ -18,7 +18,8 @@ id) that satisfies this; an uncommitted batch never proves anything, whatever it
 give the same events, so an event's identity (the period's start and end) comes from the checkpoint,
 never from a clock. A caller keeps the last period it emitted and passes it back as ``after``:
 a restart, an upgrade, a rollback (an older checkpoint whose watermark is behind) or a failover then
-emits nothing twice.
+emits nothing twice. (Batch-count identities are batch ids: a stream given a new checkpoint starts
+again at batch 0, and its periods are reported again only once its batch ids pass ``after``.)
 
 Row counts. The rows of a time period are those of the committed batches whose watermark lies in
 the period (the batches that ran while the stream's watermark was inside it); batches that ran
@@ -175,6 +176,8 @@ class CommittedBatch:
     """``numInputRows`` of the batch's progress, when known."""
     late_rows: int | None = None
     """Rows dropped as late (``numRowsDroppedByWatermark`` summed over the state operators), when known."""
+    first_event_ms: int | None = None
+    """The earliest event time of the batch's input (its progress's ``eventTime.min``), when known."""
 
 
 @dataclass(frozen=True, order=True)
@@ -248,8 +251,17 @@ class _Checkpoint:
             if later_positive is not None:
                 self.position[i] = wm if wm > 0 else later_positive
 
-    def first_positive_watermark(self) -> int | None:
-        return next((self.by_id[i].watermark_ms for i in self.committed_ids if self.by_id[i].watermark_ms > 0), None)
+    def first_position(self, rule: CompletenessRule) -> int | None:
+        """Where a first call starts: the first positive watermark of a committed batch, or earlier, the
+        earliest event time of the committed batches that ran before it (they may hold periods that
+        this watermark closes at once), looking back at most ``rule.max_events`` periods."""
+        first = next((b for b in map(self.by_id.get, self.committed_ids) if b.watermark_ms > 0), None)
+        if first is None:
+            return None
+        earlier = [self.by_id[i].first_event_ms for i in self.committed_ids if i < first.batch_id]
+        known = [t for t in earlier if t is not None]
+        floor = rule.period_at(first.watermark_ms).start - rule.max_events * rule.length
+        return max(floor, min([first.watermark_ms, *known]))
 
     def time_proof(self, end: int) -> CommittedBatch | None:
         at = bisect.bisect_left(self.running_max, end)
@@ -285,9 +297,12 @@ def closed_periods(rule: CompletenessRule, committed: Iterable[CommittedBatch],
     ``committed`` is what the checkpoint shows (:func:`airflow_streaming.checkpoint.committed.read_committed`),
     any order, uncommitted batches included (they never prove a period). ``after`` is the last period
     already emitted: only periods starting at or after its end are returned. Without ``after``, time
-    periods start with the one holding the first positive watermark of a committed batch (periods that
-    closed before the stream had a watermark are not reported; pass an ``after`` to report from an
-    earlier period), and batch-count periods with the one holding the lowest batch id given.
+    periods start with the one holding the first positive watermark of a committed batch, or with
+    the one holding the earliest event time (``first_event_ms``, when known) of the committed batches
+    that ran before that watermark: the first watermark can close several periods at once. That look
+    back is bounded to ``rule.max_events`` periods (one odd old timestamp must not start a
+    decade of hourly events); pass an ``after`` to report from an earlier period. Batch-count
+    periods start with the one holding the lowest batch id given.
 
     Periods in between are all returned, empty ones included (a report for an empty hour is still
     due), but at most ``rule.max_events`` (default :data:`MAX_EVENTS` = 48) per call: a stream whose
@@ -302,7 +317,7 @@ def closed_periods(rule: CompletenessRule, committed: Iterable[CommittedBatch],
             return []
         key = rule.period_at(ckpt.ids[0])
     else:
-        first = ckpt.first_positive_watermark()
+        first = ckpt.first_position(rule)
         if first is None:
             return []
         key = rule.period_at(first)

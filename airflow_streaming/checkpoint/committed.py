@@ -4,7 +4,8 @@ What :func:`~airflow_streaming.completeness.closed_periods` needs from a checkpo
 newest ``last`` planned batches, the watermark it ran with (``batchWatermarkMs`` of ``offsets/<N>``)
 and whether it is committed (``commits/<N>`` exists and is a commit log entry); with the driver's
 progress reports (Spark's ``StreamingQueryProgress`` as JSON objects, e.g. a status file's
-``recent_progress``), the batch's ``numInputRows`` and late rows (``numRowsDroppedByWatermark``).
+``recent_progress``), the batch's ``numInputRows``, late rows (``numRowsDroppedByWatermark``) and
+earliest event time (``eventTime.min``).
 
 Cost: the ``offsets`` and ``commits`` listings, then at most ``last`` offsets files and ``last`` commit
 files (and ``metadata`` when progress is given); nothing older, whatever the checkpoint's age.
@@ -22,14 +23,15 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime, timedelta, timezone
+from typing import Any, NamedTuple
 
 from airflow_streaming.checkpoint.batches import _batch_ids
 from airflow_streaming.checkpoint.logs import CheckpointError, parse_commit, parse_offsets, parse_query_metadata
 from airflow_streaming.completeness import CommittedBatch
 from airflow_streaming.control.storage import ControlStorage, StorageError
 
-__all__ = ["DEFAULT_LAST", "CommittedRead", "progress_counts", "read_committed"]
+__all__ = ["DEFAULT_LAST", "BatchCounts", "CommittedRead", "progress_counts", "read_committed"]
 
 #: How many of the newest batches are read unless told otherwise. The row counts of a period are
 #: known only when every batch of it (and the one before) is among them.
@@ -53,11 +55,35 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def progress_counts(progress: Iterable[Mapping[str, Any]], query_id: str | None = None) -> dict[int, tuple[int | None, int | None]]:
-    """Batch id -> (input rows, late rows) from progress reports; with ``query_id``, reports of another
-    query (another checkpoint) are ignored. A later report of a batch id (a replay) replaces an earlier one.
-    Late rows are ``numRowsDroppedByWatermark`` summed over the state operators (0 without any)."""
-    counts: dict[int, tuple[int | None, int | None]] = {}
+class BatchCounts(NamedTuple):
+    """What a batch's progress report tells: ``None`` where it does not."""
+
+    input_rows: int | None
+    late_rows: int | None
+    first_event_ms: int | None
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _event_ms(value: Any) -> int | None:
+    """Epoch ms of an ISO time as Spark's progress writes it (``2026-01-01T10:00:05.000Z``, UTC)."""
+    try:
+        moment = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+def progress_counts(progress: Iterable[Mapping[str, Any]], query_id: str | None = None) -> dict[int, BatchCounts]:
+    """Batch id -> counts from progress reports; with ``query_id``, reports of another query (another
+    checkpoint) are ignored. A later report of a batch id (a replay) replaces an earlier one. Late rows
+    are ``numRowsDroppedByWatermark`` summed over the state operators (0 without any)."""
+    counts: dict[int, BatchCounts] = {}
     for report in progress:
         if not isinstance(report, Mapping):
             continue
@@ -67,7 +93,9 @@ def progress_counts(progress: Iterable[Mapping[str, Any]], query_id: str | None 
         operators = report.get("stateOperators") or []
         dropped = [_int(op.get("numRowsDroppedByWatermark")) if isinstance(op, Mapping) else None for op in operators]
         late = None if any(d is None for d in dropped) else sum(dropped)  # type: ignore[arg-type]
-        counts[batch] = (_int(report.get("numInputRows")), late)
+        event_time = report.get("eventTime")
+        first_event = _event_ms(event_time.get("min")) if isinstance(event_time, Mapping) else None
+        counts[batch] = BatchCounts(_int(report.get("numInputRows")), late, first_event)
     return counts
 
 
@@ -110,7 +138,7 @@ def read_committed(storage: ControlStorage, checkpoint: str, last: int = DEFAULT
     if orphans:
         reader.skipped.append(f"{posixpath.join(root, 'commits')}: commit(s) {orphans} have no offsets file (no watermark)")
 
-    counts: dict[int, tuple[int | None, int | None]] = {}
+    counts: dict[int, BatchCounts] = {}
     query_id = None
     if progress is not None:
         meta_path = posixpath.join(root, "metadata")
@@ -143,6 +171,6 @@ def read_committed(storage: ControlStorage, checkpoint: str, last: int = DEFAULT
                     committed = True
                 except CheckpointError as exc:
                     reader.skipped.append(f"{exc} (batch {batch_id} not counted as committed)")
-        rows, late = counts.get(batch_id, (None, None))
-        batches.append(CommittedBatch(batch_id, watermark, committed, rows, late))
+        known = counts.get(batch_id, BatchCounts(None, None, None))
+        batches.append(CommittedBatch(batch_id, watermark, committed, *known))
     return CommittedRead(root, batches, reader.skipped, query_id, reader.files_read)

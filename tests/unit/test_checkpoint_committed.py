@@ -105,18 +105,19 @@ def test_progress_counts_of_this_query_only(tmp_path):
     ckpt = build(tmp_path / "c", {0: 0, 1: 10, 2: 20}, [0, 1, 2])
 
     def report(batch, rows, dropped, query=QUERY):
-        return {"id": query, "batchId": batch, "numInputRows": rows,
+        return {"id": query, "batchId": batch, "numInputRows": rows, "eventTime": {"min": f"2026-01-01T00:00:0{batch}.250Z"},
                 "stateOperators": [{"numRowsDroppedByWatermark": d} for d in dropped]}
 
     progress = [report(0, 5, [0]), report(1, 7, [2, 1]), report(1, 8, [3]),  # batch 1 replayed: the last wins
                 report(2, 99, [9], query="another-checkpoint"), "not a report", {"batchId": "x"}]
     read = read_committed(LocalStorage(), ckpt, progress=progress)
     assert read.query_id == QUERY
-    assert read.batches == [CommittedBatch(0, 0, True, 5, 0), CommittedBatch(1, 10, True, 8, 3),
-                            CommittedBatch(2, 20, True, None, None)]
+    t0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    assert read.batches == [CommittedBatch(0, 0, True, 5, 0, t0 + 250), CommittedBatch(1, 10, True, 8, 3, t0 + 1250),
+                            CommittedBatch(2, 20, True, None, None, None)]
     # No state operator: nothing dropped as late; an operator without the count: unknown.
-    assert progress_counts([{"batchId": 4, "numInputRows": 3}, {"batchId": 5, "stateOperators": [{}]}]) == {
-        4: (3, 0), 5: (None, None)}
+    assert progress_counts([{"batchId": 4, "numInputRows": 3, "eventTime": {"min": "garbage"}},
+                            {"batchId": 5, "stateOperators": [{}]}]) == {4: (3, 0, None), 5: (None, None, None)}
 
 
 def test_the_reader_writes_nothing(tmp_path):

@@ -56,7 +56,9 @@ def spark_like_runs(count=300, seed=37):
             if i and rng.random() < 0.8:
                 wm = max(wm, T0 + rng.randint(0, 40) * 15_000 + rng.choice((0, 0, 1, -1)))
             spec.append((wm, i < n - 1 or rng.random() < 0.7))
-        yield batches(spec)
+        # Some batches know their earliest event time (from progress), possibly hours before the watermark.
+        yield [dataclasses.replace(b, first_event_ms=T0 + rng.randint(-150, 40) * 30_000) if rng.random() < 0.5 else b
+               for b in batches(spec)]
 
 
 def drain(rule, ckpt, after=None) -> list:
@@ -106,8 +108,13 @@ def check_events(rule, ckpt, after, events) -> None:
     # In order, no duplicates, no gaps (empty periods included).
     assert all(a.key.end == b.key.start for a, b in itertools.pairwise(events))
     if events and after is None:
-        first_wm = next(b.watermark_ms for b in committed if b.watermark_ms > 0)
-        assert events[0].key.start <= first_wm < events[0].key.end
+        # A first call starts at the first positive watermark, or at the earliest event time of the batches
+        # before it, at most max_events periods back.
+        first = next(b for b in committed if b.watermark_ms > 0)
+        events_before = [b.first_event_ms for b in committed if b.batch_id < first.batch_id and b.first_event_ms]
+        start = min([first.watermark_ms, *events_before])
+        back = rule.period_at(first.watermark_ms).start - rule.max_events * rule.length
+        assert events[0].key.start <= max(start, back) < events[0].key.end
     if events:
         # Complete: the next period is not proved (or the cap stopped the call).
         nxt = events[-1].key.end + rule.length
@@ -190,6 +197,24 @@ def test_hourly_boundary_exactly_at_the_watermark(wm, closed):
             "batch_id": 2, "watermark": iso_ms(wm), "watermark_ms": wm, "batches": 2,
             "input_rows": 10 + 11, "late_rows": 1,
         }
+
+
+def test_a_first_watermark_closing_several_periods_reports_them_from_the_earliest_event():
+    rule = parse_rule({"period": "hourly", "max_events": 5})
+    ckpt = [CommittedBatch(0, 0, True, 100, 0, T0 + 10 * M), CommittedBatch(1, T0 + 2 * H + 5 * M, True, 3, 0, T0 + 2 * H),
+            CommittedBatch(2, T0 + 3 * H, True, 4, 0, None)]
+    events = closed_periods(rule, ckpt, None)
+    assert [(e.key.start - T0) // H for e in events] == [0, 1, 2]
+    assert [(e.batch_id, e.input_rows) for e in events] == [(1, 0), (1, 0), (2, 103)]
+    # Without the event time: from the first watermark's period.
+    plain = [dataclasses.replace(b, first_event_ms=None) for b in ckpt]
+    assert [(e.key.start - T0) // H for e in closed_periods(rule, plain, None)] == [2]
+    # An odd old event time looks back at most max_events periods, not to 1999.
+    odd = [dataclasses.replace(ckpt[0], first_event_ms=T0 - 365 * D), *ckpt[1:]]
+    assert [(e.key.start - T0) // H for e in closed_periods(rule, odd, None)] == [-3, -2, -1, 0, 1]
+    # Event times of the batch that ran with the first watermark (late rows, dropped) do not count.
+    late = [dataclasses.replace(ckpt[0], first_event_ms=None), dataclasses.replace(ckpt[1], first_event_ms=T0)]
+    assert [(e.key.start - T0) // H for e in closed_periods(rule, late, None)] == []
 
 
 def test_uncommitted_batch_proves_nothing():
