@@ -1,0 +1,127 @@
+"""Reading the newest committed batches of hand-built checkpoints (Spark's file formats), bad files included."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from airflow_streaming.checkpoint.committed import progress_counts, read_committed
+from airflow_streaming.checkpoint.logs import CheckpointError
+from airflow_streaming.completeness import CommittedBatch
+from airflow_streaming.control.local import LocalStorage
+from airflow_streaming.control.storage import StorageError
+
+QUERY = "6f1c2d3e-0000-4000-8000-000000000037"
+
+
+def offsets(wm: int) -> bytes:
+    meta = {"batchWatermarkMs": wm, "batchTimestampMs": 1_700_000_000_000, "conf": {"spark.sql.shuffle.partitions": "2"}}
+    return f'v1\n{json.dumps(meta)}\n{{"logOffset":3}}'.encode()
+
+
+COMMIT = b'v1\n{"nextBatchWatermarkMs":0}'
+
+
+def build(root, watermarks: dict[int, int], commits, extra: dict[str, bytes] | None = None) -> str:
+    os.makedirs(root / "offsets")
+    os.makedirs(root / "commits")
+    (root / "metadata").write_text(json.dumps({"id": QUERY}))
+    for batch, wm in watermarks.items():
+        (root / "offsets" / str(batch)).write_bytes(offsets(wm))
+        (root / "offsets" / f".{batch}.crc").write_bytes(b"\x00crc")
+    for batch in commits:
+        (root / "commits" / str(batch)).write_bytes(COMMIT)
+    for name, data in (extra or {}).items():
+        (root / name).write_bytes(data)
+    return str(root)
+
+
+def test_watermarks_commits_and_only_the_newest(tmp_path):
+    ckpt = build(tmp_path / "c", {i: 1000 * i for i in range(10)}, range(9))
+    read = read_committed(LocalStorage(), ckpt, last=3)
+    assert read.batches == [CommittedBatch(7, 7000, True), CommittedBatch(8, 8000, True), CommittedBatch(9, 9000, False)]
+    assert read.skipped == [] and read.files_read == 3 + 2  # three offsets files, two commits, nothing older
+    assert read_committed(LocalStorage(), ckpt).batches[0] == CommittedBatch(0, 0, True)
+
+
+@pytest.mark.parametrize("bad, reason", [
+    (b"", "empty offsets"),
+    (b"v1\n", "truncated offsets"),
+    (b'v1\n{"batchWatermarkMs":5', "not valid JSON"),
+    (b"v9\n{}\n-", "unsupported offsets log version v9"),
+    (b"\xff\xfe garbage", "not UTF-8"),
+])
+def test_a_bad_offsets_file_leaves_its_batch_out(tmp_path, bad, reason):
+    ckpt = build(tmp_path / "c", {0: 0, 1: 10, 2: 20}, [0, 1, 2], {"offsets/1": bad})
+    read = read_committed(LocalStorage(), ckpt)
+    assert [b.batch_id for b in read.batches] == [0, 2]
+    (why,) = read.skipped
+    assert why.startswith(f"{ckpt}/offsets/1: ") and reason in why and "batch 1 left out" in why
+
+
+@pytest.mark.parametrize("bad", [b"", b"v1\n", b"v1\n{not json", b"junk"])
+def test_a_bad_commit_file_is_no_commit(tmp_path, bad):
+    ckpt = build(tmp_path / "c", {0: 0, 1: 10}, [0, 1], {"commits/1": bad})
+    read = read_committed(LocalStorage(), ckpt)
+    assert read.batches == [CommittedBatch(0, 0, True), CommittedBatch(1, 10, False)]
+    (why,) = read.skipped
+    assert why.startswith(f"{ckpt}/commits/1: ") and "not counted as committed" in why
+
+
+def test_a_commit_without_offsets_and_an_empty_checkpoint(tmp_path):
+    ckpt = build(tmp_path / "c", {0: 0}, [0, 1])
+    read = read_committed(LocalStorage(), ckpt)
+    assert read.batches == [CommittedBatch(0, 0, True)]
+    assert read.skipped == [f"{ckpt}/commits: commit(s) [1] have no offsets file (no watermark)"]
+    fresh = read_committed(LocalStorage(), str(tmp_path / "never-started"))
+    assert (fresh.batches, fresh.skipped) == ([], [])
+
+
+def test_unreadable_files_are_skipped_and_a_listing_failure_is_named(tmp_path):
+    class Flaky(LocalStorage):
+        def read_bytes(self, path):
+            if path.endswith("/offsets/1"):
+                raise StorageError(5, f"{path}: input/output error")
+            if path.endswith("/commits/0"):
+                return None  # deleted between the listing and the read
+            return super().read_bytes(path)
+
+    ckpt = build(tmp_path / "c", {0: 0, 1: 10, 2: 20}, [0, 1, 2])
+    read = read_committed(Flaky(), ckpt)
+    assert read.batches == [CommittedBatch(0, 0, False), CommittedBatch(2, 20, True)]
+    assert [s.split(": ", 1)[0] for s in read.skipped] == [f"{ckpt}/commits/0", f"{ckpt}/offsets/1"]
+
+    class NoListing(LocalStorage):
+        def list_dir(self, path):
+            raise StorageError(13, f"{path}: permission denied")
+
+    with pytest.raises(CheckpointError, match=r"/offsets: cannot be listed"):
+        read_committed(NoListing(), ckpt)
+
+
+def test_progress_counts_of_this_query_only(tmp_path):
+    ckpt = build(tmp_path / "c", {0: 0, 1: 10, 2: 20}, [0, 1, 2])
+
+    def report(batch, rows, dropped, query=QUERY):
+        return {"id": query, "batchId": batch, "numInputRows": rows, "eventTime": {"min": f"2026-01-01T00:00:0{batch}.250Z"},
+                "stateOperators": [{"numRowsDroppedByWatermark": d} for d in dropped]}
+
+    progress = [report(0, 5, [0]), report(1, 7, [2, 1]), report(1, 8, [3]),  # batch 1 replayed: the last wins
+                report(2, 99, [9], query="another-checkpoint"), "not a report", {"batchId": "x"}]
+    read = read_committed(LocalStorage(), ckpt, progress=progress)
+    assert read.query_id == QUERY
+    t0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    assert read.batches == [CommittedBatch(0, 0, True, 5, 0, t0 + 250), CommittedBatch(1, 10, True, 8, 3, t0 + 1250),
+                            CommittedBatch(2, 20, True, None, None, None)]
+    # No state operator: nothing dropped as late; an operator without the count: unknown.
+    assert progress_counts([{"batchId": 4, "numInputRows": 3, "eventTime": {"min": "garbage"}},
+                            {"batchId": 5, "stateOperators": [{}]}]) == {4: (3, 0, None), 5: (None, None, None)}
+
+
+def test_the_reader_writes_nothing(tmp_path):
+    ckpt = build(tmp_path / "c", {0: 0, 1: 10}, [0])
+    before = sorted((p, os.stat(os.path.join(p, f)).st_mtime_ns) for p, _, fs in os.walk(ckpt) for f in fs)
+    read_committed(LocalStorage(), ckpt, progress=[])
+    assert sorted((p, os.stat(os.path.join(p, f)).st_mtime_ns) for p, _, fs in os.walk(ckpt) for f in fs) == before
