@@ -136,7 +136,7 @@ ACTING_CALLS: dict[str, str] = {
                                                                                    "failover action)",
     "airflow_streaming/targets/local.py:LocalTarget.kill:send_signal": "the target's kill: its caller needs a permit "
                                                                        "(DriverTarget guards submit and kill)",
-    "airflow_streaming/targets/local.py:LocalTarget.submit:Popen": "the target's submit: its caller needs a permit "
+    "airflow_streaming/targets/local.py:LocalTarget._start:Popen": "the target's submit (its one Popen): its caller needs a permit "
                                                                    "(DriverTarget guards submit and kill)",
     "airflow_streaming/targets/cluster.py:ClusterTarget.note:write_atomic": NOT_ACTING + " (a driver log line)",
     # files that are no stream's acting file
