@@ -129,7 +129,25 @@ def test_a_driver_run_as_another_user_cannot_touch_the_workers_secrets_or_files(
     try:
         _scenario(base, driver_user, streams, monkeypatch)
     finally:
+        _kill_every_process_of(base)  # by pid, before the control files that name them are gone
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _kill_every_process_of(base: Path) -> None:
+    """Every process whose command line names a path under ``base`` (the drivers of every run, whatever their
+    control files say after a failure: a driver that forged or deleted them is still killed)."""
+    import psutil
+
+    victims = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if proc.pid != os.getpid() and any(str(base) in arg for arg in proc.info["cmdline"] or ()):
+            victims.append(proc)
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(victims, timeout=30)
 
 
 def _scenario(base: Path, user: run_as.UnixUser, streams, monkeypatch) -> None:

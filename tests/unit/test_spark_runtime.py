@@ -260,7 +260,8 @@ def test_the_gate_child_runs_in_the_candidates_runtime(tmp_path, monkeypatch):
     assert env["SPARK_HOME"] == str(home) and Path(env["PYTHONPATH"], "airflow_streaming", "compat", "__main__.py").is_file()
     assert "AIRFLOW__CORE__FERNET_KEY" not in env and env["SPARK_SUBMIT_OPTS"] == ""
     assert check_command(spec(tmp_path), allow_warnings=False)[0][0] == sys.executable
-    assert check_environment(spec(tmp_path)) is None
+    plain = check_environment(spec(tmp_path))  # the installed PySpark: this environment without Airflow's
+    assert plain is not None and "AIRFLOW__CORE__FERNET_KEY" not in plain and plain["PATH"] == os.environ["PATH"]
     remote = StreamSpec(name="s", application="events_etl", checkpoint_location="hdfs://nn/ckpt",
                         control_location=str(tmp_path / "control"), spark_runtime="3.5.7")
     with pytest.raises(RuntimeUnavailableError, match="gate driver"):
