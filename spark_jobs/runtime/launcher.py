@@ -322,11 +322,12 @@ class Driver:
         done = threading.Event()
 
         def watch() -> None:
+            # A stop asked before the script has started its queries waits for them (a stop asked while the
+            # script starts was lost: its query then ran on until a kill), then stops them between batches; a
+            # query the script starts after that is stopped too.
             while not done.is_set():
-                if self._stop_wanted():
-                    # Wait for the script to have started its queries, then stop them between batches.
+                if self._stop_wanted() and self.spark.streams.active:
                     self._graceful_stop()
-                    return
                 time.sleep(0.05)
 
         watcher = threading.Thread(target=watch, name="stop-watcher", daemon=True)

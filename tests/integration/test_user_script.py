@@ -126,3 +126,49 @@ def test_an_available_now_script_ends_as_a_finished_run_that_the_supervisor_leav
     assert not load_ledger(hook).failures, "a rerun was counted as a failure"
     rows = _sink_rows(sink)
     assert len(rows) == len(set(rows)) == fed.valid + more.valid  # resumed from the checkpoint: exactly once
+
+
+SLOW_START_SCRIPT = '''
+import sys, time
+from pyspark.sql import SparkSession
+
+source, sink, checkpoint, started = sys.argv[1:5]
+spark = SparkSession.builder.appName("a-slow-starting-job").getOrCreate()
+open(started, "w").close()
+time.sleep(6)  # loading reference data, warming a cache...: the stop arrives now, before the query exists
+query = (spark.readStream.format("text").load(source).writeStream.format("parquet").option("path", sink)
+         .option("checkpointLocation", checkpoint).trigger(processingTime="1 second").start())
+query.awaitTermination()
+'''
+
+
+def test_a_stop_asked_while_the_script_starts_its_query_stops_it_gracefully(streams, tmp_path):
+    """The stop request (the run marker removed) arrives while the script is still getting ready, before its
+    query exists. Before: the launcher's stop watcher found no query to stop and gave up, the query then ran on
+    - the stop timed out and the driver was killed. Now the request waits for the query and stops it at a
+    micro-batch boundary: a graceful stop, exit 0, the sink exactly what was fed."""
+    script = tmp_path / "slow_start.py"
+    script.write_text(SLOW_START_SCRIPT)
+    source, sink, ckpt = streams.path("sin"), streams.path("sout"), streams.path("s-ckpt")
+    started = tmp_path / "session-started"
+    fed = generate_events(source, count=60, files=2, run="slow")
+    hook = streams.hook(streams.spec("slowstart", str(script), [source, sink, ckpt, str(started)],
+                                     stop_timeout=30))
+    record = stream_actions.submit(hook)
+    wait_for(started.exists, 120, "the script's session to start")
+    report = stream_actions.stop(hook, kill_on_timeout=False)  # raises if the stop times out
+    assert report.graceful and report.exit_code == contract.EXIT_GRACEFUL, report
+    doc = current_status(hook, record.run_id)
+    assert doc.state == contract.STOPPED and doc.exit["reason"] == "graceful stop", doc.exit
+    # Deployed again, it resumes from its checkpoint: every line once, nothing lost, nothing twice.
+    started.unlink()
+    again = stream_actions.submit(hook)
+    hook.wait_until_ready(again)
+    wait_for(lambda: len(_rows_if_any(sink)) >= fed.valid, 120, "the rest of the input after the restart")
+    assert stream_actions.stop(hook).graceful
+    rows = _rows_if_any(sink)
+    assert len(rows) == len(set(rows)) == fed.valid
+
+
+def _rows_if_any(sink: str) -> list[str]:
+    return _sink_rows(sink) if committed_sink_files(sink) else []
