@@ -28,6 +28,7 @@ from airflow_streaming.location import (  # noqa: F401 - re-exported
 )
 from airflow_streaming.redaction import is_secret_conf_entry, secret_arguments
 from airflow_streaming.spark_lines import check_runtime
+from airflow_streaming.stream_assets import check_assets
 from airflow_streaming.submit_fields import (
     SUBMIT_FIELDS,
     URI_SCHEMES,
@@ -354,6 +355,12 @@ class StreamSpec:
     key, ``airflow.cfg`` or the worker's private files, nor change the Airflow side's control files. Needs a
     local ``control_location``; not with ``hot_standby`` (a takeover rewrites the Airflow side's files)."""
 
+    assets: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """The data the stream reads and writes, as Airflow Asset URIs (:mod:`airflow_streaming.stream_assets`):
+    ``{"sources": [...], "sinks": [...]}``. The deploy and upgrade operators list the sources as their
+    ``inlets`` and the sinks as their ``outlets``; the Streams page links them. Stored normalised as Airflow
+    normalises an Asset URI, each kind as a tuple; ``{}`` when none is declared."""
+
     # SparkSubmitOperator's fields, same names and meaning (airflow_streaming.submit_fields, docs/job-dependencies.md).
     # The list fields accept a list or a comma-separated string; files are absolute paths or URIs.
     py_files: tuple[str, ...] = ()
@@ -462,6 +469,7 @@ class StreamSpec:
                                            f"{self.hot_standby!r}")
         if self.run_as_user is not None:
             self._check_run_as_user()
+        set_(self, "assets", check_assets(self.assets))
         if self.storage_conn_id is not None:
             _check_str(self.storage_conn_id, "storage_conn_id")
         # The checkpoint and the stream's control dir must not overlap.
@@ -550,6 +558,7 @@ class StreamSpec:
             **({"spark_runtime": dict(self.spark_runtime)} if self.spark_runtime else {}),
             **({"hot_standby": True} if self.hot_standby else {}),
             **({"run_as_user": self.run_as_user} if self.run_as_user else {}),
+            **({"assets": {kind: list(uris) for kind, uris in self.assets.items()}} if self.assets else {}),
             **self._submit_fields_dict(),
         }
 

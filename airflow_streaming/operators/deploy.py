@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_streaming.operators.asset_lineage import declare_spec_assets, describe_asset_events
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
 from airflow_streaming.operators.parameters import SpecFileTemplates, checked_duration, seconds_of, spec_with_conn_id
 from airflow_streaming.task_owner import task_owner
@@ -27,7 +28,12 @@ class SparkStreamDeployOperator(SpecFileTemplates, DeferrableLifecycleMixin, Bas
     spark_ui, control_dir, log_path.
 
     :param spec: the stream: a :class:`StreamSpec`, a dict (templated) or a path to a YAML spec (a ``.yaml``
-        / ``.yml`` file is rendered with Jinja).
+        / ``.yml`` file is rendered with Jinja). The spec's ``assets`` become the task's ``inlets`` (sources)
+        and ``outlets`` (sinks) - added after any ``inlets=``/``outlets=`` given, one already listed by URI
+        is not added again - when the spec is known as the DAG is parsed (a ``StreamSpec``, or a dict whose
+        ``assets`` hold no template; not a path nor a template string: then they stay as passed). On
+        success Airflow records an asset event for each sink, its ``extra`` naming the stream, version and
+        run (:mod:`airflow_streaming.operators.asset_lineage`).
     :param wait_for_progress: wait until the query reports progress (default) or return after submit.
     :param startup_timeout: how long to wait for progress (seconds or a duration string such as
         ``"5 minutes"``, checked when the DAG is parsed; templated); default: the spec's ``startup_timeout``.
@@ -56,6 +62,7 @@ class SparkStreamDeployOperator(SpecFileTemplates, DeferrableLifecycleMixin, Bas
     ) -> None:
         super().__init__(**kwargs)
         self.spec = spec
+        declare_spec_assets(self, spec)
         self.wait_for_progress = wait_for_progress
         self.startup_timeout = checked_duration(startup_timeout, "startup_timeout", self, templated=True)
         self.conn_id = conn_id
@@ -71,6 +78,7 @@ class SparkStreamDeployOperator(SpecFileTemplates, DeferrableLifecycleMixin, Bas
         spec = spec_with_conn_id(self.spec, self.conn_id)
         self._spec = spec
         identity = deploy_stream(spec, options, resume, started=self._started)
+        describe_asset_events(self, context, spec, identity)
         self.log.info("stream %s %s is running: run %s, app %s, Spark UI %s, log %s", spec.name, spec.version,
                       identity.get("run_id"), identity.get("app_id"), identity.get("spark_ui"), identity.get("log_path"))
         return identity

@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseNotifier, BaseOperator, Context
 
+from airflow_streaming.operators.asset_lineage import declare_spec_assets, describe_asset_events
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
 from airflow_streaming.operators.parameters import (
     SpecFileTemplates,
@@ -35,7 +36,11 @@ class SparkStreamUpgradeOperator(SpecFileTemplates, DeferrableLifecycleMixin, Ba
     recorded step (Airflow retries do exactly that).
 
     :param spec: the target spec (dict, YAML path or :class:`StreamSpec`; templated; a ``.yaml`` / ``.yml``
-        file is rendered with Jinja).
+        file is rendered with Jinja). Its ``assets`` (``current``'s when ``spec`` is omitted) become the task's
+        ``inlets`` (sources) and ``outlets`` (sinks) when known as the DAG is parsed, added after any
+        ``inlets=``/``outlets=`` given (see :class:`~airflow_streaming.operators.deploy.SparkStreamDeployOperator`
+        and :mod:`airflow_streaming.operators.asset_lineage`); a restart or rollback of the deployed spec
+        declares none of its own. On success Airflow records an asset event for each sink.
     :param current: the running spec, for ``parallel`` (default: the deployed one).
     :param allow_warnings: let COMPATIBLE_WITH_WARNINGS pass the gate.
     :param probation_min_batches: completed batches the new version must show while HEALTHY.
@@ -68,6 +73,7 @@ class SparkStreamUpgradeOperator(SpecFileTemplates, DeferrableLifecycleMixin, Ba
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.spec, self.action, self.current = spec, action, current
+        declare_spec_assets(self, spec if spec is not None else current)
         self.allow_warnings, self.dry_run, self.warm_start = allow_warnings, dry_run, warm_start
         self.probation_min_batches = probation_min_batches
         self.probation_window = checked_duration(probation_window, "probation_window", self, templated=True)
@@ -113,6 +119,7 @@ class SparkStreamUpgradeOperator(SpecFileTemplates, DeferrableLifecycleMixin, Ba
         # The runner logged each step as it happened; the outcome's error is in the exception, once.
         if record.step.value != "SUCCEEDED":
             raise LifecycleOutcomeError(result)  # recorded as finished: not retried (task_failures)
+        describe_asset_events(self, context, target, {"run_id": result.get("new_run_id")})
         self.log.info("%s of %s to %s: %s (%d steps, recorded in history.json)", result.get("action"),
                       result.get("stream"), result.get("to_version"), result.get("outcome"), len(result.get("steps", [])))
         return result

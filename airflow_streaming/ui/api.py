@@ -104,6 +104,20 @@ def dag_runs_for(owners: list[str], user: BaseUser, session: Any, airflow_root: 
     return found
 
 
+def asset_pages(uris: list[str], user: BaseUser, session: Any, airflow_root: str) -> dict[str, str]:
+    """Asset URI -> Airflow's own page of that Asset, for the Assets Airflow knows (a DAG declared them:
+    the deploy and upgrade tasks of a spec with ``assets``) when the user may read assets."""
+    from sqlalchemy import select
+
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.models.asset import AssetModel
+
+    if not uris or not get_auth_manager().is_authorized_asset(method="GET", user=user):
+        return {}
+    rows = session.execute(select(AssetModel.id, AssetModel.uri).where(AssetModel.uri.in_(uris))).all()
+    return {row.uri: f"{airflow_root}/assets/{int(row.id)}" for row in rows}
+
+
 def _index(request: Request) -> HTMLResponse:
     html = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
     root = request.scope.get("root_path", "") or URL_PREFIX
@@ -166,6 +180,7 @@ def create_app() -> FastAPI:
             action["dag_run"] = runs.get(action.get("owner"))
         if detail.get("compat"):
             detail["compat"]["dag_run"] = runs.get(detail["compat"].get("owner"))
+        views.link_assets(detail, asset_pages(views.asset_uris(detail), user, session, conf["airflow_root"]))
         detail["dag_runs"] = sorted(runs.values(), key=lambda r: r.get("start") or 0, reverse=True)
         detail["actionable"] = ref.source == "desired_state"
         detail["generated_at"] = time.time() * 1000

@@ -91,6 +91,31 @@ def spec_view(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return mask(view, secrets)
 
 
+def assets_view(spec: Mapping[str, Any] | None) -> dict[str, list[dict[str, Any]]] | None:
+    """The Airflow Assets a spec declares (``assets``: :mod:`airflow_streaming.stream_assets`), as
+    ``{"sources": [{"uri": ...}], "sinks": [...]}``; ``None`` when it declares none. The API adds each one's
+    ``url`` (Airflow's own asset page) when Airflow knows the Asset."""
+    assets = spec.get("assets") if isinstance(spec, Mapping) else None
+    if not isinstance(assets, Mapping):
+        return None
+    view = {kind: [{"uri": uri} for uri in assets.get(kind) or [] if isinstance(uri, str)]
+            for kind in ("sources", "sinks")}
+    return view if any(view.values()) else None
+
+
+def asset_uris(detail: Mapping[str, Any]) -> list[str]:
+    """Every Asset URI a stream's detail (:func:`stream_detail`) shows."""
+    assets = detail.get("assets") or {}
+    return sorted({a["uri"] for kind in ("sources", "sinks") for a in assets.get(kind) or []})
+
+
+def link_assets(detail: dict[str, Any], pages: Mapping[str, str]) -> None:
+    """Give each Asset of ``detail`` the ``url`` of its Airflow page, from ``pages`` (URI -> URL)."""
+    for kind in ("sources", "sinks"):
+        for asset in (detail.get("assets") or {}).get(kind) or []:
+            asset["url"] = pages.get(asset["uri"])
+
+
 # ------------------------------------------------------------------ links
 def http_url(value: Any) -> str | None:
     """``value`` if it is an absolute ``http://`` or ``https://`` URL with a host (and no whitespace or
@@ -356,6 +381,7 @@ def stream_detail(snap: StreamSnapshot) -> dict[str, Any]:
         **overview_row(snap),
         "trigger_interval_s": trigger,
         "spec": spec_view(spec),
+        "assets": mask(assets_view(spec), secrets),
         "versions": list(snap.ref.versions),
         "queries": mask(queries, secrets),
         "points": mask(points, secrets),

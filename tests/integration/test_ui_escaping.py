@@ -70,7 +70,8 @@ def _control_files(root: Path) -> Path:
                                             "cannot be cast to \"INT\""}}
     (d / "status.json").write_text(json.dumps(status))
     spec = {"name": STREAM, "version": f"v0{SVG}", "application": f"/jobs/{IMG}.py", "control_location": str(ctl),
-            "checkpoint_location": str(root / "ckpt"), "master": "local[2]"}  # not sealed: a driver wrote it
+            "checkpoint_location": str(root / "ckpt"), "master": "local[2]",  # not sealed: a driver wrote it
+            "assets": {"sources": [f"x-in://{IMG}"], "sinks": [SCRIPT, "javascript:window.top.__pwned=6"]}}
     (d / "deployed.json").write_text(json.dumps({"run_id": RUN, "at": now - 700, "spec": spec}))
     (d / "history.json").write_text(json.dumps([
         {"id": "a1", "action": "upgrade", "outcome": "FAILED", "from_version": IMG, "to_version": BREAKOUT,
@@ -166,6 +167,10 @@ def test_markup_in_control_files_creates_no_element_and_runs_no_script(airflow_s
         summary.click()  # open the spec, driver and steps panels
     text = page.locator("#app").inner_text()
     assert IMG in text and SCRIPT in text and SVG in text and "CAST_INVALID_INPUT" in text
+    # The declared Assets (Airflow knows none of them here: no link), as text.
+    assets = page.locator("#assets").inner_text()
+    assert f"x-in://{IMG}" in assets and SCRIPT in assets and "javascript:window.top.__pwned=6" in assets, assets
+    assert page.locator("#assets a").count() == 0
     # Each version's Spark: the history row of a runtime change shows both, as text.
     runtimes = page.locator("#history tr[data-outcome='FAILED'] .runtime").first.inner_text()
     assert runtimes == f"Spark 3.5.7{IMG} → Spark 4.2.0 (installed)", runtimes

@@ -44,7 +44,9 @@ DRIVER_SIDE = ("airflow_streaming", "airflow_streaming.checkpoint", "airflow_str
                # where a user script comes from (a path, or a URI the driver's SparkContext fetches)
                "airflow_streaming.application_source",
                # a bundled job's query as the runtime runs it (the driver starts it, the gate plans it)
-               "airflow_streaming.bundled_job")
+               "airflow_streaming.bundled_job",
+               # the spec's check of its assets (Airflow's Asset URI rule, reproduced without Airflow)
+               "airflow_streaming.stream_assets")
 #: Never on the driver side: Airflow, HTTP client libraries, pydantic, ORMs, cloud SDKs.
 FORBIDDEN = ("airflow", "pydantic", "requests", "httpx", "urllib3", "aiohttp", "sqlalchemy", "hdfs",
              "kubernetes", "psutil", "tenacity", "flask", "fastapi", "starlette")

@@ -207,7 +207,7 @@ def test_unknown_field_with_suggestion() -> None:
     err = spec_error(data)
     assert err.field == "chekpoint_location"
     assert "unknown field 'chekpoint_location' (allowed: name, application," in str(err)
-    assert "heartbeat_interval, master_ui_url, health, deploy_mode, cluster, storage_conn_id, secret_args, spark_runtime, hot_standby, run_as_user, py_files," in str(err)
+    assert "heartbeat_interval, master_ui_url, health, deploy_mode, cluster, storage_conn_id, secret_args, spark_runtime, hot_standby, run_as_user, assets, py_files," in str(err)
     assert "queue, env_vars, properties_file)" in str(err)
     assert "did you mean 'checkpoint_location'?" in str(err)
 
@@ -582,3 +582,47 @@ def test_locations_on_other_ports_or_hosts_do_not_overlap() -> None:
     assert not locations_overlap("webhdfs://nn:50070/ctl/orders", "webhdfs://nn:9870/ctl")
     assert not locations_overlap("hdfs://nn2/ctl/orders", "webhdfs://nn/ctl")
     assert locations_overlap("hdfs://nn:8020/ctl/x", "hdfs://nn/ctl")
+
+
+# --------------------------------------------------------------------------- assets
+
+def test_assets_are_normalised_and_round_trip() -> None:
+    spec = StreamSpec.from_dict(make(assets={"sources": ["kafka://broker:9092/orders"],
+                                             "sinks": ["FILE:///data/out/orders/", "s3://lake/orders?b=2&a=1#x"]}))
+    assert spec.assets == {"sources": ("kafka://broker:9092/orders",),
+                           "sinks": ("file:///data/out/orders", "s3://lake/orders?a=1&b=2")}
+    stored = spec.to_dict()["assets"]
+    assert stored == {"sources": ["kafka://broker:9092/orders"],
+                      "sinks": ["file:///data/out/orders", "s3://lake/orders?a=1&b=2"]}
+    assert StreamSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+    assert StreamSpec.from_dict(make(assets={"sinks": ["file:///o"]})).assets == {"sources": (), "sinks": ("file:///o",)}
+
+
+@pytest.mark.parametrize("assets", [None, {}, {"sources": [], "sinks": []}])
+def test_no_assets_leave_the_stored_spec_as_it_was(assets: Any) -> None:
+    spec = StreamSpec.from_dict(make(assets=assets))
+    assert spec.assets == {}
+    assert "assets" not in spec.to_dict()
+    assert spec.to_dict() == StreamSpec.from_dict(MINIMAL).to_dict()
+
+
+@pytest.mark.parametrize(("assets", "field", "message"), [
+    ({"sinks": ["/data/out"]}, "assets.sinks[0]", "must be a URI with a scheme"),
+    ({"sinks": ["file:///o", "airflow://x"]}, "assets.sinks[1]", "reserved"),
+    ({"sources": ["postgres://db.example/orders/public"]}, "assets.sources[0]", "database, schema and table"),
+    ({"sinks": ["postgres:///orders/public/t"]}, "assets.sinks[0]", "must name a host"),
+    ({"sinks": ["s3:///key"]}, "assets.sinks[0]", "must name a bucket"),
+    ({"sinks": ["s3://user:pw@lake/k"]}, "assets.sinks[0]", "password"),
+    ({"sinks": ["kafka://broker:port/t"]}, "assets.sinks[0]", "not a valid URI"),
+    ({"sinks": [" "]}, "assets.sinks[0]", "empty"),
+    ({"sinks": ["s3://b/" + "k" * 1500]}, "assets.sinks[0]", "1500"),
+    ({"sinks": [3]}, "assets.sinks[0]", "must be an Asset URI string"),
+    ({"sinks": ["file:///o", "file:///o/"]}, "assets.sinks[1]", "repeats"),
+    ({"sinks": "file:///o"}, "assets.sinks", "must be a list"),
+    ({"outputs": ["file:///o"]}, "assets.outputs", "unknown key"),
+    (["file:///o"], "assets", "must be a mapping"),
+])
+def test_bad_assets_name_the_entry(assets: Any, field: str, message: str) -> None:
+    err = spec_error(make(assets=assets))
+    assert err.field == field
+    assert message in str(err)

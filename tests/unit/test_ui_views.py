@@ -277,3 +277,63 @@ def test_the_deployed_spec_shows_what_travels_with_the_job_and_no_env_value():
     assert (view["driver_memory"], view["queue"]) == ("2g", "etl")
     assert view["env_vars"] == "DB_PASSWORD, REGION (values not shown)"
     assert "hunter2-secret" not in repr(view) and "eu" not in view["env_vars"].split(" (")[0].split(", ")
+
+
+def test_the_detail_lists_the_declared_assets_and_their_airflow_pages(tmp_path):
+    path = tmp_path / "desired.yaml"
+    path.write_text(f"""
+defaults:
+  control_location: {tmp_path}/control
+  master: local[2]
+streams:
+  orders:
+    version: v1
+    spec:
+      checkpoint_location: {tmp_path}/ckpt/orders
+      assets: {{sources: ["kafka://broker:9092/orders"], sinks: ["FILE:///data/out/orders/", "s3://lake/orders"]}}
+    versions: {{v1: {{application: events_etl, application_args: [--input, /in, --output, /out, --quarantine, /q]}}}}
+  plain:
+    version: v1
+    spec: {{checkpoint_location: {tmp_path}/ckpt/plain}}
+    versions: {{v1: {{application: events_etl, application_args: [--input, /in, --output, /out, --quarantine, /q]}}}}
+""")
+    found = discover(str(path), [])
+    assert found.errors == []
+    refs = {ref.name: ref for ref in found.streams}
+    detail = views.stream_detail(read_stream(refs["orders"]))
+    assert detail["assets"] == {"sources": [{"uri": "kafka://broker:9092/orders"}],
+                                "sinks": [{"uri": "file:///data/out/orders"}, {"uri": "s3://lake/orders"}]}
+    assert views.asset_uris(detail) == ["file:///data/out/orders", "kafka://broker:9092/orders", "s3://lake/orders"]
+    views.link_assets(detail, {"file:///data/out/orders": "/airflow/assets/7"})  # what Airflow knows
+    assert detail["assets"]["sinks"] == [{"uri": "file:///data/out/orders", "url": "/airflow/assets/7"},
+                                         {"uri": "s3://lake/orders", "url": None}]
+    assert json.loads(json.dumps(detail))["assets"] == detail["assets"]
+    assert views.stream_detail(read_stream(refs["plain"]))["assets"] is None
+
+
+def test_asset_pages_link_only_the_assets_airflow_knows_for_who_may_read_them(airflow_db, monkeypatch):
+    """The API's lookup over the tests' real metadata DB and a real SimpleAuthManager."""
+    import airflow.api_fastapi.app as airflow_app
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from airflow.models.asset import AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete
+
+    from airflow_streaming.ui import api
+
+    monkeypatch.setattr(airflow_app, "get_auth_manager", lambda: SimpleAuthManager())
+    uri = "file:///data/out/ui-assets-test"
+    with create_session() as session:
+        session.add(AssetModel(name=uri, uri=uri, group="asset"))
+    try:
+        with create_session() as session:
+            known = session.query(AssetModel).filter(AssetModel.uri == uri).one().id
+            reader = SimpleAuthManagerUser(username="ann", role="VIEWER")
+            assert api.asset_pages([uri, "s3://lake/unknown"], reader, session, "/airflow") == \
+                {uri: f"/airflow/assets/{known}"}
+            assert api.asset_pages([uri], SimpleAuthManagerUser(username="nobody", role=None), session, "") == {}
+            assert api.asset_pages([], reader, session, "") == {}
+    finally:
+        with create_session() as session:
+            session.execute(delete(AssetModel).where(AssetModel.uri == uri))

@@ -471,6 +471,12 @@
     return el("div", { class: "actions" }, el("span", {}, "Run the operations DAG: "), action, version,
       el("label", {}, warnings, " allow compatibility warnings"), button, result);
   }
+  // The Airflow Assets the spec declares: a link to Airflow's own asset page when Airflow knows the Asset.
+  function assetsPanel(assets) {
+    const item = (a) => el("li", {}, a.url ? airflowLink(a.url, a.uri, { class: "asset-link mono" }) : el("span", { class: "mono" }, a.uri));
+    return el("div", {}, [["sources", "Reads"], ["sinks", "Writes"]].filter(([k]) => (assets[k] || []).length).map(([k, label]) =>
+      el("div", { "data-kind": k }, el("span", { class: "muted" }, label), el("ul", {}, assets[k].map(item)))));
+  }
   function renderDetail(d, first) {
     const h = d.health || {};
     document.getElementById("crumb").replaceChildren("/ ", d.name);
@@ -503,6 +509,7 @@
       el("section", {}, el("h2", {}, "Actions"), state.actionsPanel),
       el("section", {}, el("h2", {}, "Lifecycle history"), historyTable(d.actions || [])),
       el("section", {}, el("h2", {}, "Last checkpoint compatibility report"), compatPanel(d.compat)),
+      d.assets ? el("section", { id: "assets" }, el("h2", {}, "Assets"), assetsPanel(d.assets)) : null,
       el("section", {}, el("h2", {}, "DAG runs that acted on this stream"), (d.dag_runs || []).length ? el("ul", { id: "dag-runs" },
         d.dag_runs.map((r) => el("li", {}, badge(r.state, r.state), " ", runLink(r), el("span", { class: "muted small" }, ` ${r.run_id} · ${when(r.start)}`)))) : el("p", { class: "muted" }, "None recorded (or none you may read).")),
       el("section", {}, el("h2", {}, "Details"),
