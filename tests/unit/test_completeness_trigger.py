@@ -9,7 +9,7 @@ import os
 import pytest
 from airflow.triggers.base import BaseEventTrigger
 
-from airflow_streaming.completeness import HOUR_MS, parse_rule
+from airflow_streaming.completeness import HOUR_MS, iso_ms, parse_rule
 from airflow_streaming.control import contract
 from airflow_streaming.hooks.completeness import cursor_path
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
@@ -59,8 +59,9 @@ class Stream:
     def commit(self, batch_id: int) -> None:
         (self.ckpt / "commits" / str(batch_id)).write_bytes(COMMIT)
 
-    def trigger(self) -> StreamCompletenessTrigger:
-        return StreamCompletenessTrigger(spec=self.spec, rule=RULE, poll_interval=0.05, persist_delay=0.0)
+    def trigger(self, rule: dict | None = None, persist_delay: float = 0.0) -> StreamCompletenessTrigger:
+        return StreamCompletenessTrigger(spec=self.spec, rule=rule or RULE, poll_interval=0.05,
+                                         persist_delay=persist_delay)
 
 
 def collect(trigger: StreamCompletenessTrigger, seconds: float = 1.0) -> list[dict]:
@@ -84,6 +85,10 @@ def collect(trigger: StreamCompletenessTrigger, seconds: float = 1.0) -> list[di
 
 def hour(k: int) -> int:
     return T0 + k * HOUR_MS
+
+
+def identity(k: int) -> str:
+    return f"{iso_ms(hour(k))}/{iso_ms(hour(k + 1))}"
 
 
 def test_each_closed_period_once_in_order_and_a_restart_resumes(tmp_path):
@@ -154,6 +159,58 @@ def test_a_garbage_cursor_emits_nothing_and_says_so(tmp_path, capsys, garbage):
     assert open(s.cursor, "rb").read() == garbage  # left for the operator to look at
     os.unlink(s.cursor)  # deleted: reported again from what the checkpoint shows
     assert len(collect(s.trigger(), 0.5)) == 3
+
+
+def test_stopped_between_the_yield_and_the_cursor_write_repeats_that_one_period(tmp_path):
+    s = Stream(tmp_path)
+    s.batch(0, hour(0) + 1)
+    s.batch(1, hour(3) + 1)  # closes hours 0, 1, 2
+    # Stopped (cancelled, as a triggerer stopping does) inside the persist delay of the first event.
+    (only,) = collect(s.trigger(persist_delay=30.0), 0.5)
+    assert not os.path.exists(s.cursor)
+    again = collect(s.trigger())
+    assert [e["identity"] for e in again] == [only["identity"], identity(1), identity(2)]  # one duplicate
+    assert again[0] == only
+    assert collect(s.trigger(), 0.3) == []
+
+
+def test_a_watermark_far_ahead_is_caught_up_max_events_at_a_time(tmp_path):
+    s = Stream(tmp_path)
+    s.batch(0, hour(0) + 1)
+    s.batch(1, hour(5) + 1)  # closes hours 0 to 4
+    rule = {"period": "hourly", "max_events": 2}
+    got = collect(s.trigger(rule), 1.0)
+    assert [e["identity"] for e in got] == [identity(k) for k in range(5)]
+
+
+def test_a_cursor_that_cannot_be_written_is_retried_and_the_trigger_goes_on(tmp_path, capsys, monkeypatch):
+    s = Stream(tmp_path)
+    s.batch(0, hour(0) + 1)
+    s.batch(1, hour(1) + 1)
+    faults = tmp_path / "faults.json"  # the real write fails (airflow_streaming.faults: a disk full)
+    faults.write_text(json.dumps([{"point": "storage.write", "match": "/completeness/", "action": "error",
+                                   "errno": "ENOSPC"}]))
+    monkeypatch.setenv("AIRFLOW_STREAMING_FAULTS", str(faults))
+    capsys.readouterr()
+    got: list[dict] = []
+
+    async def main() -> None:
+        async def drive() -> None:
+            async for event in s.trigger().run():
+                got.append(event.payload)
+        task = asyncio.create_task(drive())
+        await asyncio.sleep(0.5)
+        assert len(got) == 1 and not os.path.exists(s.cursor)  # emitted once, not again at every poll
+        faults.write_text("[]")
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert [e["identity"] for e in got] == [identity(0)]
+    assert "cursor not written" in capsys.readouterr().out
+    assert json.loads(open(s.cursor).read())["identity"] == identity(0)  # written at a later poll
 
 
 def test_serialize_round_trip_and_a_stable_hash(tmp_path):
