@@ -99,15 +99,15 @@ class StreamCompletenessTrigger(BaseEventTrigger):
                  persist_delay: float = PERSIST_DELAY) -> None:
         super().__init__()
         self.parsed_rule = parse_rule(rule)
-        self.spec = _canonical(spec)
-        self.rule = _canonical(self.parsed_rule.to_dict())
-        self.poll_interval = float(poll_interval)
-        self.persist_delay = float(persist_delay)
+        #: What :meth:`serialize` returns, in its canonical form.
+        self.trigger_kwargs: dict[str, Any] = _canonical({
+            "spec": spec, "rule": self.parsed_rule.to_dict(), "poll_interval": float(poll_interval),
+            "persist_delay": float(persist_delay)})
+        self.spec: dict[str, Any] = self.trigger_kwargs["spec"]
+        self.poll_interval, self.persist_delay = self.trigger_kwargs["poll_interval"], self.trigger_kwargs["persist_delay"]
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("airflow_streaming.triggers.completeness.StreamCompletenessTrigger",
-                {"spec": self.spec, "rule": self.rule, "poll_interval": self.poll_interval,
-                 "persist_delay": self.persist_delay})
+        return f"{__name__}.StreamCompletenessTrigger", dict(self.trigger_kwargs)
 
     @property
     def stream(self) -> str:
