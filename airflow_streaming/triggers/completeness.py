@@ -3,7 +3,7 @@
 Use it as the trigger of an :class:`airflow.sdk.AssetWatcher` (event-driven scheduling, docs/assets.md)::
 
     Asset("stream://events/hourly", watchers=[AssetWatcher(
-        name="events_hourly", trigger=StreamCompletenessTrigger(spec=spec_dict, rule={"period": "hourly"}))])
+        name="events_hourly", trigger=SparkStreamCompletenessTrigger(spec=spec_dict, rule={"period": "hourly"}))])
 
 Each poll reads the stream's checkpoint (:func:`airflow_streaming.hooks.completeness.look`) and yields one
 :class:`TriggerEvent` per period closed after the **cursor**, oldest first. Airflow's triggerer turns a
@@ -48,7 +48,7 @@ from airflow_streaming.completeness import CompletenessRule, PeriodEvent, Period
 from airflow_streaming.control.contract import ControlFileError
 from airflow_streaming.triggers import poll_rounds
 
-__all__ = ["StreamCompletenessTrigger"]
+__all__ = ["SparkStreamCompletenessTrigger"]
 
 #: Seconds between the yield of an event and the write of the cursor (see the module's note).
 PERSIST_DELAY = 2.0
@@ -84,7 +84,7 @@ def _look(spec: dict[str, Any], rule: CompletenessRule, after: PeriodKey | None,
     return look(hook_for(spec), rule, after, seen)
 
 
-class StreamCompletenessTrigger(BaseEventTrigger):
+class SparkStreamCompletenessTrigger(BaseEventTrigger):
     """Emit an event per period of ``rule`` complete in the sink of the stream ``spec`` (see the module).
 
     :param spec: the stream spec as a dict (JSON-safe), as the other triggers take it.
@@ -107,7 +107,7 @@ class StreamCompletenessTrigger(BaseEventTrigger):
         self.poll_interval, self.persist_delay = self.trigger_kwargs["poll_interval"], self.trigger_kwargs["persist_delay"]
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return f"{__name__}.StreamCompletenessTrigger", dict(self.trigger_kwargs)
+        return f"{__name__}.SparkStreamCompletenessTrigger", dict(self.trigger_kwargs)
 
     @property
     def stream(self) -> str:

@@ -2,7 +2,7 @@
 
 One real Airflow (``tests/airflow_stack.py``: PostgreSQL, api-server, scheduler, dag-processor, triggerer).
 The DAG ``downstream`` is scheduled on ``Asset("stream://asset-s/hourly")`` whose ``AssetWatcher`` runs
-:class:`~airflow_streaming.triggers.completeness.StreamCompletenessTrigger` in the triggerer; its task
+:class:`~airflow_streaming.triggers.completeness.SparkStreamCompletenessTrigger` in the triggerer; its task
 appends the event extras it was triggered by to a file. No Spark runs: the test writes the stream's
 checkpoint as Spark writes it (``offsets/<N>`` with ``batchWatermarkMs``, then ``commits/<N>``) and its
 status document (with the progress reports the counts come from), with synthetic event times, so that
@@ -42,11 +42,11 @@ import json
 import os
 import pendulum
 from airflow.sdk import Asset, AssetWatcher, dag, task
-from airflow_streaming.triggers.completeness import StreamCompletenessTrigger
+from airflow_streaming.triggers.completeness import SparkStreamCompletenessTrigger
 
 SPEC = json.loads(open(os.environ["ASSET_TEST_SPEC"]).read())
 HOURLY = Asset(name="asset-s_hourly", uri="stream://asset-s/hourly", watchers=[AssetWatcher(
-    name="asset-s_hourly", trigger=StreamCompletenessTrigger(spec=SPEC, rule={"period": "hourly"}, poll_interval=1))])
+    name="asset-s_hourly", trigger=SparkStreamCompletenessTrigger(spec=SPEC, rule={"period": "hourly"}, poll_interval=1))])
 
 
 @dag(schedule=[HOURLY], start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)

@@ -15,7 +15,7 @@ from airflow_streaming.hooks.completeness import cursor_path
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.spec_hooks import forget_all
-from airflow_streaming.triggers.completeness import StreamCompletenessTrigger
+from airflow_streaming.triggers.completeness import SparkStreamCompletenessTrigger
 
 QUERY = "6f1c2d3e-0000-4000-8000-000000000037"
 RULE = {"period": "hourly"}
@@ -59,12 +59,12 @@ class Stream:
     def commit(self, batch_id: int) -> None:
         (self.ckpt / "commits" / str(batch_id)).write_bytes(COMMIT)
 
-    def trigger(self, rule: dict | None = None, persist_delay: float = 0.0) -> StreamCompletenessTrigger:
-        return StreamCompletenessTrigger(spec=self.spec, rule=rule or RULE, poll_interval=0.05,
+    def trigger(self, rule: dict | None = None, persist_delay: float = 0.0) -> SparkStreamCompletenessTrigger:
+        return SparkStreamCompletenessTrigger(spec=self.spec, rule=rule or RULE, poll_interval=0.05,
                                          persist_delay=persist_delay)
 
 
-def collect(trigger: StreamCompletenessTrigger, seconds: float = 1.0) -> list[dict]:
+def collect(trigger: SparkStreamCompletenessTrigger, seconds: float = 1.0) -> list[dict]:
     """Run the trigger for ``seconds`` (then cancel it, as a triggerer stopping does); its events' payloads."""
     got: list[dict] = []
 
@@ -215,15 +215,15 @@ def test_a_cursor_that_cannot_be_written_is_retried_and_the_trigger_goes_on(tmp_
 
 def test_serialize_round_trip_and_a_stable_hash(tmp_path):
     s = Stream(tmp_path)
-    t = StreamCompletenessTrigger(spec=s.spec, rule={"period": "every:15m", "max_events": 5}, poll_interval=3)
+    t = SparkStreamCompletenessTrigger(spec=s.spec, rule={"period": "every:15m", "max_events": 5}, poll_interval=3)
     classpath, kwargs = t.serialize()
-    again = StreamCompletenessTrigger(**kwargs)
+    again = SparkStreamCompletenessTrigger(**kwargs)
     assert again.serialize() == (classpath, kwargs)
-    assert classpath == f"{StreamCompletenessTrigger.__module__}.StreamCompletenessTrigger"
-    reordered = StreamCompletenessTrigger(spec=dict(reversed(list(s.spec.items()))),
+    assert classpath == f"{SparkStreamCompletenessTrigger.__module__}.SparkStreamCompletenessTrigger"
+    reordered = SparkStreamCompletenessTrigger(spec=dict(reversed(list(s.spec.items()))),
                                           rule={"max_events": 5, "period": "every:15m"}, poll_interval=3.0)
     assert BaseEventTrigger.hash(*reordered.serialize()) == BaseEventTrigger.hash(classpath, kwargs)
-    other = StreamCompletenessTrigger(spec=s.spec, rule={"period": "hourly"}, poll_interval=3)
+    other = SparkStreamCompletenessTrigger(spec=s.spec, rule={"period": "hourly"}, poll_interval=3)
     assert BaseEventTrigger.hash(*other.serialize()) != BaseEventTrigger.hash(classpath, kwargs)
 
 
@@ -231,4 +231,4 @@ def test_a_bad_rule_fails_when_the_trigger_is_built(tmp_path):
     from airflow_streaming.exceptions import SpecError
 
     with pytest.raises(SpecError, match="completeness.period"):
-        StreamCompletenessTrigger(spec=Stream(tmp_path).spec, rule={"period": "fortnightly"})
+        SparkStreamCompletenessTrigger(spec=Stream(tmp_path).spec, rule={"period": "fortnightly"})
