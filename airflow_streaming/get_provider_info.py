@@ -56,7 +56,8 @@ def get_provider_info() -> dict[str, Any]:
                                 "airflow_streaming.hooks.spark_connection", "airflow_streaming.hooks.storage_retry"]}
         ],
         "triggers": [
-            {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.triggers.health",
+            {"integration-name": "Spark Structured Streaming", "python-modules": ["airflow_streaming.triggers.completeness",
+                                                                                   "airflow_streaming.triggers.health",
                                                                                    "airflow_streaming.triggers.lifecycle",
                                                                                    "airflow_streaming.triggers.progress"]}
         ],

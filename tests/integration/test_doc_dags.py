@@ -61,6 +61,9 @@ RUN: dict[str, list[tuple[str, str | None]]] = {
 
 #: page -> DAG -> why it is not run here (and what runs the same thing).
 COVERED: dict[str, dict[str, str]] = {
+    "docs/assets.md": {
+        "orders_hourly_report": "scheduled on an AssetWatcher, which dag.test() does not run: "
+                                "test_asset_completeness.py runs the same on a real scheduler and triggerer"},
     "docs/howto/compatibility-check.md": {
         "orders_to_v2": "the README's gate (run here) before SparkStreamUpgradeOperator, which "
                         "test_compat_gate.py runs behind the gate under `airflow dags test`"},

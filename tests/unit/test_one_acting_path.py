@@ -67,6 +67,8 @@ ACTING_CALLS: dict[str, str] = {
     "airflow_streaming/lifecycle/start_steps.py:StartSteps._submit_standby_once:submit": STEP,
     "airflow_streaming/lifecycle/runner.py:LifecycleRunner.abandon_start:request_stop": STEP + " (the task's on_kill)",
     "airflow_streaming/lifecycle/runner.py:LifecycleRunner._prune_snapshots:delete_tree": NOT_ACTING + " (snapshots)",
+    "airflow_streaming/hooks/completeness.py:write_cursor:write_atomic":
+        NOT_ACTING + " (the completeness watch's cursor, written by its trigger: changes no stream)",
     "airflow_streaming/lifecycle/gate_steps.py:GateSteps._ask_standby_gate:write_atomic": STEP,
     "airflow_streaming/lifecycle/gate_steps.py:GateSteps._end_gate_driver:kill": STEP,
     "airflow_streaming/lifecycle/gate_steps.py:GateSteps._preparing:adopt": STEP,

@@ -1,0 +1,121 @@
+"""The completeness watch's reads and its cursor: blocking I/O for the triggerer's worker threads.
+
+:func:`look` reads what :func:`~airflow_streaming.completeness.closed_periods` needs (the checkpoint's
+newest batches, the status document's progress reports for the counts) and returns the periods closed
+after the cursor. An idle look costs the status document and one listing (the checkpoint's ``commits``):
+when the newest commit did not change since the last look, nothing new can be complete, and nothing else
+is read.
+
+The **cursor** is the last period a watch emitted, kept per rule in the stream's control directory:
+``<control_dir>/completeness/<digest of the rule>.json`` (:func:`cursor_path`), replaced atomically through
+the hook's storage. It is ``{"rule", "identity", "start", "end", "batch_id", "at"}``; a cursor that is not
+that (garbage, another rule, a period that is not one of the rule's) is a
+:class:`~airflow_streaming.control.contract.ControlFileError` naming the file, never read as "no cursor"
+(that would emit again every period the checkpoint still shows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_streaming.checkpoint.batches import _batch_ids
+from airflow_streaming.checkpoint.committed import read_committed
+from airflow_streaming.completeness import CompletenessRule, PeriodEvent, PeriodKey, closed_periods
+from airflow_streaming.control.contract import ControlFileError, ControlPaths, parse_json_object
+
+__all__ = ["CURSOR_DIR", "Look", "cursor_path", "look", "read_cursor", "rule_digest", "write_cursor"]
+
+#: The cursors' directory inside a stream's control directory.
+CURSOR_DIR = "completeness"
+
+
+def rule_digest(rule: CompletenessRule) -> str:
+    """A short stable digest of a rule (its canonical form): the name of its cursor."""
+    canonical = json.dumps(rule.to_dict(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def cursor_path(paths: ControlPaths, rule: CompletenessRule) -> str:
+    """``<control_dir>/completeness/<rule digest>.json``."""
+    return f"{paths.root}/{CURSOR_DIR}/{rule_digest(rule)}.json"
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_cursor(storage: Any, path: str, rule: CompletenessRule) -> PeriodKey | None:
+    """The last emitted period of ``rule`` (``None``: none yet, the file is absent).
+
+    :class:`ControlFileError` naming the file when it is not a cursor of this rule; a
+    :class:`~airflow_streaming.control.storage.StorageError` when it cannot be read."""
+    data = storage.read_bytes(path)
+    if data is None:
+        return None
+    fix = "the completeness watch emits nothing until it is fixed: restore it, or delete it to report again " \
+          "from the periods the checkpoint still shows (duplicates possible)"
+    doc = parse_json_object(path, data, fix)
+    start, end = _int(doc.get("start")), _int(doc.get("end"))
+    if doc.get("rule") != rule.to_dict():
+        raise ControlFileError(f"{path}: a cursor of rule {doc.get('rule')!r}, not of {rule.to_dict()!r}; {fix}")
+    if start is None or end is None or rule.period_at(start) != PeriodKey(start, end):
+        raise ControlFileError(f"{path}: start/end {doc.get('start')!r}/{doc.get('end')!r} are not a period of "
+                               f"{rule.period!r}; {fix}")
+    return PeriodKey(start, end)
+
+
+def write_cursor(storage: Any, path: str, rule: CompletenessRule, event: PeriodEvent) -> None:
+    """Record ``event`` as the last emitted period of ``rule`` (atomic replace)."""
+    doc = {"rule": rule.to_dict(), "identity": event.identity, "start": event.key.start, "end": event.key.end,
+           "batch_id": event.batch_id, "at": time.time()}
+    storage.makedirs(posixpath.dirname(path))
+    storage.write_atomic(path, json.dumps(doc, sort_keys=True).encode())
+
+
+@dataclass
+class Look:
+    """One look at a stream for one rule."""
+
+    events: list[PeriodEvent] = field(default_factory=list)
+    """Closed periods after the cursor, oldest first (at most ``rule.max_events``)."""
+    version: str | None = None
+    """The stream's version as its status document says (the spec's when there is none)."""
+    checkpoint: str = ""
+    newest_commit: int | None = None
+    """The newest commit id seen: the next look with the same one reads nothing more."""
+    skipped: list[str] = field(default_factory=list)
+    """Checkpoint files the read left out (:attr:`~airflow_streaming.checkpoint.committed.CommittedRead.skipped`)."""
+    unchanged: bool = False
+    """Nothing was read beyond the commits listing (no new commit since ``seen``)."""
+
+
+def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple[str, int | None] | None) -> Look:
+    """The periods of ``rule`` closed after ``after`` in the stream of ``hook`` (a
+    :class:`~airflow_streaming.hooks.streaming_job.SparkStreamHook`). ``seen`` is ``(checkpoint, newest
+    commit)`` of a previous look that returned fewer than ``rule.max_events`` events: if the checkpoint's
+    newest commit is still that one, nothing more is read (:attr:`Look.unchanged`).
+
+    Reads the status document (the checkpoint the stream's first query uses, as its driver recorded it,
+    else the spec's location; the progress reports), the checkpoint's ``commits`` listing, and only when
+    a commit is new, the checkpoint's newest batches. Raises what the reads raise
+    (:class:`ControlFileError`, ``StorageError``, ``CheckpointError``)."""
+    from airflow_streaming.hooks.streaming_job import storage_path
+
+    doc = hook.status()
+    recorded = sorted({hook._normalized_location(c) for c in (doc.checkpoints() if doc is not None else [])})
+    location = (recorded or [hook.spec.checkpoint_location])[0]
+    checkpoint = storage_path(location).rstrip("/") or "/"
+    commits = _batch_ids(hook.checkpoint_storage.list_dir(posixpath.join(checkpoint, "commits")))
+    newest = commits[-1] if commits else None
+    version = doc.version if doc is not None else hook.spec.version
+    if seen == (location, newest):
+        return Look(version=version, checkpoint=location, newest_commit=newest, unchanged=True)
+    progress = [p for q in (doc.queries if doc is not None else []) for p in q.recent_progress]
+    read = read_committed(hook.checkpoint_storage, checkpoint, progress=progress)
+    events = closed_periods(rule, read.batches, after)
+    return Look(events, version, location, newest, read.skipped)
