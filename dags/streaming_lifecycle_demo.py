@@ -2,7 +2,19 @@
 
 feed phase 1 -> deploy -> wait for progress -> graceful stop -> restart from the checkpoint ->
 feed phase 2 -> wait for progress -> graceful stop -> summary (batches, rows in, rows out per phase,
-exactly-once check). ``ensure_stopped`` is a teardown: the stream is stopped even if a task fails.
+exactly-once check) -> downstream periods. ``ensure_stopped`` is a teardown: the stream is stopped even if a
+task fails.
+
+The file's second DAG, ``events_etl_demo_periods_report``, is the stream's downstream batch DAG: it is
+scheduled on the Asset :data:`PERIODS`, whose ``AssetWatcher`` runs
+:class:`~airflow_streaming.triggers.completeness.SparkStreamCompletenessTrigger` over the demo stream
+(docs/assets.md). The bundled ``events_etl`` job has no event time (no watermark), so its periods are
+counted in committed micro-batches: ``batches:2``, every two batches. In a real Airflow the triggerer
+runs that watcher and the scheduler runs the DAG once per closed period. ``airflow dags test`` runs no
+triggerer, so the demo's ``downstream_periods`` task stands in for it: it runs that same trigger's
+``run()`` (the code the triggerer runs: the same checkpoint reads, the same cursor) until it has
+emitted the periods already closed, and calls the downstream DAG's report callable (:func:`report_period`)
+with each event's payload, as the downstream task does with the Asset event's ``extra["payload"]``.
 
 Paths live under ``$AIRFLOW_STREAMING_DEMO_ROOT`` (default ``/tmp/airflow-streaming-demo``);
 Spark runs in local mode (``local[2]``), no connection needed.
@@ -14,11 +26,12 @@ import json
 import os
 from typing import Any
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, Asset, AssetWatcher, task
 
 from airflow_streaming.operators.deploy import SparkStreamDeployOperator
 from airflow_streaming.operators.stop import SparkStreamStopOperator
 from airflow_streaming.sensors.progress import SparkStreamProgressSensor
+from airflow_streaming.triggers.completeness import SparkStreamCompletenessTrigger
 
 ROOT = os.environ.get("AIRFLOW_STREAMING_DEMO_ROOT", "/tmp/airflow-streaming-demo")
 NAME = "events-etl-demo"
@@ -41,6 +54,13 @@ SPEC: dict[str, Any] = {
 PHASES = {"phase1": {"count": 1500, "start_seq": 0, "files": 5}, "phase2": {"count": 1000, "start_seq": 1500, "files": 4}}
 MALFORMED_EVERY = 50
 RUN_LABEL = "demo"
+#: The demo stream's completeness rule: no event time in the bundled job, so periods of 2 committed batches.
+PERIOD_RULE: dict[str, Any] = {"period": "batches:2"}
+PERIODS_DAG_ID = "events_etl_demo_periods_report"
+#: The Asset the downstream DAG is scheduled on: one Asset event per period of PERIOD_RULE closed in the sink.
+PERIODS = Asset(name="events-etl-demo_batches_2", uri="stream://events-etl-demo/batches-2", watchers=[AssetWatcher(
+    name="events_etl_demo_periods",
+    trigger=SparkStreamCompletenessTrigger(spec=SPEC, rule=PERIOD_RULE, poll_interval=10))])
 
 
 @task
@@ -100,6 +120,84 @@ def summary(feeds: list[dict[str, Any]], stop1: dict[str, Any], stop2: dict[str,
     return result
 
 
+def _report_file(identity: str) -> str:
+    return f"{ROOT}/reports/{identity.replace(':', '_')}.json"
+
+
+def report_period(payload: dict[str, Any]) -> str:
+    """The downstream report of one closed period (an Asset event's ``extra["payload"]``): the rows the sink
+    holds for the period's batches, written to ``reports/<identity>.json`` (keyed by the period's identity,
+    so a repeated event rewrites the same report); returns a one-line account."""
+    from spark_jobs.outputs import read_etl_output
+
+    first, last = payload["first_batch_id"], payload["last_batch_id"]
+    rows_out = read_etl_output(OUTPUT).rows_in_batches(first, last)
+    report = {"identity": payload["identity"], "stream": payload["stream"], "version": payload["version"],
+              "batches": payload["batches"], "input_rows": payload["input_rows"], "rows_out": rows_out,
+              "proved_by_batch": payload["batch_id"]}
+    os.makedirs(f"{ROOT}/reports", exist_ok=True)
+    with open(_report_file(payload["identity"]), "w") as fh:
+        json.dump(report, fh, indent=1)
+    rows_in = "input rows unknown" if payload["input_rows"] is None else f"{payload['input_rows']} rows in"
+    return (f"period {payload['identity']} ({payload['batches']} batches, proved by committed batch "
+            f"{payload['batch_id']}): {rows_in}, {rows_out} rows out")
+
+
+async def _closed_periods(trigger: SparkStreamCompletenessTrigger) -> list[dict[str, Any]]:
+    """Run ``trigger.run()`` until it has emitted every period already closed: the next event does not come
+    within ``persist_delay`` + 5 s (after its last event the trigger writes its cursor and sleeps a poll)."""
+    import asyncio
+
+    payloads: list[dict[str, Any]] = []
+    events = trigger.run()
+    try:
+        while True:
+            event = await asyncio.wait_for(anext(events), trigger.persist_delay + 5)
+            payloads.append(event.payload)
+    except TimeoutError:
+        pass
+    finally:
+        await events.aclose()
+    return payloads
+
+
+@task
+def downstream_periods(stop: dict[str, Any]) -> list[str]:
+    """Stands in for the triggerer (``airflow dags test`` runs none): the downstream DAG's watcher trigger emits
+    the periods closed in the sink since its cursor, and the downstream report runs for each (appended to
+    periods.txt). Fails unless every closed period is reported exactly once."""
+    import asyncio
+
+    from airflow_streaming.completeness import parse_rule
+
+    already = {name for name in os.listdir(f"{ROOT}/reports")} if os.path.isdir(f"{ROOT}/reports") else set()
+    payloads = asyncio.run(_closed_periods(PERIODS.watchers[0].trigger))
+    repeated = [p["identity"] for p in payloads if os.path.basename(_report_file(p["identity"])) in already]
+    lines = [f"[demo] downstream {PERIODS_DAG_ID} ran for {report_period(p)}" for p in payloads]
+    last = stop["last_committed_batch"]  # the demo's checkpoint is fresh: its batch ids start at 0
+    open_period = parse_rule(PERIOD_RULE).period_at(last + 1)
+    if open_period.start <= last:
+        lines.append(f"[demo] period batches:{open_period.start}-{open_period.end - 1} is not closed (last committed "
+                     f"batch {last}): no downstream run for it yet")
+    with open(f"{ROOT}/periods.txt", "a") as fh:
+        fh.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    closed = open_period.start // (open_period.end - open_period.start)
+    reported = len(os.listdir(f"{ROOT}/reports")) if os.path.isdir(f"{ROOT}/reports") else 0
+    if repeated or reported != closed:
+        raise ValueError(f"{closed} period(s) closed up to batch {last}: {reported} reported, repeated: {repeated}")
+    return lines
+
+
+@task
+def report_periods(triggering_asset_events: Any = None) -> list[str]:
+    """The downstream report, once per Asset event (one per closed period of the demo stream)."""
+    lines = [report_period(event.extra["payload"])
+             for events in (triggering_asset_events or {}).values() for event in events]
+    print("\n".join(lines))
+    return lines
+
+
 with DAG(
     dag_id="streaming_lifecycle_demo",
     schedule=None,
@@ -119,7 +217,20 @@ with DAG(
                                       min_input_rows="{{ ti.xcom_pull(task_ids='feed_phase2')['lines'] }}")
     stop2 = SparkStreamStopOperator(task_id="stop_phase2", spec=SPEC, fail_if_not_graceful=True)
     report = summary([feed1, feed2], stop1.output, stop2.output)
+    periods1 = downstream_periods.override(task_id="downstream_periods_phase1")(stop1.output)
+    periods = downstream_periods.override(task_id="downstream_periods_phase2")(stop2.output)
     ensure_stopped = SparkStreamStopOperator(task_id="ensure_stopped", spec=SPEC)
 
-    feed1 >> deploy >> wait1 >> stop1 >> restart >> feed2 >> wait2 >> stop2 >> report
-    report >> ensure_stopped.as_teardown(setups=[deploy, restart])
+    feed1 >> deploy >> wait1 >> stop1 >> periods1 >> restart >> feed2 >> wait2 >> stop2 >> report >> periods
+    periods >> ensure_stopped.as_teardown(setups=[deploy, restart])
+
+
+with DAG(
+    dag_id=PERIODS_DAG_ID,
+    schedule=[PERIODS],
+    catchup=False,
+    tags=["airflow-streaming", "example"],
+    doc_md="The demo stream's downstream batch DAG: one run per period of 2 committed batches closed in its sink "
+           "(an Asset event of its AssetWatcher); see streaming_lifecycle_demo.",
+) as periods_dag:
+    report_periods()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set everything up and run the lifecycle demo DAG on local Spark + Airflow (SQLite), then print its summary.
+# Set everything up and run the lifecycle demo DAG on local Spark + Airflow (SQLite), then print its summary
+# and the periods its downstream DAG's report ran for.
 # Everything it writes goes under $AIRFLOW_STREAMING_DEMO_ROOT (default /tmp/airflow-streaming-demo).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -29,8 +30,10 @@ if ! airflow dags test streaming_lifecycle_demo >"$ROOT/dags-test.log" 2>&1; the
   tail -n 40 "$ROOT/dags-test.log" >&2
   exit 1
 fi
-if [ ! -f "$ROOT/summary.txt" ]; then
-  echo "[demo] the DAG did not produce a summary; see $ROOT/dags-test.log" >&2
-  exit 1
-fi
-cat "$ROOT/summary.txt"
+for out in summary.txt periods.txt; do
+  if [ ! -f "$ROOT/$out" ]; then
+    echo "[demo] the DAG did not produce $out; see $ROOT/dags-test.log" >&2
+    exit 1
+  fi
+done
+cat "$ROOT/summary.txt" "$ROOT/periods.txt"
