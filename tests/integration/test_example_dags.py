@@ -26,6 +26,31 @@ def test_example_dags_import_without_errors():
     assert [t.task_id for t in demo.topological_sort()][:3] == ["feed_phase1", "deploy", "wait_phase1"]
 
 
+def test_periods_report_dag_is_scheduled_on_the_demo_streams_completeness_asset():
+    """The downstream DAG runs on the Asset whose watcher is the completeness trigger over the demo's stream (the
+    spec its deploy task deploys), with a rule that closes periods in a stream without event time."""
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.1
+        from airflow.models.dagbag import DagBag
+    from airflow.sdk import Asset
+
+    from airflow_streaming.triggers.completeness import SparkStreamCompletenessTrigger
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    report = bag.dags["events_etl_demo_periods_report"]
+    assets = list(report.timetable.asset_condition.objects)
+    assert len(assets) == 1 and isinstance(assets[0], Asset)
+    [watcher] = assets[0].watchers
+    trigger = watcher.trigger
+    assert isinstance(trigger, SparkStreamCompletenessTrigger)
+    deploy = bag.dags["streaming_lifecycle_demo"].get_task("deploy")
+    assert trigger.spec["name"] == deploy.spec["name"] == "events-etl-demo"
+    assert trigger.spec["control_location"] == deploy.spec["control_location"]
+    assert trigger.parsed_rule.by_batches
+    assert [t.task_id for t in report.tasks] == ["report_periods"]
+
+
 def test_provider_is_discovered_by_airflow():
     from airflow.providers_manager import ProvidersManager
 
