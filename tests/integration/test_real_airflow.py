@@ -19,7 +19,15 @@ e. the desired-state file is edited to want v3 and the real ``stream_upgrade_win
 Finally the operations DAG's operator stops the stream gracefully while Airflow 3.3's defer race is
 injected (``RACE_DAG``: the try that deferred reports its exit only after the resumed try started, and the
 scheduler fails that try): its default retry resumes the stop, taking over the lock the failed try
-handed to its trigger. The sink's output is compared with what was fed: every event exactly once. The deploy and supervisor DAGs are small test DAGs using the provider's
+handed to its trigger. The sink's output is compared with what was fed: every event exactly once.
+
+Throughout, the DAG ``e2e_periods`` is scheduled on an Asset whose ``AssetWatcher`` runs
+``SparkStreamCompletenessTrigger`` (rule ``batches:6``: ``events_etl`` has no event-time watermark) over the
+stream's spec; its task appends the payload of each Asset event it was triggered by to a file. At the end the
+periods complete in the checkpoint are computed with the pure core (``read_committed`` + ``closed_periods``,
+with the progress reports the status document showed during the test): ``e2e_periods`` ran exactly once per
+complete period, in order, with the batch ids and row counts the core computes - across the triggerer restart
+(b), the upgrades (c, e) and the kill (d). The deploy and supervisor DAGs are small test DAGs using the provider's
 operators (the example ``device_signals_deploy`` waits for HEALTHY, which a running stream already is,
 so its sensor decides in the worker and would not show a deferral; ``stream_supervisor`` is scheduled
 every minute over a fixed spec file). Every process started is stopped by pid at the end.
@@ -35,12 +43,16 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_stack import AirflowStack, StackOptions, airflow_stack  # noqa: F401 - the fixture
+from airflow_streaming.checkpoint.committed import read_committed
+from airflow_streaming.completeness import closed_periods, parse_rule
+from airflow_streaming.hooks.streaming_job import storage_path
 from airflow_streaming.lifecycle.desired_state import load_desired_state
 from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import read_etl_output
@@ -52,6 +64,38 @@ REPO = Path(__file__).resolve().parents[2]
 STREAM = "e2e-etl"
 LIFECYCLE_TRIGGER = "airflow_streaming.triggers.lifecycle.SparkStreamLifecycleTrigger"
 HEALTH_TRIGGER = "airflow_streaming.triggers.health.SparkStreamHealthTrigger"
+#: The completeness rule of ``e2e_periods``: a period of 6 batches (the stream triggers every 2 s while fed,
+#: about 30 batches in all: five periods or so).
+PERIOD_RULE = {"period": "batches:6"}
+
+# The downstream DAG: one run per Asset event of the completeness watcher. The spec is the one the test
+# deploys, frozen in a file at setup (the desired state's later edits must not re-create the trigger).
+PERIODS_DAG = """
+import json
+import os
+import pendulum
+from airflow.sdk import Asset, AssetWatcher, dag, task
+from airflow_streaming.triggers.completeness import SparkStreamCompletenessTrigger
+
+SPEC = json.loads(open(os.environ["E2E_PERIODS_SPEC"]).read())
+PERIODS = Asset(name="e2e-etl_periods", uri="stream://e2e-etl/periods", watchers=[AssetWatcher(
+    name="e2e-etl_periods", trigger=SparkStreamCompletenessTrigger(spec=SPEC, rule=%r, poll_interval=2))])
+
+
+@dag(schedule=[PERIODS], start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
+def e2e_periods():
+    @task
+    def record(triggering_asset_events=None, run_id=None):
+        lines = [json.dumps({"run_id": run_id, "timestamp": str(event.timestamp), "extra": event.extra})
+                 for events in triggering_asset_events.values() for event in events]
+        with open(os.environ["E2E_PERIODS_OUT"], "a") as fh:
+            fh.write("".join(line + "\\n" for line in lines))
+
+    record()
+
+
+e2e_periods()
+""" % (PERIOD_RULE,)
 
 DEPLOY_DAG = '''
 import os
@@ -165,6 +209,7 @@ defaults:
   startup_timeout: 240 seconds
   spark_conf:
     spark.sql.shuffle.partitions: 2
+    spark.sql.streaming.minBatchesToRetain: "1000"  # the whole checkpoint stays, for the periods' check
     spark.ui.enabled: "false"
 streams:
   {STREAM}:
@@ -200,9 +245,14 @@ def airflow_stack_options(e2e_root: Path) -> StackOptions:
     (dags / "e2e_supervisor.py").write_text(SUPERVISOR_DAG)
     (dags / "e2e_raced_stop.py").write_text(RACE_DAG)
     (e2e_root / "race").mkdir()
+    (dags / "e2e_periods.py").write_text(PERIODS_DAG)
     shutil.copy(REPO / "dags" / "stream_operations.py", dags / "stream_operations.py")  # the real example DAG
+    desired = _desired_state(e2e_root)
+    (e2e_root / "spec.json").write_text(json.dumps(load_desired_state(desired).target(STREAM).spec.to_dict()))
     return StackOptions(dags_folder=str(dags), env={
-        "AIRFLOW_STREAMING_DESIRED_STATE": _desired_state(e2e_root),
+        "AIRFLOW_STREAMING_DESIRED_STATE": desired,
+        "E2E_PERIODS_SPEC": str(e2e_root / "spec.json"),
+        "E2E_PERIODS_OUT": str(e2e_root / "periods.jsonl"),
         "E2E_RACE_MARKS": str(e2e_root / "race"),
         "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
         "AIRFLOW__AIRFLOW_STREAMING__LIFECYCLE_POLL_INTERVAL": "1",
@@ -244,6 +294,43 @@ class Feed:
         return {i for b in self.batches for i in b.event_ids}
 
 
+class ProgressLog:
+    """Keeps every progress report the stream's status document shows (polled in a background thread):
+    the counts the core needs for batches whose driver is gone (the status document holds the current
+    driver's recent reports only)."""
+
+    def __init__(self, hook: Any):
+        self.hook = hook
+        self.reports: dict[tuple[Any, Any], dict[str, Any]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="e2e-progress", daemon=True)
+        self._thread.start()
+
+    def poll(self) -> None:
+        try:
+            doc = self.hook.status()
+        except Exception:  # noqa: BLE001 - a status file being replaced: read it at the next poll
+            return
+        for query in doc.queries if doc is not None else []:
+            for report in query.recent_progress:
+                self.reports[(report.get("runId"), report.get("batchId"))] = report
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            self.poll()
+
+    def stop(self) -> list[dict[str, Any]]:
+        self._stop.set()
+        self._thread.join(10)
+        self.poll()
+        return list(self.reports.values())
+
+
+def _recorded_periods(root: Path) -> list[dict[str, Any]]:
+    path = root / "periods.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 @pytest.fixture(scope="module")
 def stream(e2e_root: Path, airflow_stack: AirflowStack) -> Iterator[dict[str, Any]]:
     """The stream's spec, hook and feeder; whatever driver the DAGs start is killed by pid at the end."""
@@ -251,9 +338,11 @@ def stream(e2e_root: Path, airflow_stack: AirflowStack) -> Iterator[dict[str, An
     registry = StreamRegistry(e2e_root)
     hook = registry.hook(spec)
     feed = Feed(str(e2e_root / "input"))
+    progress = ProgressLog(hook)
     try:
-        yield {"spec": spec, "hook": hook, "feed": feed}
+        yield {"spec": spec, "hook": hook, "feed": feed, "progress": progress}
     finally:
+        progress.stop()
         feed.stop()
         registry.kill_all()
 
@@ -357,7 +446,7 @@ def test_lifecycle_through_the_rest_api_on_real_airflow_services(airflow_stack: 
     started = time.monotonic()
     marks: dict[str, float] = {}
     feed.write(300, files=3)
-    for dag_id in ("e2e_deploy", "stream_operations", "e2e_supervisor", "e2e_raced_stop"):
+    for dag_id in ("e2e_deploy", "stream_operations", "e2e_supervisor", "e2e_raced_stop", "e2e_periods"):
         airflow_stack.wait_for_dag(dag_id)
     marks["dags_parsed"] = time.monotonic() - started
 
@@ -501,6 +590,58 @@ def test_lifecycle_through_the_rest_api_on_real_airflow_services(airflow_stack: 
     assert [(h["action"], h["to_version"], h["outcome"]) for h in _history(hook)] == [
         ("deploy", "v1", "SUCCEEDED"), ("upgrade", "v2", "SUCCEEDED"), ("recover", "v2", "SUCCEEDED"),
         ("upgrade", "v3", "SUCCEEDED"), ("stop", "v3", "SUCCEEDED")]
-    marks["total"] = time.monotonic() - started
+    marks["stopped"] = time.monotonic() - started
+
+    # The completeness events: one e2e_periods run per period the checkpoint shows complete, in order, with
+    # the core's batch ids and counts - across the triggerer restart, both upgrades and the kill.
+    doc = hook.status()
+    location = sorted({hook._normalized_location(c) for c in (doc.checkpoints() if doc is not None else [])}
+                      or [hook.spec.checkpoint_location])[0]
+    reports = stream["progress"].stop()
+    read = read_committed(hook.checkpoint_storage, storage_path(location).rstrip("/"), last=100_000, progress=reports)
+    assert read.batches and read.batches[0].batch_id == 0 and not read.skipped, (read.batches[:3], read.skipped)
+    assert {b.batch_id for b in read.batches if b.committed} == {b.batch_id for b in read.batches}  # stopped clean
+    rule = parse_rule({**PERIOD_RULE, "max_events": 10_000})
+    expected = closed_periods(rule, read.batches, None)
+    assert len(expected) >= 3, (len(read.batches), expected)  # several periods closed during the test
+    assert all(e.input_rows is not None for e in expected), expected  # every count is known to the core
+    want = [e.identity for e in expected]
+    wait_for(lambda: len(_recorded_periods(e2e_root)) >= len(want), 120, f"the e2e_periods run of {want[-1]}",
+             interval=1)
+    time.sleep(6)  # three polls of the watcher: nothing more comes
+    records = sorted(_recorded_periods(e2e_root), key=lambda r: datetime.fromisoformat(r["timestamp"]))
+    payloads = [r["extra"]["payload"] for r in records]
+    got = [p["identity"] for p in payloads]
+    print(f"completeness: {len(read.batches)} batches, periods {want}; runs "
+          f"{[(r['run_id'], r['extra']['payload']) for r in records]}", file=sys.stderr)
+    assert got == want, (got, want)  # once each, none missing, none for an uncommitted batch, in order
+    assert len({r["run_id"] for r in records}) == len(records)  # one event per run
+    dag_runs = airflow_stack.api("GET", "/api/v2/dags/e2e_periods/dagRuns?limit=1000")["dag_runs"]
+    assert sorted(r["dag_run_id"] for r in dag_runs) == sorted(r["run_id"] for r in records), dag_runs
+    assert {(r["run_type"], r["state"]) for r in dag_runs} == {("asset_triggered", "success")}, dag_runs
+    versions = [p["version"] for p in payloads]
+    assert versions == sorted(versions) and set(versions) <= {"v1", "v2", "v3"}, versions
+    # Which driver run (Spark's runId) processed each batch: a period may span an upgrade or a restart.
+    run_of = {r.get("batchId"): r.get("runId") for r in reports}
+    unknown_rows = []
+    for payload, event in zip(payloads, expected):
+        assert payload["stream"] == STREAM, payload
+        assert (payload["batch_id"], payload["batches"], payload["first_batch_id"], payload["last_batch_id"]) == \
+            (event.batch_id, event.batches, event.key.start, event.key.end - 1), (payload, event)
+        assert payload["input_rows"] in (None, event.input_rows), (payload, event)  # a count given is right
+        if payload["input_rows"] is None:
+            runs = sorted({str(run_of.get(b)) for b in range(event.key.start, event.key.end)})
+            unknown_rows.append((payload["identity"], event.input_rows, runs))
+            # Within one driver run the status document has every report: the count must be in the event.
+            assert len(runs) > 1, (payload, event, runs)
+    print(f"completeness: payload versions {versions}; input_rows null in the event (period, core's count, "
+          f"driver runs of its batches): {unknown_rows}", file=sys.stderr)
+    marks["periods_done"] = time.monotonic() - started
     print(f"E2E on real Airflow: {len(fed)} events in, {output.rows} out, no duplicates; "
           f"{ {k: round(v) for k, v in marks.items()} } s; stack {airflow_stack.timings}", file=sys.stderr)
+    if unknown_rows:
+        # The product's gap (RELIABILITY.md, issue 37): the trigger counts rows from the status document's
+        # recent progress, which holds the current driver run's reports only, so a period spanning an
+        # upgrade or a restart is emitted with null counts. Everything else above held; remove this once
+        # the counts survive a driver change.
+        pytest.xfail(f"input_rows null in the events of periods spanning a driver change: {unknown_rows}")
