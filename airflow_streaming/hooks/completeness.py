@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_streaming.checkpoint.batches import _batch_ids
-from airflow_streaming.checkpoint.committed import read_committed
+from airflow_streaming.checkpoint.committed import DEFAULT_LAST, read_committed
 from airflow_streaming.completeness import CompletenessRule, PeriodEvent, PeriodKey, closed_periods
 from airflow_streaming.control.contract import ControlFileError, ControlPaths, parse_json_object
 
-__all__ = ["CURSOR_DIR", "Look", "cursor_path", "look", "read_cursor", "rule_digest", "write_cursor"]
+__all__ = ["CURSOR_DIR", "Look", "cursor_path", "look", "read_cursor", "remember_progress", "rule_digest",
+           "write_cursor"]
 
 #: The cursors' directory inside a stream's control directory.
 CURSOR_DIR = "completeness"
@@ -94,7 +95,32 @@ class Look:
     """Nothing was read beyond the commits listing (no new commit since ``seen``)."""
 
 
-def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple[str, int | None] | None) -> Look:
+#: How many batches of progress a watch remembers (beyond what :func:`read_committed` reads, nothing is used).
+REMEMBERED_BATCHES = 4 * DEFAULT_LAST
+
+
+def remember_progress(memory: dict[tuple[Any, int], dict[str, Any]], reports: list[dict[str, Any]]) -> None:
+    """Add the counting fields of progress ``reports`` to ``memory`` (``(query id, batch id)`` -> report), keeping
+    the newest :data:`REMEMBERED_BATCHES` batch ids. The status document holds only the current driver run's
+    reports: a period whose batches ran under two drivers (a kill, an upgrade) has its counts only if the watch
+    remembered the first driver's reports."""
+    for report in reports:
+        batch = report.get("batchId") if isinstance(report, dict) else None
+        if not isinstance(batch, int) or isinstance(batch, bool):
+            continue
+        event_time = report.get("eventTime")
+        memory[(report.get("id"), batch)] = {
+            "id": report.get("id"), "batchId": batch, "numInputRows": report.get("numInputRows"),
+            "stateOperators": [{"numRowsDroppedByWatermark": op.get("numRowsDroppedByWatermark")}
+                               for op in report.get("stateOperators") or [] if isinstance(op, dict)],
+            "eventTime": {"min": event_time.get("min")} if isinstance(event_time, dict) else None}
+    if len(memory) > REMEMBERED_BATCHES:
+        for key in sorted(memory, key=lambda k: k[1])[:len(memory) - REMEMBERED_BATCHES]:
+            del memory[key]
+
+
+def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple[str, int | None] | None,
+         memory: dict[tuple[Any, int], dict[str, Any]] | None = None) -> Look:
     """The periods of ``rule`` closed after ``after`` in the stream of ``hook`` (a
     :class:`~airflow_streaming.hooks.streaming_job.SparkStreamHook`). ``seen`` is ``(checkpoint, newest
     commit)`` of a previous look that returned fewer than ``rule.max_events`` events: if the checkpoint's
@@ -107,6 +133,8 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
     from airflow_streaming.hooks.streaming_job import storage_path
 
     doc = hook.status()
+    memory = {} if memory is None else memory
+    remember_progress(memory, [p for q in (doc.queries if doc is not None else []) for p in q.recent_progress])
     recorded = sorted({hook._normalized_location(c) for c in (doc.checkpoints() if doc is not None else [])})
     location = (recorded or [hook.spec.checkpoint_location])[0]
     checkpoint = storage_path(location).rstrip("/") or "/"
@@ -115,7 +143,7 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
     version = doc.version if doc is not None else hook.spec.version
     if seen == (location, newest):
         return Look(version=version, checkpoint=location, newest_commit=newest, unchanged=True)
-    progress = [p for q in (doc.queries if doc is not None else []) for p in q.recent_progress]
-    read = read_committed(hook.checkpoint_storage, checkpoint, progress=progress)
+    read = read_committed(hook.checkpoint_storage, checkpoint, progress=sorted(memory.values(),
+                                                                               key=lambda r: r["batchId"]))
     events = closed_periods(rule, read.batches, after)
     return Look(events, version, location, newest, read.skipped)

@@ -77,11 +77,11 @@ def _save_cursor(spec: dict[str, Any], rule: CompletenessRule, event: PeriodEven
 
 
 def _look(spec: dict[str, Any], rule: CompletenessRule, after: PeriodKey | None,
-          seen: tuple[str, int | None] | None) -> Any:
+          seen: tuple[str, int | None] | None, memory: dict[Any, Any] | None = None) -> Any:
     from airflow_streaming.hooks.completeness import look
     from airflow_streaming.spec_hooks import hook_for
 
-    return look(hook_for(spec), rule, after, seen)
+    return look(hook_for(spec), rule, after, seen, memory)
 
 
 class SparkStreamCompletenessTrigger(BaseEventTrigger):
@@ -126,6 +126,8 @@ class SparkStreamCompletenessTrigger(BaseEventTrigger):
         unsaved: PeriodEvent | None = None
         seen: tuple[str, int | None] | None = None
         last: list[str | None] = [None]
+        memory: dict[Any, Any] = {}  # progress reports seen, across driver runs (the status keeps the current run's)
+        waited: set[str] = set()  # periods held back one poll for their last batch's report
         while True:
             try:
                 if not loaded:
@@ -134,7 +136,7 @@ class SparkStreamCompletenessTrigger(BaseEventTrigger):
                 if unsaved is not None:
                     await poll_rounds.call(_save_cursor, self.spec, rule, unsaved)
                     unsaved = None
-                found = await poll_rounds.call(_look, self.spec, rule, after, seen)
+                found = await poll_rounds.call(_look, self.spec, rule, after, seen, memory)
             except ControlFileError as exc:
                 self._note(last, "error", f"stream {self.stream}: completeness ({rule.period}) emits nothing: {exc}")
                 await asyncio.sleep(self.poll_interval)
@@ -149,7 +151,13 @@ class SparkStreamCompletenessTrigger(BaseEventTrigger):
                                          f"{after}: {len(found.events)} closed period(s) up to commit "
                                          f"{found.newest_commit} of {found.checkpoint}"
                                          + (f"; left out: {found.skipped}" if found.skipped else ""))
+            held = False
             for event in found.events:
+                if event.input_rows is None and event.batch_id == found.newest_commit and event.identity not in waited:
+                    # The commit is seen; the driver's report of that batch may reach the status a moment later.
+                    waited.add(event.identity)
+                    held = True
+                    break
                 payload = {**event.extra(), "stream": self.stream, "version": found.version,
                            "identity": event.identity}
                 yield TriggerEvent(payload)
@@ -164,5 +172,5 @@ class SparkStreamCompletenessTrigger(BaseEventTrigger):
                                               f"the next poll; a restart before then repeats {event.identity}): "
                                               f"{type(exc).__name__}: {exc}")
             # Capped at max_events: look again at once from the new cursor, whatever the commits.
-            seen = None if len(found.events) >= rule.max_events else (found.checkpoint, found.newest_commit)
+            seen = None if held or len(found.events) >= rule.max_events else (found.checkpoint, found.newest_commit)
             await asyncio.sleep(self.poll_interval)

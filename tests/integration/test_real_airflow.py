@@ -623,25 +623,19 @@ def test_lifecycle_through_the_rest_api_on_real_airflow_services(airflow_stack: 
     assert versions == sorted(versions) and set(versions) <= {"v1", "v2", "v3"}, versions
     # Which driver run (Spark's runId) processed each batch: a period may span an upgrade or a restart.
     run_of = {r.get("batchId"): r.get("runId") for r in reports}
-    unknown_rows = []
+    spanning = []
     for payload, event in zip(payloads, expected):
         assert payload["stream"] == STREAM, payload
         assert (payload["batch_id"], payload["batches"], payload["first_batch_id"], payload["last_batch_id"]) == \
             (event.batch_id, event.batches, event.key.start, event.key.end - 1), (payload, event)
-        assert payload["input_rows"] in (None, event.input_rows), (payload, event)  # a count given is right
-        if payload["input_rows"] is None:
-            runs = sorted({str(run_of.get(b)) for b in range(event.key.start, event.key.end)})
-            unknown_rows.append((payload["identity"], event.input_rows, runs))
-            # Within one driver run the status document has every report: the count must be in the event.
-            assert len(runs) > 1, (payload, event, runs)
-    print(f"completeness: payload versions {versions}; input_rows null in the event (period, core's count, "
-          f"driver runs of its batches): {unknown_rows}", file=sys.stderr)
+        runs = sorted({str(run_of.get(b)) for b in range(event.key.start, event.key.end)})
+        if len(runs) > 1:
+            spanning.append((payload["identity"], event.input_rows, runs))
+        # The count is right, also for a period whose batches ran under two drivers (the watch remembers the
+        # first driver's reports: before, such counts were null).
+        assert payload["input_rows"] == event.input_rows, (payload, event, runs)
+    print(f"completeness: payload versions {versions}; periods spanning driver runs (period, count, runs): "
+          f"{spanning}", file=sys.stderr)
     marks["periods_done"] = time.monotonic() - started
     print(f"E2E on real Airflow: {len(fed)} events in, {output.rows} out, no duplicates; "
           f"{ {k: round(v) for k, v in marks.items()} } s; stack {airflow_stack.timings}", file=sys.stderr)
-    if unknown_rows:
-        # The product's gap (RELIABILITY.md, issue 37): the trigger counts rows from the status document's
-        # recent progress, which holds the current driver run's reports only, so a period spanning an
-        # upgrade or a restart is emitted with null counts. Everything else above held; remove this once
-        # the counts survive a driver change.
-        pytest.xfail(f"input_rows null in the events of periods spanning a driver change: {unknown_rows}")

@@ -142,6 +142,36 @@ def test_a_running_trigger_sees_a_later_commit(tmp_path):
     assert [e["period_end"] for e in got] == ["2026-01-01T01:00:00.000Z"]
 
 
+def test_counts_of_a_period_that_spans_two_driver_runs_come_from_what_the_watch_saw(tmp_path):
+    """The status document holds only the current driver run's progress: after a kill or an upgrade the first
+    run's reports are gone from it. A running watch remembers the reports it saw, so a period whose batches
+    ran under two drivers still has its counts (seen on the real-Airflow e2e stream: they were null)."""
+    s = Stream(tmp_path)
+    s.batch(0, 0, rows=7)
+    s.batch(1, hour(0) + 1, rows=11)
+    got: list[dict] = []
+
+    async def main() -> None:
+        async def drive() -> None:
+            async for event in s.trigger().run():
+                got.append(event.payload)
+        task = asyncio.create_task(drive())
+        await asyncio.sleep(0.4)
+        assert got == []
+        s.progress.clear()  # a new driver run: its status shows only its own batches
+        s.batch(2, hour(1) + 5, rows=13)  # closes hour 0 (batches 0 and 1: the first run's)
+        await asyncio.sleep(0.6)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert [(e["identity"], e["input_rows"], e["late_rows"]) for e in got] == [(identity(0), 18, 2)]
+    # A watch that never saw the first run's reports does not guess: the count is unknown, never wrong.
+    os.unlink(s.cursor)
+    assert [(e["identity"], e["input_rows"]) for e in collect(s.trigger(), 0.5)] == [(identity(0), None)]
+
+
 @pytest.mark.parametrize("garbage", [b"{not json", b'{"rule": {"period": "daily"}, "start": 0, "end": 86400000}',
                                      b'{"rule": {"period": "hourly"}, "start": 5, "end": 7}'])
 def test_a_garbage_cursor_emits_nothing_and_says_so(tmp_path, capsys, garbage):
