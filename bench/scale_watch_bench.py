@@ -9,8 +9,9 @@ Usage (from the project root; no Spark)::
 
 The streams (``tests/synthetic_fleet.py``): control directories under a temp dir with what a real run
 writes through the real writers - sealed ``deployed.json``, ``RUNNING``, ``driver.json`` and
-``lease.json`` naming a live local process (a few ``sh -c 'read x' --run-id <id>`` stand-ins for
-spark-submit, shared round-robin: liveness is checked through /proc like a live local driver's), and a
+``lease.json`` naming a live local process (``sh -c 'read x' --run-id <id>`` stand-ins for
+spark-submit, one per stream, its command line carrying ``--run-id``, ``--stream`` and ``--control-dir``
+like a driver's: liveness is checked through /proc like a live local driver's), and a
 ``status.json`` with 20 Spark-shaped progress entries. This process plays the drivers: it rewrites
 every stream's ``status.json`` once per heartbeat (5 s, the spec default; atomic replace + fsync, as the
 driver's reporter does), in every configuration, the baseline included. Each stream also has a
@@ -416,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flip-spread", type=float, default=FLIP_SPREAD_S, help="flips spread over this many seconds")
     parser.add_argument("--warmup", type=float, default=5.0, help="warm-up after the first poll interval")
     parser.add_argument("--passes", type=int, default=3, help="supervisor passes per run")
-    parser.add_argument("--drivers", type=int, default=20, help="stand-in driver processes (shared by the streams)")
+    parser.add_argument("--drivers", type=int, default=20, help="unused: one stand-in driver process per stream (kept for old command lines)")
     parser.add_argument("--kinds", default="health,lifecycle,supervisor,completeness,health+completeness")
     parser.add_argument("--close-every", type=int, default=12,
                         help="heartbeats per period closed per stream (the watermark advances 60 s / this a batch)")
@@ -440,7 +441,10 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(timezone.utc)
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     try:
-        with StandInDrivers(args.drivers, prefix="scale") as drivers:
+        # One stand-in per stream, its command line naming its stream and control directory (as a driver's
+        # does since issue 35: the local target's liveness check then needs no scan of all processes).
+        launches = [(f"fleet-{i:04d}", f"{base}/control/fleet-{i:04d}") for i in range(args.streams)]
+        with StandInDrivers(args.streams, prefix="scale", launches=launches) as drivers:
             t = time.monotonic()
             fleet = build_fleet(base, args.streams, drivers, heartbeat_interval=5.0, trigger_interval=5.0,
                                 watermark_step_ms=60_000 // args.close_every)

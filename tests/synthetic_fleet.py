@@ -57,9 +57,14 @@ def iso_ms(t: float) -> str:
 
 
 class StandInDrivers:
-    """``count`` live local processes standing in for spark-submit: ``sh -c 'read x' --run-id <id>``."""
+    """``count`` live local processes standing in for spark-submit: ``sh -c 'read x' --run-id <id>``.
 
-    def __init__(self, count: int, prefix: str = "fleet"):
+    ``launches``: one ``(stream, control directory)`` per process, added to its command line as
+    ``--stream <name> --control-dir <dir>``: the local target then knows it as that stream's driver from
+    the recorded pid alone (``LocalTarget.state``), as it knows a real driver; without them (shared
+    stand-ins) every liveness check falls back to a scan of all processes (``run_processes``)."""
+
+    def __init__(self, count: int, prefix: str = "fleet", launches: list[tuple[str, str]] | None = None):
         self.procs: list[subprocess.Popen[bytes]] = []
         self.run_ids: list[str] = []
         tag = uuid.uuid4().hex[:6]
@@ -67,7 +72,8 @@ class StandInDrivers:
             for k in range(count):
                 run_id = f"{prefix}-{tag}-{k:03d}"
                 # $0 is "--run-id", $1 the run id: the command line carries "--run-id <id>" like a driver's.
-                self.procs.append(subprocess.Popen(["sh", "-c", "read x", "--run-id", run_id],
+                extra = ["--stream", launches[k][0], "--control-dir", launches[k][1]] if launches else []
+                self.procs.append(subprocess.Popen(["sh", "-c", "read x", "--run-id", run_id, *extra],
                                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                    stderr=subprocess.DEVNULL))
                 self.run_ids.append(run_id)
