@@ -9,11 +9,18 @@ Usage (from the project root; no Spark)::
 
 The streams (``tests/synthetic_fleet.py``): control directories under a temp dir with what a real run
 writes through the real writers - sealed ``deployed.json``, ``RUNNING``, ``driver.json`` and
-``lease.json`` naming a live local process (a few ``sh -c 'read x' --run-id <id>`` stand-ins for
-spark-submit, shared round-robin: liveness is checked through /proc like a live local driver's), and a
+``lease.json`` naming a live local process (``sh -c 'read x' --run-id <id>`` stand-ins for
+spark-submit, one per stream, its command line carrying ``--run-id``, ``--stream`` and ``--control-dir``
+like a driver's: liveness is checked through /proc like a live local driver's), and a
 ``status.json`` with 20 Spark-shaped progress entries. This process plays the drivers: it rewrites
 every stream's ``status.json`` once per heartbeat (5 s, the spec default; atomic replace + fsync, as the
-driver's reporter does), in every configuration, the baseline included.
+driver's reporter does), in every configuration, the baseline included. Each stream also has a
+checkpoint written as Spark writes it (``metadata``, ``offsets/<N>`` with ``batchWatermarkMs``,
+``commits/<N>`` with ``nextBatchWatermarkMs``, ``.crc`` files, temp file + rename, the newest 100 batches
+kept): every heartbeat plans and commits one batch per stream, its watermark advancing by one
+``--close-every``-th of a minute, so that each stream closes a period of the rule ``every:1m`` once every
+``--close-every`` heartbeats (default 12: once a minute per stream, ~17 period closes a second over 1,000
+streams at a 5 s heartbeat; far more often than the hourly periods of a real stream).
 
 Each configuration runs in a fresh worker process (its CPU and memory only; the writer is this process):
 
@@ -22,6 +29,11 @@ Each configuration runs in a fresh worker process (its CPU and memory only; the 
   consumed by a task of ONE event loop (like the triggerer), starts spread over the first P seconds;
 - ``lifecycle``: N ``SparkStreamLifecycleTrigger`` waiting on a new version's probation (the longest
   lifecycle wait: a healthy run keeps it waiting), same loop and spread;
+- ``completeness``: N ``SparkStreamCompletenessTrigger(rule={"period": "every:1m"})`` (the Asset
+  watchers of issue 37) with ``poll_interval`` P and the default ``persist_delay``, same loop and spread;
+  their cursors are set before each run to the newest period closed (a watcher that has been running);
+- ``health+completeness``: both, 2N triggers in the one loop (what the triggerer carries when every
+  stream has a health watch and an Asset watcher);
 - ``supervisor``: ``SparkStreamSupervisorOperator.execute`` over the N specs (healthy streams, live
   drivers), timed pass by pass.
 
@@ -29,7 +41,11 @@ Measured per trigger configuration, after a warm-up of P + 5 s: CPU (``time.proc
 window / wall, i.e. cores), RSS (``VmRSS`` sampled every second, median) against the RSS before the
 triggers were created; then ``--flips`` streams are switched to FAILED by the writer at random times over
 5 s and the time until the trigger's ``run()`` yields its event is the detection latency (in seconds
-and in polls, latency / P). Net figures subtract the baseline of the same run. Runs rotate the order.
+and in polls, latency / P). For the completeness watchers, every period a commit closes during the
+measurement and the flips' wait (up to 2P + 1 s before its end) is matched with the event the trigger
+yields for it (its ``identity``): the completeness latency is commit written -> event yielded (the cursor's
+``persist_delay`` comes after the yield and is not in it); events for no closed period, or twice for one,
+are counted as unexpected. Net figures subtract the baseline of the same run. Runs rotate the order.
 Every process started here is stopped by pid.
 """
 
@@ -60,6 +76,8 @@ for entry in (str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")):
 from harness import add_smoke_argument  # noqa: E402
 
 FLIP_SPREAD_S = 5.0
+COMPLETENESS_RULE = {"period": "every:1m"}
+TRIGGER_KINDS = ("health", "lifecycle", "completeness", "health+completeness")
 SUPERVISOR_INTERVAL_S = 60.0  # dags/stream_supervisor.py: every minute
 
 
@@ -84,6 +102,12 @@ def med(values: list[Any]) -> float | None:
 
 
 def _triggers(kind: str, specs: list[dict[str, Any]], poll: float) -> list[Any]:
+    if kind == "health+completeness":
+        return _triggers("health", specs, poll) + _triggers("completeness", specs, poll)
+    if kind == "completeness":
+        from airflow_streaming.triggers.completeness import SparkStreamCompletenessTrigger
+
+        return [SparkStreamCompletenessTrigger(s, COMPLETENESS_RULE, poll_interval=poll) for s in specs]
     if kind == "health":
         from airflow_streaming.triggers.health import SparkStreamHealthTrigger
 
@@ -107,6 +131,8 @@ def worker_triggers(cfg: dict[str, Any]) -> dict[str, Any]:
     import airflow_streaming.health.verdict  # noqa: F401 - imported before "RSS before": one-off, not per stream
     import airflow_streaming.hooks.streaming_job  # noqa: F401
     import airflow_streaming.lifecycle.record  # noqa: F401
+    import airflow_streaming.hooks.completeness  # noqa: F401
+    import airflow_streaming.triggers.completeness  # noqa: F401
     from airflow_streaming.triggers.health import poll_once
 
     specs, kind, poll = cfg["specs"], cfg["kind"], cfg["poll"]
@@ -117,17 +143,24 @@ def worker_triggers(cfg: dict[str, Any]) -> dict[str, Any]:
 
     async def main() -> None:
         events: dict[str, float] = {}
+        periods: list[tuple[str, str, float]] = out.setdefault("completeness_events", [])
 
         async def consume(trigger: Any, name: str, delay: float) -> None:
             await asyncio.sleep(delay)
+            if type(trigger).__name__ == "SparkStreamCompletenessTrigger":
+                async for event in trigger.run():  # every period, for as long as the run lasts
+                    periods.append((name, event.payload.get("identity"), time.time()))
             async for event in trigger.run():
                 events[name] = time.time()
                 out.setdefault("event_payloads", {})[name] = event.payload.get("status")
                 return
 
         triggers = _triggers(kind, specs, poll) if kind != "baseline" else []
-        tasks = [asyncio.create_task(consume(t, s["name"], rng.uniform(0, poll))) for t, s in zip(triggers, specs)]
+        triggers_specs = specs
+        tasks = [asyncio.create_task(consume(t, triggers_specs[k % len(specs)]["name"], rng.uniform(0, poll)))
+                 for k, t in enumerate(triggers)]
         await asyncio.sleep(cfg["warmup"])
+        out["measure_start"] = time.time()
         rss = []
         cpu0, wall0 = time.process_time(), time.monotonic()
         while time.monotonic() - wall0 < cfg["measure"]:
@@ -141,6 +174,7 @@ def worker_triggers(cfg: dict[str, Any]) -> dict[str, Any]:
         sys.stdout.flush()
         await asyncio.sleep(cfg["flip_spread"] + 2 * poll + 2.0)
         out["events"] = events
+        out["end"] = time.time()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -184,9 +218,41 @@ def worker_main(cfg_path: str) -> int:
 # =========================================================================== orchestrator (and the drivers' writer)
 
 
+def _closed_by(rule: Any, before_ms: int, after_ms: int) -> list[str]:
+    """The identities of the periods of ``rule`` a watermark moving from ``before_ms`` to ``after_ms`` closes."""
+    from airflow_streaming.completeness import iso_ms
+
+    closed = []
+    end = rule.period_at(after_ms).start
+    while end > before_ms:
+        start = rule.period_at(end - 1).start
+        closed.append(f"{iso_ms(start)}/{iso_ms(end)}")
+        end = start
+    return closed[::-1]
+
+
+def set_cursors(fleet: list[Any], rule: Any) -> None:
+    """Each stream's completeness cursor at the newest period its checkpoint shows closed."""
+    from airflow_streaming.completeness import iso_ms
+    from airflow_streaming.hooks.completeness import cursor_path
+
+    for stream in fleet:
+        end = rule.period_at(stream.watermark_ms).start
+        start = rule.period_at(end - 1).start
+        path = cursor_path(stream.paths, rule)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        doc = {"rule": rule.to_dict(), "identity": f"{iso_ms(start)}/{iso_ms(end)}", "start": start, "end": end,
+               "batch_id": stream.batch, "at": time.time()}
+        Path(path).write_text(json.dumps(doc, sort_keys=True))
+
+
 def run_config(kind: str, fleet: list[Any], storage: Any, args: argparse.Namespace, base: str, seed: int,
                run_ids_path: str) -> dict[str, Any]:
+    from airflow_streaming.completeness import parse_rule
+
     n = len(fleet)
+    rule = parse_rule(COMPLETENESS_RULE)
+    closes: dict[tuple[str, str], float] = {}
     tag = f"{kind}_{seed}"
     cfg = {"kind": kind, "specs": [f.spec.to_dict() for f in fleet], "poll": args.poll, "seed": seed,
            "warmup": args.poll + args.warmup, "measure": args.measure, "passes": args.passes,
@@ -198,6 +264,7 @@ def run_config(kind: str, fleet: list[Any], storage: Any, args: argparse.Namespa
             stream.doc.state, stream.doc.exit, stream.doc.last_exception = "RUNNING", None, None
             stream.doc.queries[0].active = True
         stream.beat(storage)
+    set_cursors(fleet, rule)
     rng = random.Random(seed)
     flips: dict[str, float] = {}
     flipped_at: dict[str, float] = {}
@@ -212,7 +279,7 @@ def run_config(kind: str, fleet: list[Any], storage: Any, args: argparse.Namespa
             ready, _, _ = select.select([proc.stdout], [], [], max(0.0, next_t - time.monotonic()))
             if ready:
                 line = proc.stdout.readline()
-                if line.strip() == b"measured" and kind not in ("supervisor", "baseline") and args.flips:
+                if line.strip() == b"measured" and kind not in ("supervisor", "baseline", "completeness") and args.flips:
                     chosen = rng.sample(range(n), min(args.flips, n))
                     start = time.monotonic()
                     flips = {fleet[k].spec.name: start + rng.uniform(0, args.flip_spread) for k in chosen}
@@ -224,7 +291,10 @@ def run_config(kind: str, fleet: list[Any], storage: Any, args: argparse.Namespa
             stream = fleet[i % n]
             i += 1
             if stream.spec.name not in flipped_at:
+                before, at = stream.watermark_ms, time.time()
                 stream.beat(storage)
+                for identity in _closed_by(rule, before, stream.watermark_ms):
+                    closes[(stream.spec.name, identity)] = at
             next_t += slot
             if next_t < time.monotonic() - 1.0:
                 next_t = time.monotonic()  # fell behind: no burst
@@ -240,6 +310,18 @@ def run_config(kind: str, fleet: list[Any], storage: Any, args: argparse.Namespa
     if flipped_at:
         events = result.get("events", {})
         result["latencies_s"] = {name: (events[name] - t) if name in events else None for name, t in flipped_at.items()}
+    if "completeness" in kind:
+        got: dict[tuple[str, str], float] = {}
+        unexpected = 0
+        for name, identity, t in result.pop("completeness_events", []):
+            if (name, identity) in got or (name, identity) not in closes:
+                unexpected += 1
+            got.setdefault((name, identity), t)
+        last = result["end"] - 2 * args.poll - 1.0
+        result["completeness_latencies_s"] = [
+            (got[key] - t) if key in got else None for key, t in closes.items() if result["measure_start"] <= t <= last]
+        result["completeness_unexpected"] = unexpected
+        result["completeness_events_total"] = len(got)
     result["kind"], result["streams"] = kind, n
     return result
 
@@ -249,7 +331,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]], n: int, poll: float) -> dic
     base_cpu = med([r["cpu_s"] / r["wall_s"] for r in runs["baseline"]])
     base_drss = med([r["rss_median_kib"] - r["rss_before_kib"] for r in runs["baseline"]])
     out["baseline"] = {"cpu_cores_median": base_cpu, "rss_growth_kib_median": base_drss}
-    for kind in ("health", "lifecycle"):
+    for kind in TRIGGER_KINDS:
         if kind not in runs:
             continue
         rs = runs[kind]
@@ -269,6 +351,15 @@ def summarize(runs: dict[str, list[dict[str, Any]]], n: int, poll: float) -> dic
             "latency_polls_max": max(lat) / poll if lat else None, "flips_detected": len(lat), "flips_missed": missed,
             "unexpected_events": sum(len(r["events_before_flips"]) for r in rs),
         }
+        if "completeness" in kind:
+            clat = [v for r in rs for v in r["completeness_latencies_s"] if v is not None]
+            out[kind].update({
+                "completeness_latency_s_median": med(clat), "completeness_latency_s_max": max(clat) if clat else None,
+                "completeness_latency_polls_median": med(clat) / poll if clat else None,
+                "completeness_latency_polls_max": max(clat) / poll if clat else None,
+                "completeness_periods_seen": len(clat),
+                "completeness_periods_missed": sum(1 for r in rs for v in r["completeness_latencies_s"] if v is None),
+                "completeness_unexpected_events": sum(r["completeness_unexpected"] for r in rs)})
     if "supervisor" in runs:
         passes = [p for r in runs["supervisor"] for p in r["passes"]]
         wall = [p["wall_s"] for p in passes]
@@ -284,16 +375,25 @@ def summarize(runs: dict[str, list[dict[str, Any]]], n: int, poll: float) -> dic
 
 def figure_lines(summary: dict[str, Any], n: int, poll: float) -> list[str]:
     lines = []
-    for kind in ("health", "lifecycle"):
+    for kind in TRIGGER_KINDS:
         s = summary.get(kind)
         if s:
-            lines.append(f"{kind} triggers x{n} @ {poll:g}s poll: CPU {s['cpu_cores_median'] * 100:.1f}% of a core "
+            count = f"{n}+{n}" if kind == "health+completeness" else f"{n}"
+            if kind == "completeness":
+                detection = ""
+            else:
+                detection = (f"; detection {_fmt(s['latency_polls_median'])} polls median, "
+                             f"{_fmt(s['latency_polls_max'])} max ({s['flips_detected']} detected, "
+                             f"{s['flips_missed']} missed); unexpected events {s['unexpected_events']}")
+            if "completeness" in kind:
+                detection += (f"; completeness event {_fmt(s['completeness_latency_polls_median'])} polls median, "
+                              f"{_fmt(s['completeness_latency_polls_max'])} max "
+                              f"({s['completeness_periods_seen']} periods seen, {s['completeness_periods_missed']} "
+                              f"missed, {s['completeness_unexpected_events']} unexpected)")
+            lines.append(f"{kind} triggers x{count} @ {poll:g}s poll: CPU {s['cpu_cores_median'] * 100:.1f}% of a core "
                          f"(baseline {summary['baseline']['cpu_cores_median'] * 100:.1f}%, net "
                          f"{s['net_cpu_pct_of_core_median']:.1f}%, x{s['cpu_ratio_vs_baseline'] or 0:.1f} baseline); "
-                         f"net RSS {s['net_rss_kib_per_stream_median']:.1f} KiB/stream; detection "
-                         f"{_fmt(s['latency_polls_median'])} polls median, {_fmt(s['latency_polls_max'])} max "
-                         f"({s['flips_detected']} detected, {s['flips_missed']} missed); "
-                         f"unexpected events {s['unexpected_events']}")
+                         f"net RSS {s['net_rss_kib_per_stream_median']:.1f} KiB/stream" + detection)
     s = summary.get("supervisor")
     if s:
         lines.append(f"supervisor pass x{n} healthy streams: {s['pass_s_median']:.2f}s median (max "
@@ -317,8 +417,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flip-spread", type=float, default=FLIP_SPREAD_S, help="flips spread over this many seconds")
     parser.add_argument("--warmup", type=float, default=5.0, help="warm-up after the first poll interval")
     parser.add_argument("--passes", type=int, default=3, help="supervisor passes per run")
-    parser.add_argument("--drivers", type=int, default=20, help="stand-in driver processes (shared by the streams)")
-    parser.add_argument("--kinds", default="health,lifecycle,supervisor")
+    parser.add_argument("--drivers", type=int, default=20, help="unused: one stand-in driver process per stream (kept for old command lines)")
+    parser.add_argument("--kinds", default="health,lifecycle,supervisor,completeness,health+completeness")
+    parser.add_argument("--close-every", type=int, default=12,
+                        help="heartbeats per period closed per stream (the watermark advances 60 s / this a batch)")
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "scale_watch.json"))
     add_smoke_argument(parser)  # 20 (watch) / 30 (page) streams, one short run, results in a temp dir
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -330,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         args.streams, args.runs, args.measure, args.flips, args.passes, args.drivers = 20, 1, 2.0, 3, 1, 2
         args.flip_spread, args.warmup = 1.0, 1.0
         args.poll = min(args.poll, 1.0)
+        args.close_every = 1
         args.json = f"{base}/scale_watch.json"
     from airflow_streaming.control.local import LocalStorage
     from synthetic_fleet import StandInDrivers, build_fleet
@@ -338,9 +441,13 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(timezone.utc)
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     try:
-        with StandInDrivers(args.drivers, prefix="scale") as drivers:
+        # One stand-in per stream, its command line naming its stream and control directory (as a driver's
+        # does since issue 35: the local target's liveness check then needs no scan of all processes).
+        launches = [(f"fleet-{i:04d}", f"{base}/control/fleet-{i:04d}") for i in range(args.streams)]
+        with StandInDrivers(args.streams, prefix="scale", launches=launches) as drivers:
             t = time.monotonic()
-            fleet = build_fleet(base, args.streams, drivers, heartbeat_interval=5.0, trigger_interval=5.0)
+            fleet = build_fleet(base, args.streams, drivers, heartbeat_interval=5.0, trigger_interval=5.0,
+                                watermark_step_ms=60_000 // args.close_every)
             log(f"{args.streams} streams built in {time.monotonic() - t:.1f}s under {base}")
             run_ids_path = f"{base}/run_ids.json"
             Path(run_ids_path).write_text(json.dumps({f.spec.name: f.doc.run_id for f in fleet}))
@@ -354,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = summarize(runs, args.streams, args.poll)
         meta = {"date": started.isoformat(timespec="seconds"), "streams": args.streams, "poll_s": args.poll,
                 "runs": args.runs, "measure_s": args.measure, "flips": args.flips, "smoke": args.smoke,
+                "completeness_rule": COMPLETENESS_RULE, "close_every_heartbeats": args.close_every,
                 "nproc": os.cpu_count(), "python": platform.python_version(),
                 "mem_total_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
                 "loadavg_end": os.getloadavg()}

@@ -10,6 +10,12 @@ Each stream's control directory holds what a real run writes, through the real w
   time of a live process whose command line carries ``--run-id <run id>``), ``lease.json`` (held by the
   same process) and ``status.json`` (:class:`StatusDocument`, RUNNING and ready, with 20 progress entries
   shaped like Spark 4.2's real progress of ``tests/fixtures/status/etl_dag_phase1_running.json``);
+- optionally (``watermark_step_ms``) the stream's checkpoint as Spark writes it, one batch per progress
+  entry: ``metadata`` (the query id), ``offsets/<N>`` (``v1``, the batch metadata line with
+  ``batchWatermarkMs``, the source's offset line) and ``commits/<N>`` (``v1``,
+  ``{"nextBatchWatermarkMs":...}``), each with its ``.<N>.crc`` and written through a temp file and a
+  rename; the watermark advances ``watermark_step_ms`` per batch and the newest 100 batches are kept
+  (Spark's ``minBatchesToRetain``);
 - optionally ``supervisor.json`` (a restart ledger) for some streams.
 
 The "drivers" are :class:`StandInDrivers`: a few real, long-lived ``sh -c 'read x'`` processes (named as
@@ -40,6 +46,10 @@ from airflow_streaming.spec import StreamSpec
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "status" / "etl_dag_phase1_running.json"
 HISTORY = contract.RECENT_PROGRESS_LIMIT
+#: Batches a synthetic checkpoint keeps (``spark.sql.streaming.minBatchesToRetain``'s default).
+RETAIN = 100
+#: The event time the synthetic watermarks start from (2026-01-01T00:00:00Z, epoch ms).
+WATERMARK_T0_MS = 1_767_225_600_000
 
 
 def iso_ms(t: float) -> str:
@@ -47,9 +57,14 @@ def iso_ms(t: float) -> str:
 
 
 class StandInDrivers:
-    """``count`` live local processes standing in for spark-submit: ``sh -c 'read x' --run-id <id>``."""
+    """``count`` live local processes standing in for spark-submit: ``sh -c 'read x' --run-id <id>``.
 
-    def __init__(self, count: int, prefix: str = "fleet"):
+    ``launches``: one ``(stream, control directory)`` per process, added to its command line as
+    ``--stream <name> --control-dir <dir>``: the local target then knows it as that stream's driver from
+    the recorded pid alone (``LocalTarget.state``), as it knows a real driver; without them (shared
+    stand-ins) every liveness check falls back to a scan of all processes (``run_processes``)."""
+
+    def __init__(self, count: int, prefix: str = "fleet", launches: list[tuple[str, str]] | None = None):
         self.procs: list[subprocess.Popen[bytes]] = []
         self.run_ids: list[str] = []
         tag = uuid.uuid4().hex[:6]
@@ -57,7 +72,8 @@ class StandInDrivers:
             for k in range(count):
                 run_id = f"{prefix}-{tag}-{k:03d}"
                 # $0 is "--run-id", $1 the run id: the command line carries "--run-id <id>" like a driver's.
-                self.procs.append(subprocess.Popen(["sh", "-c", "read x", "--run-id", run_id],
+                extra = ["--stream", launches[k][0], "--control-dir", launches[k][1]] if launches else []
+                self.procs.append(subprocess.Popen(["sh", "-c", "read x", "--run-id", run_id, *extra],
                                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                    stderr=subprocess.DEVNULL))
                 self.run_ids.append(run_id)
@@ -104,6 +120,46 @@ class FleetStream:
     template: dict[str, Any]
     batch: int = -1
     progress: list[dict[str, Any]] = field(default_factory=list)
+    watermark_step_ms: int = 0
+    """With a checkpoint: how far the watermark advances per batch (0: no checkpoint is written)."""
+    watermark_ms: int = 0
+    """The watermark of the newest batch (``batchWatermarkMs`` of its offsets file)."""
+
+    def _checkpoint_write(self, name: str, data: bytes) -> None:
+        # Spark's CheckpointFileManager on a local file system: a temp file renamed into place, and a .crc.
+        directory = os.path.join(self.spec.checkpoint_location, os.path.dirname(name))
+        base = os.path.basename(name)
+        tmp = os.path.join(directory, f".{base}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, os.path.join(directory, base))
+        with open(os.path.join(directory, f".{base}.crc"), "wb") as fh:
+            fh.write(b"crc\x00" + len(data).to_bytes(4, "big"))
+
+    def _checkpoint_batch(self, end: float) -> None:
+        """Plan and commit batch ``self.batch`` (offsets, then the commit), pruning what Spark would."""
+        root = self.spec.checkpoint_location
+        if self.batch == 0:
+            for sub in ("offsets", "commits"):
+                os.makedirs(os.path.join(root, sub), exist_ok=True)
+            query = self.doc.queries[0].id if self.doc.queries else "q"
+            with open(os.path.join(root, "metadata"), "w") as fh:
+                fh.write(json.dumps({"id": query}))
+        self.watermark_ms += self.watermark_step_ms
+        meta = {"batchWatermarkMs": self.watermark_ms, "batchTimestampMs": int(end * 1000),
+                "conf": {"spark.sql.shuffle.partitions": "2"}}
+        self._checkpoint_write(f"offsets/{self.batch}",
+                               f"v1\n{json.dumps(meta)}\n{json.dumps({'logOffset': self.batch})}".encode())
+        self._checkpoint_write(f"commits/{self.batch}",
+                               f'v1\n{{"nextBatchWatermarkMs":{self.watermark_ms}}}'.encode())
+        old = self.batch - RETAIN
+        if old >= 0:
+            for sub in ("offsets", "commits"):
+                for name in (str(old), f".{old}.crc"):
+                    try:
+                        os.unlink(os.path.join(root, sub, name))
+                    except FileNotFoundError:
+                        pass
 
     def _append(self, end: float) -> None:
         t, rng = self.template, self.rng
@@ -129,6 +185,8 @@ class FleetStream:
         del self.progress[:-HISTORY]
         self.doc.totals["batches"] += 1
         self.doc.totals["input_rows"] += rows
+        if self.watermark_step_ms:
+            self._checkpoint_batch(end)
 
     def beat(self, storage: LocalStorage, now: float | None = None) -> None:
         """What the driver's reporter does every heartbeat: one more batch, a fresh heartbeat, an atomic replace."""
@@ -154,13 +212,16 @@ class FleetStream:
 def build_fleet(base: str | Path, count: int, drivers: StandInDrivers, *, owner_dags: list[str] | None = None,
                 versions: tuple[str, ...] = ("v1", "v2", "v3"), trigger_interval: float = 5.0,
                 heartbeat_interval: float = 5.0, failed_every: int = 0, ledger_every: int = 0,
-                hot_standby_every: int = 0, seed: int = 1) -> list[FleetStream]:
+                hot_standby_every: int = 0, seed: int = 1, watermark_step_ms: int = 0) -> list[FleetStream]:
     """``count`` streams ``fleet-0000``... under ``<base>/control`` (see the module docstring).
 
     ``owner_dags``: the DAG ids whose tasks deployed the streams (round-robin; default ``fleet_dag``).
     ``failed_every``: every n-th stream's status is FAILED (its driver still alive: a query that failed);
     ``ledger_every``: every n-th stream has a restart ledger with one restart (the supervisor column);
-    ``hot_standby_every``: every n-th stream (from the n-th) wants a hot standby and has none prepared."""
+    ``hot_standby_every``: every n-th stream (from the n-th) wants a hot standby and has none prepared;
+    ``watermark_step_ms``: write each stream's checkpoint, its watermark advancing this much per batch from
+    :data:`WATERMARK_T0_MS` plus a per-stream offset below one minute (so that period ends fall at different
+    batches of different streams)."""
     storage = LocalStorage()
     template = json.loads(FIXTURE.read_text())["queries"][0]["recent_progress"][-1]
     rng = random.Random(seed)
@@ -195,7 +256,9 @@ def build_fleet(base: str | Path, count: int, drivers: StandInDrivers, *, owner_
                              host=host, started_at=now - 3600, heartbeat_at=now, app_id=f"local-{i}",
                              spark_ui="http://localhost:4040", master="local[2]",
                              checkpoint_location=spec.checkpoint_location, ready=True, queries=[query])
-        stream = FleetStream(spec, paths, doc, random.Random(seed * 100_003 + i), template)
+        stream = FleetStream(spec, paths, doc, random.Random(seed * 100_003 + i), template,
+                             watermark_step_ms=watermark_step_ms,
+                             watermark_ms=WATERMARK_T0_MS + rng.randrange(60_000) if watermark_step_ms else 0)
         for k in range(HISTORY):
             stream._append(now - (HISTORY - k) * trigger_interval)
         stream.beat(storage, now)

@@ -137,6 +137,10 @@ SMOKES = {
         rf"^health triggers x\d+ @ {NUMBER}s poll: CPU {NUMBER}% of a core .* detection {NUMBER} polls median",
         rf"^lifecycle triggers x\d+ @ {NUMBER}s poll: CPU {NUMBER}% of a core .* detection {NUMBER} polls median",
         rf"^supervisor pass x\d+ healthy streams: {NUMBER}s median",
+        rf"^completeness triggers x\d+ @ {NUMBER}s poll: CPU {NUMBER}% of a core .* completeness event {NUMBER} polls "
+        r"median, .* \(\d+ periods seen, 0 missed, 0 unexpected\)",
+        rf"^health\+completeness triggers x\d+\+\d+ @ {NUMBER}s poll: CPU {NUMBER}% of a core .* detection {NUMBER} "
+        rf"polls median.* completeness event {NUMBER} polls median",
     )),
     "scale_ui_bench.py": Smoke(False, 420, (
         rf"^streams page x\d+: load {NUMBER}s cold, {NUMBER}s warm median \(API {NUMBER} ms\); search {NUMBER}s",
