@@ -191,15 +191,19 @@ class _Mutex:
         self.storage, self.path, self.wait = storage, path, wait
 
     def __enter__(self) -> _Mutex:
+        from airflow_streaming.control.process import process_start_time
+
         deadline = time.monotonic() + self.wait
-        body = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "at": time.time()}).encode()
+        body = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "at": time.time(),
+                           "start": process_start_time(os.getpid())}).encode()
         while not self.storage.create_exclusive(self.path, body):
             raw = self.storage.read_bytes(self.path)
             try:
-                held_since = float(json.loads(raw or b"{}").get("at", 0))
+                holder = json.loads(raw or b"{}")
+                held_since = float(holder.get("at", 0))
             except (ValueError, AttributeError, TypeError):
-                held_since = 0.0
-            if raw is not None and time.time() - held_since > CAS_MUTEX_STALE_SECONDS:
+                holder, held_since = {}, 0.0
+            if raw is not None and (time.time() - held_since > CAS_MUTEX_STALE_SECONDS or _holder_gone(holder)):
                 log.warning("removing the stale mutex %s left by %s", self.path, raw[:200])
                 if self.storage.read_bytes(self.path) == raw:  # best effort: its holder is gone
                     self.storage.delete(self.path)
@@ -215,6 +219,24 @@ class _Mutex:
             self.storage.delete(self.path)
         except StorageError:
             log.warning("could not remove the mutex %s (it expires after %.0fs)", self.path, CAS_MUTEX_STALE_SECONDS)
+
+
+def _holder_gone(holder: object) -> bool:
+    """Whether a mutex's holder is a process of THIS host that has ended (its pid gone, or now another
+    process: the start time differs). A driver killed inside a compare-and-swap left its mutex behind, and
+    the next driver's lease renewal and release waited out CAS_MUTEX_STALE_SECONDS (a graceful stop with a
+    short stop_timeout became a kill). A holder on another host, or without a pid, is never judged here."""
+    from airflow_streaming.control.process import process_start_time
+
+    if not isinstance(holder, dict) or holder.get("host") != socket.gethostname():
+        return False
+    pid, start = holder.get("pid"), holder.get("start")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    actual = process_start_time(pid)
+    if actual is None:
+        return True
+    return isinstance(start, (int, float)) and not isinstance(start, bool) and abs(actual - float(start)) > 0.5
 
 
 #: Errors a retry cannot fix (a wrong path, missing permissions, bytes that are not text). The Airflow side's
