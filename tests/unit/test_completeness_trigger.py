@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 
 import pytest
 from airflow.triggers.base import BaseEventTrigger
@@ -64,8 +65,10 @@ class Stream:
                                          persist_delay=persist_delay)
 
 
-def collect(trigger: SparkStreamCompletenessTrigger, seconds: float = 1.0) -> list[dict]:
-    """Run the trigger for ``seconds`` (then cancel it, as a triggerer stopping does); its events' payloads."""
+def collect(trigger: SparkStreamCompletenessTrigger, seconds: float = 1.0, expect: int | None = None) -> list[dict]:
+    """Run the trigger (then cancel it, as a triggerer stopping does); its events' payloads. It runs ``seconds``,
+    and with ``expect`` until that many events came (at most 30 s: a busy machine polls late) and ``seconds``
+    more, so that an extra event would be seen too."""
     got: list[dict] = []
 
     async def drive() -> None:
@@ -74,7 +77,33 @@ def collect(trigger: SparkStreamCompletenessTrigger, seconds: float = 1.0) -> li
 
     async def main() -> None:
         task = asyncio.create_task(drive())
+        deadline = time.monotonic() + 30.0
+        while expect is not None and len(got) < expect and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
         await asyncio.sleep(seconds)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    return got
+
+
+def while_running(trigger: SparkStreamCompletenessTrigger, change, before: float = 0.4, after: float = 0.6
+                  ) -> list[dict]:
+    """Run ``trigger``; after ``before`` seconds (nothing emitted yet) apply ``change``; its payloads after
+    ``after`` more seconds (then it is cancelled, as a triggerer stopping does)."""
+    got: list[dict] = []
+
+    async def main() -> None:
+        async def drive() -> None:
+            async for event in trigger.run():
+                got.append(event.payload)
+        task = asyncio.create_task(drive())
+        await asyncio.sleep(before)
+        assert got == []
+        change()
+        await asyncio.sleep(after)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -96,7 +125,7 @@ def test_each_closed_period_once_in_order_and_a_restart_resumes(tmp_path):
     s.batch(0, 0)
     s.batch(1, hour(0) + 1)
     s.batch(2, hour(2) + 5)  # closes hours 0 and 1
-    first = collect(s.trigger())
+    first = collect(s.trigger(), expect=2)
     assert [e["identity"] for e in first] == ["2026-01-01T00:00:00.000Z/2026-01-01T01:00:00.000Z",
                                               "2026-01-01T01:00:00.000Z/2026-01-01T02:00:00.000Z"]
     assert first[0] == {**first[0], "stream": "s1", "version": "v7", "period": "hourly", "batch_id": 2,
@@ -106,7 +135,7 @@ def test_each_closed_period_once_in_order_and_a_restart_resumes(tmp_path):
     # A restart (a new trigger from the same kwargs): nothing twice, then only the newly closed hour.
     assert collect(s.trigger(), 0.5) == []
     s.batch(3, hour(3))
-    again = collect(s.trigger())
+    again = collect(s.trigger(), expect=1)
     assert [e["identity"] for e in again] == ["2026-01-01T02:00:00.000Z/2026-01-01T03:00:00.000Z"]
 
 
@@ -117,28 +146,13 @@ def test_an_uncommitted_batch_emits_nothing_until_it_commits(tmp_path):
     assert collect(s.trigger(), 0.5) == []
     assert not os.path.exists(s.cursor)
     s.commit(1)
-    assert [e["batch_id"] for e in collect(s.trigger(), 0.5)] == [1]
+    assert [e["batch_id"] for e in collect(s.trigger(), 0.5, expect=1)] == [1]
 
 
 def test_a_running_trigger_sees_a_later_commit(tmp_path):
     s = Stream(tmp_path)
     s.batch(0, hour(0) + 1)
-    got: list[dict] = []
-
-    async def main() -> None:
-        async def drive() -> None:
-            async for event in s.trigger().run():
-                got.append(event.payload)
-        task = asyncio.create_task(drive())
-        await asyncio.sleep(0.4)
-        assert got == []
-        s.batch(1, hour(1) + 1)
-        await asyncio.sleep(0.6)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(main())
+    got = while_running(s.trigger(), lambda: s.batch(1, hour(1) + 1))
     assert [e["period_end"] for e in got] == ["2026-01-01T01:00:00.000Z"]
 
 
@@ -149,27 +163,16 @@ def test_counts_of_a_period_that_spans_two_driver_runs_come_from_what_the_watch_
     s = Stream(tmp_path)
     s.batch(0, 0, rows=7)
     s.batch(1, hour(0) + 1, rows=11)
-    got: list[dict] = []
 
-    async def main() -> None:
-        async def drive() -> None:
-            async for event in s.trigger().run():
-                got.append(event.payload)
-        task = asyncio.create_task(drive())
-        await asyncio.sleep(0.4)
-        assert got == []
+    def new_driver_run() -> None:
         s.progress.clear()  # a new driver run: its status shows only its own batches
         s.batch(2, hour(1) + 5, rows=13)  # closes hour 0 (batches 0 and 1: the first run's)
-        await asyncio.sleep(0.6)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
 
-    asyncio.run(main())
+    got = while_running(s.trigger(), new_driver_run)
     assert [(e["identity"], e["input_rows"], e["late_rows"]) for e in got] == [(identity(0), 18, 2)]
     # A watch that never saw the first run's reports does not guess: the count is unknown, never wrong.
     os.unlink(s.cursor)
-    assert [(e["identity"], e["input_rows"]) for e in collect(s.trigger(), 0.5)] == [(identity(0), None)]
+    assert [(e["identity"], e["input_rows"]) for e in collect(s.trigger(), 0.5, expect=1)] == [(identity(0), None)]
 
 
 @pytest.mark.parametrize("garbage", [b"{not json", b'{"rule": {"period": "daily"}, "start": 0, "end": 86400000}',
@@ -188,7 +191,7 @@ def test_a_garbage_cursor_emits_nothing_and_says_so(tmp_path, capsys, garbage):
     assert "error" in errors[0] and s.cursor in errors[0]
     assert open(s.cursor, "rb").read() == garbage  # left for the operator to look at
     os.unlink(s.cursor)  # deleted: reported again from what the checkpoint shows
-    assert len(collect(s.trigger(), 0.5)) == 3
+    assert len(collect(s.trigger(), 0.5, expect=3)) == 3
 
 
 def test_stopped_between_the_yield_and_the_cursor_write_repeats_that_one_period(tmp_path):
@@ -196,9 +199,9 @@ def test_stopped_between_the_yield_and_the_cursor_write_repeats_that_one_period(
     s.batch(0, hour(0) + 1)
     s.batch(1, hour(3) + 1)  # closes hours 0, 1, 2
     # Stopped (cancelled, as a triggerer stopping does) inside the persist delay of the first event.
-    (only,) = collect(s.trigger(persist_delay=30.0), 0.5)
+    (only,) = collect(s.trigger(persist_delay=30.0), 0.5, expect=1)
     assert not os.path.exists(s.cursor)
-    again = collect(s.trigger())
+    again = collect(s.trigger(), expect=3)
     assert [e["identity"] for e in again] == [only["identity"], identity(1), identity(2)]  # one duplicate
     assert again[0] == only
     assert collect(s.trigger(), 0.3) == []
@@ -209,7 +212,7 @@ def test_a_watermark_far_ahead_is_caught_up_max_events_at_a_time(tmp_path):
     s.batch(0, hour(0) + 1)
     s.batch(1, hour(5) + 1)  # closes hours 0 to 4
     rule = {"period": "hourly", "max_events": 2}
-    got = collect(s.trigger(rule), 1.0)
+    got = collect(s.trigger(rule), 1.0, expect=5)
     assert [e["identity"] for e in got] == [identity(k) for k in range(5)]
 
 
