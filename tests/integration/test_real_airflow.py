@@ -632,11 +632,12 @@ def test_lifecycle_through_the_rest_api_on_real_airflow_services(airflow_stack: 
         runs = sorted({str(run_of.get(b)) for b in range(event.key.start, event.key.end)})
         if len(runs) > 1:
             spanning.append((payload["identity"], event.input_rows, runs))
-        # The count is right, also for a period whose batches ran under two drivers (the watch remembers the
-        # first driver's reports: before, such counts were null). Where the core cannot know it (the test's
-        # recorder saw no report of a batch), a count the watch gives cannot be checked here.
-        if event.input_rows is not None:
-            assert payload["input_rows"] == event.input_rows, (payload, event, runs)
+        # A count the watch gives is right. Within one driver run it always gives it; for a period whose batches
+        # ran under two drivers it gives it when the same trigger saw the first driver's reports (the watch
+        # remembers them in memory only: a trigger recreated in between - a triggerer restart, a reassignment -
+        # has lost them, and says null, never a wrong number).
+        assert payload["input_rows"] in (None, event.input_rows), (payload, event, runs)
+        assert payload["input_rows"] is not None or event.input_rows is None or len(runs) > 1, (payload, event, runs)
     print(f"completeness: payload versions {versions}; periods spanning driver runs (period, count, runs): "
           f"{spanning}", file=sys.stderr)
     marks["periods_done"] = time.monotonic() - started
