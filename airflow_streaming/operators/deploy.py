@@ -9,13 +9,14 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_streaming.operators.asset_lineage import declare_spec_assets, describe_asset_events
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
+from airflow_streaming.operators.lineage import StreamLineage
 from airflow_streaming.operators.parameters import SpecFileTemplates, checked_duration, seconds_of, spec_with_conn_id
 from airflow_streaming.task_owner import task_owner
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.ui.links import STREAM_LINKS
 
 
-class SparkStreamDeployOperator(SpecFileTemplates, DeferrableLifecycleMixin, BaseOperator):
+class SparkStreamDeployOperator(SpecFileTemplates, DeferrableLifecycleMixin, StreamLineage, BaseOperator):
     """Submit a stream's driver (detached) through the Spark provider and wait for its first progress.
 
     Refuses before submitting when the stream already runs, the application file is missing or Java
@@ -33,7 +34,8 @@ class SparkStreamDeployOperator(SpecFileTemplates, DeferrableLifecycleMixin, Bas
         is not added again - when the spec is known as the DAG is parsed (a ``StreamSpec``, or a dict whose
         ``assets`` hold no template; not a path nor a template string: then they stay as passed). On
         success Airflow records an asset event for each sink, its ``extra`` naming the stream, version and
-        run (:mod:`airflow_streaming.operators.asset_lineage`).
+        run (:mod:`airflow_streaming.operators.asset_lineage`); OpenLineage sees them as the run's inputs and
+        outputs (:mod:`airflow_streaming.operators.lineage`).
     :param wait_for_progress: wait until the query reports progress (default) or return after submit.
     :param startup_timeout: how long to wait for progress (seconds or a duration string such as
         ``"5 minutes"``, checked when the DAG is parsed; templated); default: the spec's ``startup_timeout``.
@@ -79,6 +81,7 @@ class SparkStreamDeployOperator(SpecFileTemplates, DeferrableLifecycleMixin, Bas
         self._spec = spec
         identity = deploy_stream(spec, options, resume, started=self._started)
         describe_asset_events(self, context, spec, identity)
+        self._note_lineage(spec, run_id=identity.get("run_id"), app_id=identity.get("app_id"))
         self.log.info("stream %s %s is running: run %s, app %s, Spark UI %s, log %s", spec.name, spec.version,
                       identity.get("run_id"), identity.get("app_id"), identity.get("spark_ui"), identity.get("log_path"))
         return identity

@@ -9,6 +9,7 @@ from airflow.sdk import BaseNotifier, BaseOperator, Context
 
 from airflow_streaming.operators.asset_lineage import declare_spec_assets, describe_asset_events
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
+from airflow_streaming.operators.lineage import StreamLineage
 from airflow_streaming.operators.parameters import (
     SpecFileTemplates,
     checked_duration,
@@ -21,7 +22,7 @@ from airflow_streaming.spec import StreamSpec
 from airflow_streaming.ui.links import STREAM_LINKS
 
 
-class SparkStreamUpgradeOperator(SpecFileTemplates, DeferrableLifecycleMixin, BaseOperator):
+class SparkStreamUpgradeOperator(SpecFileTemplates, DeferrableLifecycleMixin, StreamLineage, BaseOperator):
     """Move a stream to ``spec`` safely (see ``docs/upgrades.md``).
 
     ``action="upgrade"`` (default): compatibility gate against the live checkpoint, graceful stop at a
@@ -81,6 +82,10 @@ class SparkStreamUpgradeOperator(SpecFileTemplates, DeferrableLifecycleMixin, Ba
         self.notifiers = list(notifiers)
         self._set_deferrable(deferrable, poll_interval, kwargs)
 
+    @property
+    def _lineage_action(self) -> str:  # type: ignore[override]
+        return self.action
+
     def _act(self, context: Context, resume: dict[str, str] | None = None) -> dict[str, Any]:
         from airflow_streaming.hooks.streaming_job import SparkStreamHook
         from airflow_streaming.lifecycle.operations import LifecycleOutcomeError, result_of
@@ -116,6 +121,7 @@ class SparkStreamUpgradeOperator(SpecFileTemplates, DeferrableLifecycleMixin, Ba
 
         record = LifecycleRunner(target, action, options, current=current, notify=notify, resume=resume).run()
         result = result_of(record)
+        self._note_lineage(target, previous_version=result.get("from_version"), run_id=result.get("new_run_id"))
         # The runner logged each step as it happened; the outcome's error is in the exception, once.
         if record.step.value != "SUCCEEDED":
             raise LifecycleOutcomeError(result)  # recorded as finished: not retried (task_failures)

@@ -9,13 +9,14 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_streaming.exceptions import StreamFailedError
 from airflow_streaming.operators.deferral import DeferrableLifecycleMixin
+from airflow_streaming.operators.lineage import StreamLineage
 from airflow_streaming.operators.parameters import SpecFileTemplates, checked_duration, seconds_of, spec_with_conn_id
 from airflow_streaming.task_owner import task_owner
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.ui.links import STREAM_LINKS
 
 
-class SparkStreamStopOperator(SpecFileTemplates, DeferrableLifecycleMixin, BaseOperator):
+class SparkStreamStopOperator(SpecFileTemplates, DeferrableLifecycleMixin, StreamLineage, BaseOperator):
     """Ask the stream's driver to stop between micro-batches; kill it after the timeout.
 
     Returns (XCom) the stop report: graceful, killed, exit_code, last_planned_batch,
@@ -41,6 +42,8 @@ class SparkStreamStopOperator(SpecFileTemplates, DeferrableLifecycleMixin, BaseO
     template_fields: Sequence[str] = ("spec", "stop_timeout")
     operator_extra_links = STREAM_LINKS
     ui_color = "#f6d3c5"
+    _lineage_action = "stop"
+    _lineage_datasets = False  # OpenLineage: the stream's facet only (a stop reads and writes no data)
 
     def __init__(
         self,
