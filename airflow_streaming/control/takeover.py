@@ -144,12 +144,13 @@ def judge_takeover(storage: ControlStorage, paths: ControlPaths, me: str, versio
     if word is not None and holder is not Holder.ALIVE and not (holder is not Holder.ELSEWHERE and record_local_here):
         ids = _run_ids(storage, paths, record)
         said = word(ids)  # the I/O answers "no word" on any error: never an exception here
-    decision = death_proof.decide(holder, False, record_local_here, now - lease.renewed_at, lease.ttl, seen, said, ids)
+    decision = death_proof.decide(holder, False, record_local_here,  # no process of the run here (above)
+                                  now - lease.renewed_at, lease.ttl, seen, said, ids)
     if decision.verdict is death_proof.Verdict.ALIVE:
         return Judgement("wait", f"run {active} holds its lease: {decision.reason}")
     if decision.verdict is death_proof.Verdict.WAIT:
         return Judgement("wait", f"the lease of run {active} (holder on {lease.host}): {decision.reason}")
-    proof = decision.proof.value if decision.proof is not None else "?"
+    proof = decision.proof.value if decision.proof is not None else ""  # always one with PROVEN_DEAD
     return Judgement("take_over", f"run {active} crashed ({proof}: {decision.reason}); its marker still names it",
                      active, lease_raw, record_raw, marker_raw)
 
