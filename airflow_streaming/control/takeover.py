@@ -21,6 +21,11 @@ from a run that *crashed*:
     forged lease restarts that wait, and the live holder, whose next renewal finds bytes it did not
     write, stops itself long before (``renew_lease``: ``LeaseLostError``; every ttl/6 at most).
 
+  - or, for a holder the standby cannot see, the cluster manager's word that the run's own submission or
+    application ended (the optional ``word`` of :func:`judge_takeover`): proof of death without waiting out
+    the ttl. The rule over all of it is :func:`.death_proof.decide` (one pure function, exhaustively tested);
+    without a word it is the rule above, unchanged.
+
 Why the driver decides and not the supervisor's pass: a pass runs once a minute, a takeover is worth
 having only within seconds. The rule is this one pure function over the control files, and the
 takeover runs under the stream's lifecycle lock, so no lifecycle action or supervisor pass interleaves
@@ -39,9 +44,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from airflow_streaming.control import contract
+from airflow_streaming.control import contract, death_proof
 from airflow_streaming.control.contract import ControlFileError, ControlPaths, Lease
-from airflow_streaming.control.process import live_run_pids
+from airflow_streaming.control.death_proof import Holder
+from airflow_streaming.control.process import live_run_pids, process_start_time
 from airflow_streaming.control.storage import ControlStorage
 
 #: States of a standby (``standby.json``) that the stream's hot standby reports besides the upgrade
@@ -79,13 +85,16 @@ class Judgement:
 
 def judge_takeover(storage: ControlStorage, paths: ControlPaths, me: str, version: str,
                    now: float | None = None, watch: LeaseWatch | None = None, stream: str | None = None,
-                   control_dir: str | None = None, alive_here: Callable[[str], list[int]] | None = None) -> Judgement:
+                   control_dir: str | None = None, alive_here: Callable[[str], list[int]] | None = None,
+                   word: Callable[[death_proof.RunIds], death_proof.Word | None] | None = None) -> Judgement:
     """Whether the hot standby ``me`` (of ``version``) takes over now (see the module docstring).
 
     ``watch``: the standby's own :class:`LeaseWatch`, given at every look (without one a holder elsewhere is
     never judged crashed). ``stream`` / ``control_dir``: what the active run's command line
     must carry besides its run id to count as alive here; ``alive_here``: the pids of a run alive on this host
-    (default :func:`~.process.live_run_pids`).
+    (default :func:`~.process.live_run_pids`). ``word``: asks the cluster manager about the ids the run
+    recorded (e.g. :class:`~.standalone_word.StandaloneWord`); with it, a holder that is not on this host is
+    taken over as soon as the word proves it dead (:mod:`.death_proof`), without it only the lease decides.
 
     ``exit`` when the stream no longer wants this standby: the run marker is absent (a stop) or names
     another version (an upgrade or a rollback moved the stream on). A storage error propagates (the
@@ -120,20 +129,51 @@ def judge_takeover(storage: ControlStorage, paths: ControlPaths, me: str, versio
         return Judgement("wait", "the lease is not readable")
     if lease.run_id != active:
         return Judgement("wait", f"the lease names run {lease.run_id}, not the marker's run {active}")
-    if not lease.is_stale(now):
-        return Judgement("wait", f"run {active} holds its lease")
+    now = time.time() if now is None else now
+    here = socket.gethostname()
+    holder = _holder(lease) if lease.host == here else Holder.ELSEWHERE
+    stale = holder in (Holder.ABSENT, Holder.OTHER) or (holder is Holder.ELSEWHERE and now - lease.renewed_at > lease.ttl)
+    if word is None and not stale:
+        return Judgement("wait", f"run {active} holds its lease")  # without a word: as cheap as before
     pids = (alive_here or (lambda run: live_run_pids(run, stream, control_dir)))(active)
     if pids:
         return Judgement("wait", f"run {active} is alive on this host (pid {', '.join(map(str, pids))}): not a "
                                  "crash, whatever lease.json says")
-    here = socket.gethostname()
-    if not (lease.host == here and record.host == here and record.target == contract.LOCAL_TARGET):
-        if seen < lease.ttl:
-            return Judgement("wait", f"the lease of run {active} (holder on {lease.host}) is stale by its content, "
-                                     f"but this standby has seen it unchanged for {seen:.0f}s of its ttl "
-                                     f"{lease.ttl:.0f}s only")
-    return Judgement("take_over", f"run {active} crashed: its lease is stale and its marker still names it",
+    record_local_here = record.host == here and record.target == contract.LOCAL_TARGET
+    said, ids = None, death_proof.RunIds()
+    if word is not None and holder is not Holder.ALIVE and not (holder is not Holder.ELSEWHERE and record_local_here):
+        ids = _run_ids(storage, paths, record)
+        said = word(ids)  # the I/O answers "no word" on any error: never an exception here
+    decision = death_proof.decide(holder, False, record_local_here,  # no process of the run here (above)
+                                  now - lease.renewed_at, lease.ttl, seen, said, ids)
+    if decision.verdict is death_proof.Verdict.ALIVE:
+        return Judgement("wait", f"run {active} holds its lease: {decision.reason}")
+    if decision.verdict is death_proof.Verdict.WAIT:
+        return Judgement("wait", f"the lease of run {active} (holder on {lease.host}): {decision.reason}")
+    proof = decision.proof.value if decision.proof is not None else ""  # always one with PROVEN_DEAD
+    return Judgement("take_over", f"run {active} crashed ({proof}: {decision.reason}); its marker still names it",
                      active, lease_raw, record_raw, marker_raw)
+
+
+def _holder(lease: Lease) -> Holder:
+    """The lease's holder process on this host, as ``/proc`` shows it."""
+    if process_start_time(lease.pid) is None:
+        return Holder.ABSENT
+    return Holder.ALIVE if lease.identity().alive() else Holder.OTHER
+
+
+def _run_ids(storage: ControlStorage, paths: ControlPaths, record: contract.DriverRecord) -> death_proof.RunIds:
+    """The cluster manager's ids the run recorded: the submission id of its driver record, the application id
+    of its status document (only while that document names the run). An unreadable status names none."""
+    submission = record.handle.get("submission_id")
+    app_id = None
+    try:
+        doc = contract.json_object_or_none(storage.read_bytes(paths.status) or b"")
+    except Exception:  # noqa: BLE001 - no application id: the submission's word (if any) or the lease decides
+        doc = None
+    if doc is not None and doc.get("run_id") == record.run_id and isinstance(doc.get("app_id"), str):
+        app_id = doc["app_id"]
+    return death_proof.RunIds(submission if isinstance(submission, str) and submission else None, app_id or None)
 
 
 def take_over(storage: ControlStorage, paths: ControlPaths, judgement: Judgement, me: str, version: str,
