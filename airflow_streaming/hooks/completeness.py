@@ -32,7 +32,7 @@ from airflow_streaming.checkpoint.batches import _batch_ids
 from airflow_streaming.checkpoint.committed import DEFAULT_LAST, read_committed
 from airflow_streaming.checkpoint.logs import parse_offsets
 from airflow_streaming.completeness import CompletenessRule, PeriodEvent, PeriodKey, closed_periods
-from airflow_streaming.control.contract import ControlFileError, ControlPaths, parse_json_object
+from airflow_streaming.control.contract import ControlFileError, ControlPaths, parse_json_object, progress_counting_fields
 
 __all__ = ["CURSOR_DIR", "Look", "cursor_path", "look", "read_cursor", "remember_progress", "rule_digest",
            "write_cursor"]
@@ -103,7 +103,8 @@ class Look:
     newest_commit: int | None = None
     """The newest commit id seen: the next look with the same one reads nothing more."""
     skipped: list[str] = field(default_factory=list)
-    """Checkpoint files the read left out (:attr:`~airflow_streaming.checkpoint.committed.CommittedRead.skipped`)."""
+    """Checkpoint files the read left out (:attr:`~airflow_streaming.checkpoint.committed.CommittedRead.skipped`),
+    and the status document's ``earlier_progress`` entries that were garbage."""
     unchanged: bool = False
     """Nothing new can be complete since ``seen`` (no new commit, or new commits that cross no period end):
     the checkpoint's batches were not read."""
@@ -157,20 +158,16 @@ REMEMBERED_BATCHES = 4 * DEFAULT_LAST
 
 
 def remember_progress(memory: dict[tuple[Any, int], dict[str, Any]], reports: list[dict[str, Any]]) -> None:
-    """Add the counting fields of progress ``reports`` to ``memory`` (``(query id, batch id)`` -> report), keeping
-    the newest :data:`REMEMBERED_BATCHES` batch ids. The status document holds only the current driver run's
-    reports: a period whose batches ran under two drivers (a kill, an upgrade) has its counts only if the watch
-    remembered the first driver's reports."""
+    """Add the counting fields (:func:`~airflow_streaming.control.contract.progress_counting_fields`) of progress
+    ``reports`` to ``memory`` (``(query id, batch id)`` -> report), keeping the newest :data:`REMEMBERED_BATCHES`
+    batch ids; a report that is not one is left out. The status document's ``recent_progress`` holds only the
+    current driver run's newest reports; its ``earlier_progress`` the counting fields of those before (earlier
+    driver runs' too, carried over by each starting driver): fed both, a watch started at any time knows the
+    counts of the newest batches, and what it remembered covers a driver that died before it carried them."""
     for report in reports:
-        batch = report.get("batchId") if isinstance(report, dict) else None
-        if not isinstance(batch, int) or isinstance(batch, bool):
-            continue
-        event_time = report.get("eventTime")
-        memory[(report.get("id"), batch)] = {
-            "id": report.get("id"), "batchId": batch, "numInputRows": report.get("numInputRows"),
-            "stateOperators": [{"numRowsDroppedByWatermark": op.get("numRowsDroppedByWatermark")}
-                               for op in report.get("stateOperators") or [] if isinstance(op, dict)],
-            "eventTime": {"min": event_time.get("min")} if isinstance(event_time, dict) else None}
+        fields = progress_counting_fields(report)
+        if fields is not None:
+            memory[(fields["id"], fields["batchId"])] = fields
     if len(memory) > REMEMBERED_BATCHES:
         for key in sorted(memory, key=lambda k: k[1])[:len(memory) - REMEMBERED_BATCHES]:
             del memory[key]
@@ -191,7 +188,9 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
 
     doc = hook.status()
     memory = {} if memory is None else memory
-    remember_progress(memory, [p for q in (doc.queries if doc is not None else []) for p in q.recent_progress])
+    earlier, ignored = doc.earlier_reports() if doc is not None else ([], 0)
+    remember_progress(memory, [*earlier, *(p for q in (doc.queries if doc is not None else [])
+                                           for p in q.recent_progress)])
     recorded = sorted({hook._normalized_location(c) for c in (doc.checkpoints() if doc is not None else [])})
     location = (recorded or [hook.spec.checkpoint_location])[0]
     checkpoint = storage_path(location).rstrip("/") or "/"
@@ -206,4 +205,6 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
                                                                                key=lambda r: r["batchId"]))
     events = closed_periods(rule, read.batches, after)
     _remember(location, newest, read)
-    return Look(events, version, location, newest, read.skipped)
+    skipped = read.skipped + ([f"{hook.paths.status}: {ignored} earlier_progress entr{'y' if ignored == 1 else 'ies'}"
+                               f" not a progress report's counting fields (left out)"] if ignored else [])
+    return Look(events, version, location, newest, skipped)
