@@ -220,10 +220,6 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
     from airflow_streaming.hooks.streaming_job import storage_path
 
     doc = hook.status()
-    memory = {} if memory is None else memory
-    earlier, ignored = doc.earlier_reports() if doc is not None else ([], 0)
-    remember_progress(memory, [*earlier, *(p for q in (doc.queries if doc is not None else [])
-                                           for p in q.recent_progress)])
     recorded = sorted({hook._normalized_location(c) for c in (doc.checkpoints() if doc is not None else [])})
     location = (recorded or [hook.spec.checkpoint_location])[0]
     checkpoint = storage_path(location).rstrip("/") or "/"
@@ -235,6 +231,13 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
             seen is not None and seen[0] == location and seen[1] is not None and newest is not None
             and not _crosses(hook, rule, checkpoint, location, seen[1], commits))):
         return Look(version=version, checkpoint=location, newest_commit=newest, unchanged=True)
+    # Only here, not at a look that stops above (~0.25 ms for a full earlier_progress): a report stays in the
+    # status document (recent_progress, then earlier_progress, which the next driver carries over) while its
+    # batch is among the query's newest 32, and a period's counts need its batches among those anyway.
+    memory = {} if memory is None else memory
+    earlier, ignored = doc.earlier_reports() if doc is not None else ([], 0)
+    remember_progress(memory, [*earlier, *(p for q in (doc.queries if doc is not None else [])
+                                           for p in q.recent_progress)])
     read = read_committed(hook.checkpoint_storage, checkpoint, progress=sorted(memory.values(),
                                                                                key=lambda r: r["batchId"]))
     events = closed_periods(rule, read.batches, after)
