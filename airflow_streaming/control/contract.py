@@ -57,6 +57,13 @@ TERMINAL_STATES = frozenset({STOPPED, FAILED})
 #: How many progress entries per query the status document keeps (Spark keeps 100).
 RECENT_PROGRESS_LIMIT = 20
 
+#: ``earlier_progress`` of the status document keeps the counting fields of this many batch ids per query
+#: (the newest), of at most EARLIER_PROGRESS_QUERIES queries (the last seen): the completeness watch reads a
+#: checkpoint's newest ``airflow_streaming.checkpoint.committed.DEFAULT_LAST`` (32) batches, so the counts
+#: of older batches could never be used.
+EARLIER_PROGRESS_BATCHES = 32
+EARLIER_PROGRESS_QUERIES = 4
+
 
 #: Pacing on remote control storage (HDFS and other Hadoop stores), where every check or write is a
 #: NameNode request: the driver checks the run marker every REMOTE_MARKER_POLL_SECONDS, writes
@@ -527,6 +534,12 @@ class StatusDocument:
     query_checkpoints: dict[str, str] = field(default_factory=dict)
     """Query id -> its resolved checkpoint root as Spark uses it (a user script's own
     ``checkpointLocation`` or ``<checkpoint>/<queryName>`` may differ from the spec's location)."""
+    earlier_progress: Any = field(default_factory=list)
+    """The counting fields (:func:`progress_counting_fields`) of the progress reports before ``recent_progress``:
+    those of the stream's earlier driver runs (a starting driver carries them over from the status document it
+    replaces) and this run's that ``recent_progress`` no longer holds; see :func:`carry_progress`. As the file
+    holds it (not checked when the document is read: a health poll never pays for it): read it through
+    :meth:`earlier_reports`."""
     schema: int = SCHEMA_VERSION
 
     @property
@@ -540,6 +553,17 @@ class StatusDocument:
     def checkpoints(self) -> list[str]:
         """The resolved checkpoint roots of this run's queries (as recorded by the driver)."""
         return sorted(set(self.query_checkpoints.values()))
+
+    def earlier_reports(self) -> tuple[list[dict[str, Any]], int]:
+        """The entries of :attr:`earlier_progress` that are counting fields of a report, and how many are not
+        (garbage is left out and counted, never raised: an older or damaged document only loses counts)."""
+        if self.earlier_progress is None:
+            return [], 0
+        if not isinstance(self.earlier_progress, list):
+            return [], 1
+        entries = [progress_counting_fields(e) for e in self.earlier_progress]
+        kept = [e for e in entries if e is not None]
+        return kept, len(entries) - len(kept)
 
     def to_json(self) -> bytes:
         return _dumps(asdict(self))
@@ -577,7 +601,49 @@ class StatusDocument:
             storage_errors=_require(path, raw, "storage_errors", (dict,), optional=True),
             query_checkpoints={str(k): str(v) for k, v in
                                (_require(path, raw, "query_checkpoints", (dict,), optional=True) or {}).items()},
+            earlier_progress=raw.get("earlier_progress"),
         )
+
+
+def _int_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, int) and not isinstance(value, bool)
+
+
+def progress_counting_fields(report: Any) -> dict[str, Any] | None:
+    """What the completeness watch counts from a progress report (Spark's JSON, parsed, or such an entry of
+    ``earlier_progress``): ``{"id", "batchId", "numInputRows", "stateOperators": [{"numRowsDroppedByWatermark"}],
+    "eventTime": {"min"} | None}``; ``None`` when ``report`` is not one (no integer ``batchId``, a count that
+    is not an integer, a query id that is not text)."""
+    if not isinstance(report, dict):
+        return None
+    batch, rows, query = report.get("batchId"), report.get("numInputRows"), report.get("id")
+    operators, event_time = report.get("stateOperators") or [], report.get("eventTime")
+    if (batch is None or not _int_or_none(batch) or not _int_or_none(rows) or not isinstance(query, (str, type(None)))
+            or not isinstance(operators, list) or not isinstance(event_time, (dict, type(None)))):
+        return None
+    dropped = [op.get("numRowsDroppedByWatermark") if isinstance(op, dict) else False for op in operators]
+    first = event_time.get("min") if event_time is not None else None
+    if not all(_int_or_none(d) for d in dropped) or not isinstance(first, (str, type(None))):
+        return None
+    return {"id": query, "batchId": batch, "numInputRows": rows,
+            "stateOperators": [{"numRowsDroppedByWatermark": d} for d in dropped],
+            "eventTime": {"min": first} if event_time is not None else None}
+
+
+def carry_progress(earlier: list[Any], reports: list[Any]) -> list[dict[str, Any]]:
+    """The counting fields (:func:`progress_counting_fields`) of ``earlier`` then ``reports`` (entries that are
+    not a report's are left out), a later entry of a ``(query id, batch id)`` replacing an earlier one: the
+    newest :data:`EARLIER_PROGRESS_BATCHES` batch ids of each of the last :data:`EARLIER_PROGRESS_QUERIES`
+    queries seen, in batch id order per query."""
+    by_query: dict[Any, dict[int, dict[str, Any]]] = {}
+    for entry in map(progress_counting_fields, [*earlier, *reports]):
+        if entry is None:
+            continue
+        batches = by_query.pop(entry["id"], {})  # re-inserted last: the query seen last
+        batches[entry["batchId"]] = entry
+        by_query[entry["id"]] = batches
+    return [batches[b] for batches in list(by_query.values())[-EARLIER_PROGRESS_QUERIES:]
+            for b in sorted(batches)[-EARLIER_PROGRESS_BATCHES:]]
 
 
 def read_status(storage: ControlStorage, paths: ControlPaths) -> StatusDocument | None:
@@ -593,7 +659,8 @@ def write_status(storage: ControlStorage, paths: ControlPaths, doc: StatusDocume
 
 __all__ = [
     "ControlFileError", "ControlPaths", "DriverRecord", "Lease", "LeaseHeldError", "LeaseLostError",
-    "ProcessIdentity", "QueryStatus", "StatusDocument", "StorageError", "acquire_lease", "json_object_or_none",
+    "ProcessIdentity", "QueryStatus", "StatusDocument", "StorageError", "acquire_lease", "carry_progress",
+    "json_object_or_none", "progress_counting_fields",
     "marker_present", "parse_json", "parse_json_object",
     "new_run_id", "process_alive", "process_start_time", "read_driver_record",
     "read_lease", "read_marker", "read_status", "release_lease", "renew_lease", "request_stop", "write_marker",

@@ -239,6 +239,7 @@ class Driver:
                 self.reporter.progress_sinks.append(self.exporter.send)
             except Exception:  # noqa: BLE001 - an optional exporter never stops the stream from running
                 log.exception("Kafka progress exporter disabled: it could not be created")
+        self.reporter.carry_over()  # before the first write replaces the previous run's status document
         self.reporter.write()
         signal.signal(signal.SIGTERM, self._on_sigterm)
         try:

@@ -152,6 +152,32 @@ class StatusReporter:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
+    def carry_over(self) -> None:
+        """Before this run's first write: keep the counting fields of the progress that the status document it
+        replaces holds (that document's ``earlier_progress``, then its queries' ``recent_progress``) in this
+        run's ``earlier_progress``, when it is a document of the same stream. A period whose batches ran under
+        two drivers (a kill, an upgrade, a failover) then still has its row counts, whoever watches it, even a
+        watch started after this driver. The old document may belong to another user (``run_as_user``): it is
+        only read. Unreadable or garbage: nothing is carried (counts of such a period are unknown, never wrong),
+        and the run starts all the same."""
+        try:
+            raw = contract.json_object_or_none(self.storage.read_bytes(self.paths.status))
+        except (StorageError, OSError) as exc:
+            log.warning("could not read the previous status document %s: the row counts of the periods "
+                        "before this run are not carried over: %s", self.paths.status, exc)
+            return
+        if raw is None or raw.get("stream") != self.doc.stream:
+            return
+        earlier = raw.get("earlier_progress")
+        reports = [p for q in (raw.get("queries") if isinstance(raw.get("queries"), list) else [])
+                   if isinstance(q, dict) and isinstance(q.get("recent_progress"), list) for p in q["recent_progress"]]
+        given = [*(earlier if isinstance(earlier, list) else []), *reports]
+        with self._lock:
+            self.doc.earlier_progress = contract.carry_progress(given, self.doc.earlier_progress)
+            carried = len(self.doc.earlier_progress)
+        log.info("carried the counts of %d progress report(s) of run %s over from %s", carried, raw.get("run_id"),
+                 self.paths.status)
+
     def queries(self) -> list[Any]:
         """Every query seen so far (active or not)."""
         with self._lock:
@@ -200,7 +226,11 @@ class StatusReporter:
             if entry is None:
                 entry = QueryStatus(id=progress["id"], run_id=progress["runId"], name=progress.get("name"), active=True)
                 self.doc.queries.append(entry)
-            entry.recent_progress = (entry.recent_progress + [progress])[-self.recent_limit :]
+            kept = entry.recent_progress + [progress]
+            if len(kept) > self.recent_limit:  # their counts stay in earlier_progress (the completeness watch's)
+                self.doc.earlier_progress = contract.carry_progress(self.doc.earlier_progress,
+                                                                    kept[: -self.recent_limit])
+            entry.recent_progress = kept[-self.recent_limit :]
             entry.last_batch_id = progress["batchId"]
             totals = self.doc.totals
             totals["batches"] += 1
