@@ -29,12 +29,13 @@ metadata database) -> the run started (its ``start_date``). The run's triggering
 the period's ``identity`` (checked through ``/api/v2/dags/<dag>/dagRuns/<run>/upstreamAssetEvents``); a
 period with no run within 3P + 60 s is missed. The baseline, in the same run and interleaved (one after
 each period): Airflow's own latency for an Asset event that needs no watcher - ``POST
-/api/v2/assets/events`` for the baseline DAG's Asset (request sent -> event stored -> run queued ->
-started). The next period or event starts only once the previous run started. ``--runs`` rounds of
-``--periods`` periods per poll interval; figures are the medians of the rounds' medians, and the max
-over all periods; the ratio completeness / baseline and the difference (what the watcher adds) use the
-medians of queued. Every process started here is stopped by pid (the stack's processes and the
-stand-in drivers). Without PostgreSQL (or its Python drivers) it prints ``skipped: <reason>`` and exits 0.
+/api/v2/assets/events`` for the baseline DAG's Asset after a random 0-2 s wait (any phase of the
+scheduler's loop; request sent -> event stored -> run queued -> started). The next period or event
+starts only once the previous run started. ``--runs`` rounds of ``--periods`` periods per poll interval;
+figures are the medians of the rounds' medians, and the max over all periods; the ratio completeness /
+baseline and the difference (what the watcher adds) use the medians of queued. Every process started
+here is stopped by pid (the stack's processes and the stand-in drivers). Without PostgreSQL (or its
+Python drivers) it prints ``skipped: <reason>`` and exits 0.
 """
 
 from __future__ import annotations
@@ -193,8 +194,11 @@ def measure_period(stack: Any, runs: Runs, stream: Any, storage: Any, rule: Any,
     return result
 
 
-def measure_baseline(stack: Any, runs: Runs, asset_id: int, n: int) -> dict[str, Any]:
+def measure_baseline(stack: Any, runs: Runs, asset_id: int, n: int, rng: random.Random) -> dict[str, Any]:
     after = runs.newest_id(BASELINE_DAG)
+    # Right after the previous run started is right after a pass of the scheduler's loop: a random wait, so
+    # that the event falls at any phase of that loop (as a watcher's event does).
+    time.sleep(rng.uniform(0, 2))
     sent = time.time()
     resp = stack.api("POST", "/api/v2/assets/events", json_body={"asset_id": asset_id, "extra": {"n": n}}, expect=None)
     if resp.status_code not in (200, 201):
@@ -225,7 +229,7 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 def figure_lines(summary: dict[str, Any]) -> list[str]:
     base = summary["baseline"]
     lines = []
-    for key, s in summary["completeness"].items():
+    for s in summary["completeness"].values():
         poll = s["poll_s"]
         lines.append(
             f"completeness @ {poll:g}s poll: commit -> run queued {_fmt(s['to_queued_s']['median_of_runs'])} s median "
@@ -237,7 +241,7 @@ def figure_lines(summary: dict[str, Any]) -> list[str]:
         f"median (max {_fmt(base['to_queued_s']['max'])}), -> started {_fmt(base['to_started_s']['median_of_runs'])} s "
         f"median (max {_fmt(base['to_started_s']['max'])}), -> event stored {_fmt(base['to_event_s']['median_of_runs'])} "
         f"s median; {base['samples']} events, {base['missed']} missed, {base['unexpected']} unexpected")
-    for key, s in summary["completeness"].items():
+    for s in summary["completeness"].values():
         lines.append(f"ratio completeness @ {s['poll_s']:g}s poll / baseline (queued): {_fmt(s['ratio_vs_baseline'])}; "
                      f"the watcher adds {_fmt(s['added_s'])} s")
     return lines
@@ -315,7 +319,7 @@ def run(root: Path, polls: list[float], args: argparse.Namespace) -> int:
                     raise RuntimeError(f"warm-up: no run of {w['dag_id']} in 300 s; triggerer log:\n"
                                        f"{stack.log_tail('triggerer')}\nscheduler log:\n{stack.log_tail('scheduler')}")
                 log(f"warm-up: {w['dag_id']} ran after {time.monotonic() - t:.1f}s")
-            measure_baseline(stack, runs, asset_id, n)
+            measure_baseline(stack, runs, asset_id, n, rng)
             for r in range(args.runs):
                 for key in raw:
                     raw[key].append([])
@@ -325,7 +329,7 @@ def run(root: Path, polls: list[float], args: argparse.Namespace) -> int:
                         got = measure_period(stack, runs, stream, storage, rule, w["dag_id"], w["poll"], args, rng)
                         raw[key][-1].append(got)
                         n += 1
-                        base = measure_baseline(stack, runs, asset_id, n)
+                        base = measure_baseline(stack, runs, asset_id, n, rng)
                         raw["baseline"][-1].append(base)
                         log(f"run {r + 1} {key} {got['identity']}: queued {got.get('to_queued_s')} s, started "
                             f"{got.get('to_started_s')} s; baseline queued {base.get('to_queued_s')} s")
