@@ -86,7 +86,8 @@ class Judgement:
 def judge_takeover(storage: ControlStorage, paths: ControlPaths, me: str, version: str,
                    now: float | None = None, watch: LeaseWatch | None = None, stream: str | None = None,
                    control_dir: str | None = None, alive_here: Callable[[str], list[int]] | None = None,
-                   word: Callable[[death_proof.RunIds], death_proof.Word | None] | None = None) -> Judgement:
+                   word: Callable[[death_proof.RunIds], death_proof.Word | None] | None = None,
+                   word_quiet_s: float = 0.0) -> Judgement:
     """Whether the hot standby ``me`` (of ``version``) takes over now (see the module docstring).
 
     ``watch``: the standby's own :class:`LeaseWatch`, given at every look (without one a holder elsewhere is
@@ -95,6 +96,9 @@ def judge_takeover(storage: ControlStorage, paths: ControlPaths, me: str, versio
     (default :func:`~.process.live_run_pids`). ``word``: asks the cluster manager about the ids the run
     recorded (e.g. :class:`~.standalone_word.StandaloneWord`); with it, a holder that is not on this host is
     taken over as soon as the word proves it dead (:mod:`.death_proof`), without it only the lease decides.
+    ``word_quiet_s``: the word is asked about a holder on another host only once its lease has been quiet that
+    long - not renewed for it by the lease's ``renewed_at``, or seen unchanged for it by ``watch`` (e.g. two
+    renewal intervals): a holder that renews its lease is not asked about. Only when to ask; never a proof.
 
     ``exit`` when the stream no longer wants this standby: the run marker is absent (a stop) or names
     another version (an upgrade or a rollback moved the stream on). A storage error propagates (the
@@ -133,15 +137,17 @@ def judge_takeover(storage: ControlStorage, paths: ControlPaths, me: str, versio
     here = socket.gethostname()
     holder = _holder(lease) if lease.host == here else Holder.ELSEWHERE
     stale = holder in (Holder.ABSENT, Holder.OTHER) or (holder is Holder.ELSEWHERE and now - lease.renewed_at > lease.ttl)
-    if word is None and not stale:
-        return Judgement("wait", f"run {active} holds its lease")  # without a word: as cheap as before
+    quiet = holder is not Holder.ELSEWHERE or max(seen, now - lease.renewed_at) >= word_quiet_s
+    if (word is None or not quiet) and not stale:
+        return Judgement("wait", f"run {active} holds its lease")  # nothing to ask yet: as cheap as before
     pids = (alive_here or (lambda run: live_run_pids(run, stream, control_dir)))(active)
     if pids:
         return Judgement("wait", f"run {active} is alive on this host (pid {', '.join(map(str, pids))}): not a "
                                  "crash, whatever lease.json says")
     record_local_here = record.host == here and record.target == contract.LOCAL_TARGET
     said, ids = None, death_proof.RunIds()
-    if word is not None and holder is not Holder.ALIVE and not (holder is not Holder.ELSEWHERE and record_local_here):
+    if word is not None and quiet and holder is not Holder.ALIVE and \
+            not (holder is not Holder.ELSEWHERE and record_local_here):
         ids = _run_ids(storage, paths, record)
         said = word(ids)  # the I/O answers "no word" on any error: never an exception here
     decision = death_proof.decide(holder, False, record_local_here,  # no process of the run here (above)

@@ -146,7 +146,7 @@ class PlanningMixin:
             "--trigger-seconds", str(spec.trigger_interval), "--heartbeat-seconds", str(spec.heartbeat_interval),
             "--lease-ttl", str(lease_ttl(spec)),
             *(["--standby"] if standby else []),
-            *(["--failover"] if standby and failover else []),
+            *(["--failover", *self.master_word_args()] if standby and failover else []),
             *(["--gate-only", *([] if gate else ["--gate-no-dry-run"])] if gate is not None else []),
             "--", *spec.application_args,
         ]
@@ -168,6 +168,23 @@ class PlanningMixin:
             opts = redacting_log_options(self.resolved_spec, os.environ) or os.environ.get("SPARK_SUBMIT_OPTS", "")
             env["SPARK_SUBMIT_OPTS"] = without_class_archive(opts)
         return dataclasses.replace(plan, spark_binary=runtime.spark_submit, env={**plan.env, **env})
+
+    def master_word_args(self) -> list[str]:
+        """The hot standby's ``--master-rest-url`` / ``--master-ui-url``: the standalone master of the stream's
+        own (resolved) spec and connection, whose word proves a crashed driver on another host dead (public
+        URLs, no secret). The REST server only in cluster mode (client-mode runs record no submission); the
+        first master of an HA list. None for other masters."""
+        from airflow_streaming.hooks.spark_master import master_ui_url
+        from airflow_streaming.targets import target_settings
+
+        spec = self.resolved_spec
+        master = spec.master or ""
+        if not master.startswith("spark://"):
+            return []
+        rest_urls = getattr(self.target, "rest_urls", None) or []
+        ui = master_ui_url(master, target_settings(spec).get("master_ui_url"))
+        return [*(["--master-rest-url", rest_urls[0]] if rest_urls else []),
+                *(["--master-ui-url", ui] if ui else [])]
 
     def command_for(self, run_id: str) -> tuple[list[str], str]:
         """The spark-submit command a local/client submission of ``run_id`` runs, and its one-line record

@@ -77,6 +77,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="with --standby: the stream's hot standby - it does not expire, takes over a run that "
                              "crashed (airflow_streaming.control.takeover) and exits when the stream is stopped or "
                              "moves to another version")
+    parser.add_argument("--master-rest-url", default=None,
+                        help="with --failover: the standalone master's REST submission server, from the stream's own "
+                             "spec and connection (never from a control file): its word proves a driver dead")
+    parser.add_argument("--master-ui-url", default=None,
+                        help="with --failover: the standalone master's web UI (its /json/), as --master-rest-url")
     parser.add_argument("--gate-only", action="store_true",
                         help="run the compatibility gate of this application against --checkpoint, write the answer "
                              "to gate-report.json in the control directory and exit (touches nothing else)")

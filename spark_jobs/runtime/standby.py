@@ -65,6 +65,8 @@ class Standby:
         self._takeover_retry_at = 0.0
         self._lease_watch: Any = None
         """What this standby has itself seen of the lease (``takeover.LeaseWatch``): its own clock, not lease.json's."""
+        self._word: Any = None
+        """The standalone master's word (``standalone_word.PacedWord``), when the launch named the master."""
 
     def report(self, state: str, error: dict[str, Any] | None = None) -> None:
         """Write the standby document (``PREPARING``, ``READY``, ``FAILED``, ``PROMOTED``, ``EXPIRED``...)."""
@@ -73,6 +75,20 @@ class Standby:
         if self.ns.failover:
             doc.update(failover=True, took_over_from=self.took_over_from)
         self.storage.write_atomic(self.paths.standby, json.dumps(doc).encode())
+
+    def master_word(self) -> Any:
+        """The standalone master's word about a crashed run (``standalone_word.PacedWord``: at most once a second,
+        backing off while the master does not answer), asked at the master this driver was LAUNCHED with
+        (``--master-rest-url`` / ``--master-ui-url``, from the stream's spec and connection; never from a control
+        file, which could name a fake master); ``None`` without one (only the lease then decides)."""
+        rest, ui = getattr(self.ns, "master_rest_url", None), getattr(self.ns, "master_ui_url", None)
+        if not (rest or ui):
+            return None
+        from airflow_streaming.control.standalone_word import PacedWord, StandaloneWord
+
+        log.info("hot standby: a crashed run on another host is taken over on the word of the master at %s",
+                 ", ".join(u for u in (rest, ui) if u))
+        return PacedWord(StandaloneWord(rest, ui))
 
     def failover_check(self) -> str | None:
         """A hot standby's look at the stream (:mod:`airflow_streaming.control.takeover`): ``"exit"``,
@@ -83,10 +99,14 @@ class Standby:
         ns = self.ns
         if self._lease_watch is None:
             self._lease_watch = takeover.LeaseWatch()
+            self._word = self.master_word()
+        # The master is asked about a holder on another host once its lease has missed two renewals.
+        quiet_s = 2 * contract.lease_renew_seconds(ns.heartbeat_seconds, ns.lease_ttl, self.remote_storage)
 
         def judge() -> takeover.Judgement:
             return takeover.judge_takeover(self.storage, self.paths, ns.run_id, ns.version, watch=self._lease_watch,
-                                           stream=ns.stream, control_dir=ns.control_dir)
+                                           stream=ns.stream, control_dir=ns.control_dir, word=self._word,
+                                           word_quiet_s=quiet_s)
 
         try:
             judged = judge()
