@@ -6,15 +6,19 @@ exactly-once check) -> downstream periods. ``ensure_stopped`` is a teardown: the
 task fails.
 
 The file's second DAG, ``events_etl_demo_periods_report``, is the stream's downstream batch DAG: it is
-scheduled on the Asset :data:`PERIODS`, whose ``AssetWatcher`` runs
+scheduled on the Asset :data:`PERIODS`, the stream's **hourly** completeness Asset, whose ``AssetWatcher`` runs
 :class:`~airflow_streaming.triggers.completeness.SparkStreamCompletenessTrigger` over the demo stream
-(docs/assets.md). The bundled ``events_etl`` job has no event time (no watermark), so its periods are
-counted in committed micro-batches: ``batches:2``, every two batches. In a real Airflow the triggerer
-runs that watcher and the scheduler runs the DAG once per closed period. ``airflow dags test`` runs no
-triggerer, so the demo's ``downstream_periods`` task stands in for it: it runs that same trigger's
-``run()`` (the code the triggerer runs: the same checkpoint reads, the same cursor) until it has
-emitted the periods already closed, and calls the downstream DAG's report callable (:func:`report_period`)
-with each event's payload, as the downstream task does with the Asset event's ``extra["payload"]``.
+(docs/assets.md). The stream runs ``events_etl --watermark "10 minutes"``: still stateless (nothing is dropped
+or held back), but Spark tracks the event-time watermark and writes it into each batch's offsets, so an hour
+is closed once a committed batch ran with a watermark past its end. The feed writes events one after another
+in event time from 2026-01-01T00:00Z: phase 1 spans hours 00-01, phase 2 hours 02-03. In a real Airflow the
+triggerer runs that watcher and the scheduler runs the DAG once per closed hour. ``airflow dags test`` runs no
+triggerer, so the demo's ``downstream_periods`` task stands in for it: it runs that same trigger's ``run()``
+(the code the triggerer runs: the same checkpoint reads, the same cursor) until it has emitted the hours
+already closed, and calls the downstream DAG's report callable (:func:`report_period`) with each event's
+payload, as the downstream task does with the Asset event's ``extra["payload"]``. It then checks, from the
+stream's committed batches (:func:`airflow_streaming.completeness.closed_periods`), that every hour closed up
+to the last committed watermark has exactly one report.
 
 Paths live under ``$AIRFLOW_STREAMING_DEMO_ROOT`` (default ``/tmp/airflow-streaming-demo``);
 Spark runs in local mode (``local[2]``), no connection needed.
@@ -24,6 +28,8 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import DAG, Asset, AssetWatcher, task
@@ -48,29 +54,40 @@ SPEC: dict[str, Any] = {
     "stop_timeout": "2 minutes",
     "startup_timeout": "5 minutes",
     "application_args": ["--input", INPUT, "--output", OUTPUT, "--quarantine", QUARANTINE,
-                         "--max-files-per-trigger", "2"],
+                         "--max-files-per-trigger", "2", "--watermark", "10 minutes"],
     "spark_conf": {"spark.sql.shuffle.partitions": 2},
 }
-PHASES = {"phase1": {"count": 1500, "start_seq": 0, "files": 5}, "phase2": {"count": 1000, "start_seq": 1500, "files": 4}}
-MALFORMED_EVERY = 50
+#: Event times: phase 1 spans 2026-01-01T00:00-02:00 (1,500 events 4.8 s apart), phase 2 02:00-04:00 (1,000
+#: events 7.2 s apart), in sequence order.
+EVENT_TIME_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+PHASES = {"phase1": {"count": 1500, "start_seq": 0, "files": 5, "hours": (0, 2), "malformed_every": 0},
+          "phase2": {"count": 1000, "start_seq": 1500, "files": 4, "hours": (2, 4), "malformed_every": 50}}
 RUN_LABEL = "demo"
-#: The demo stream's completeness rule: no event time in the bundled job, so periods of 2 committed batches.
-PERIOD_RULE: dict[str, Any] = {"period": "batches:2"}
+#: The demo stream's completeness rule: hours of event time, closed by the stream's watermark.
+PERIOD_RULE: dict[str, Any] = {"period": "hourly"}
 PERIODS_DAG_ID = "events_etl_demo_periods_report"
-#: The Asset the downstream DAG is scheduled on: one Asset event per period of PERIOD_RULE closed in the sink.
-PERIODS = Asset(name="events-etl-demo_batches_2", uri="stream://events-etl-demo/batches-2", watchers=[AssetWatcher(
+#: The Asset the downstream DAG is scheduled on: one Asset event per hour closed in the sink.
+PERIODS = Asset(name="events-etl-demo_hourly", uri="stream://events-etl-demo/hourly", watchers=[AssetWatcher(
     name="events_etl_demo_periods",
-    trigger=SparkStreamCompletenessTrigger(spec=SPEC, rule=PERIOD_RULE, poll_interval=10))])
+    trigger=SparkStreamCompletenessTrigger(spec=SPEC, rule=PERIOD_RULE, poll_interval=5))])
 
 
 @task
 def feed(phase: str) -> dict[str, Any]:
-    """Write one phase's events (every 50th line malformed) into the stream's input directory."""
+    """Write one phase's events into the stream's input directory, in event-time order over the phase's hours;
+    phase 2 has every 50th line malformed. (Phase 1 has none: Spark counts a line without event time as the
+    epoch in its batch's ``eventTime.min``, and a watcher's first look starts from the earliest event time of
+    the batches before the first watermark, so a malformed line in the stream's first batch would make it
+    start 48 hours - its look-back bound - before the first real hour, with empty reports.)"""
     from spark_jobs.event_generator import generate_events
 
     cfg = PHASES[phase]
+    first_hour, end_hour = cfg["hours"]
+    step = (end_hour - first_hour) * 3600 / cfg["count"]
     batch = generate_events(INPUT, count=cfg["count"], files=cfg["files"], run=RUN_LABEL, start_seq=cfg["start_seq"],
-                            malformed_every=MALFORMED_EVERY, file_start_index=cfg["start_seq"], rate_per_second=2000)
+                            malformed_every=cfg["malformed_every"], file_start_index=cfg["start_seq"],
+                            event_time_start=EVENT_TIME_START + timedelta(hours=first_hour), event_time_step=step,
+                            rate_per_second=2000)
     return {"phase": phase, "valid": batch.valid, "malformed": batch.malformed, "lines": batch.valid + batch.malformed}
 
 
@@ -121,38 +138,53 @@ def summary(feeds: list[dict[str, Any]], stop1: dict[str, Any], stop2: dict[str,
 
 
 def _report_file(identity: str) -> str:
-    return f"{ROOT}/reports/{identity.replace(':', '_')}.json"
+    return f"{ROOT}/reports/{identity.replace(':', '_').replace('/', '--')}.json"
+
+
+def _sink_rows_between(start: datetime, end: datetime) -> int:
+    """Rows of the sink (committed or not: the demo's sink has no uncommitted batch after a graceful stop)
+    whose ``event_time`` lies in ``[start, end)``."""
+    import pyarrow.dataset as ds
+
+    if not os.path.isdir(OUTPUT):
+        return 0
+    dataset = ds.dataset(OUTPUT, format="parquet", partitioning="hive", exclude_invalid_files=True,
+                         ignore_prefixes=["_", "."])
+    times = dataset.to_table(columns=["event_time"]).column("event_time").to_pylist()
+    utc = [t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in times if t is not None]
+    return sum(1 for t in utc if start <= t < end)
 
 
 def report_period(payload: dict[str, Any]) -> str:
-    """The downstream report of one closed period (an Asset event's ``extra["payload"]``): the rows the sink
-    holds for the period's batches, written to ``reports/<identity>.json`` (keyed by the period's identity,
-    so a repeated event rewrites the same report); returns a one-line account."""
-    from spark_jobs.outputs import read_etl_output
-
-    first, last = payload["first_batch_id"], payload["last_batch_id"]
-    rows_out = read_etl_output(OUTPUT).rows_in_batches(first, last)
+    """The downstream report of one closed hour (an Asset event's ``extra["payload"]``): the event's input rows
+    (the input lines of the committed batches that ran while the watermark was in the hour, the core's count)
+    and the rows the sink holds with an ``event_time`` in the hour, written to ``reports/<identity>.json``
+    (keyed by the period's identity, so a repeated event rewrites the same report); returns a one-line account."""
+    start, end = (datetime.fromisoformat(payload[k].replace("Z", "+00:00")) for k in ("period_start", "period_end"))
+    sink_rows = _sink_rows_between(start, end)
     report = {"identity": payload["identity"], "stream": payload["stream"], "version": payload["version"],
-              "batches": payload["batches"], "input_rows": payload["input_rows"], "rows_out": rows_out,
-              "proved_by_batch": payload["batch_id"]}
+              "batches": payload["batches"], "input_rows": payload["input_rows"], "sink_rows_in_hour": sink_rows,
+              "proved_by_batch": payload["batch_id"], "watermark": payload["watermark"]}
     os.makedirs(f"{ROOT}/reports", exist_ok=True)
     with open(_report_file(payload["identity"]), "w") as fh:
         json.dump(report, fh, indent=1)
-    rows_in = "input rows unknown" if payload["input_rows"] is None else f"{payload['input_rows']} rows in"
-    return (f"period {payload['identity']} ({payload['batches']} batches, proved by committed batch "
-            f"{payload['batch_id']}): {rows_in}, {rows_out} rows out")
+    rows_in = ("input rows unknown" if payload["input_rows"] is None
+               else f"{payload['input_rows']} input rows in the {payload['batches']} batch(es) counted in it")
+    return (f"hour {start:%Y-%m-%dT%H:%M}/{end:%H:%M}Z (proved by committed batch {payload['batch_id']}, "
+            f"watermark {payload['watermark']}): {rows_in}, {sink_rows} sink rows with event_time in the hour")
 
 
 async def _closed_periods(trigger: SparkStreamCompletenessTrigger) -> list[dict[str, Any]]:
     """Run ``trigger.run()`` until it has emitted every period already closed: the next event does not come
-    within ``persist_delay`` + 5 s (after its last event the trigger writes its cursor and sleeps a poll)."""
+    within a poll + ``persist_delay`` + 3 s (after its last event the trigger writes its cursor and sleeps a
+    poll; a period whose last batch's counts are not yet known is held back one poll)."""
     import asyncio
 
     payloads: list[dict[str, Any]] = []
     events = trigger.run()
     try:
         while True:
-            event = await asyncio.wait_for(anext(events), trigger.persist_delay + 5)
+            event = await asyncio.wait_for(anext(events), trigger.poll_interval + trigger.persist_delay + 3)
             payloads.append(event.payload)
     except TimeoutError:
         pass
@@ -164,34 +196,43 @@ async def _closed_periods(trigger: SparkStreamCompletenessTrigger) -> list[dict[
 @task
 def downstream_periods(stop: dict[str, Any]) -> list[str]:
     """Stands in for the triggerer (``airflow dags test`` runs none): the downstream DAG's watcher trigger emits
-    the periods closed in the sink since its cursor, and the downstream report runs for each (appended to
-    periods.txt). Fails unless every closed period is reported exactly once."""
+    the hours closed in the sink since its cursor, and the downstream report runs for each (appended to
+    periods.txt). Fails unless every hour closed up to the stream's last committed watermark (by the core,
+    from the checkpoint) is reported exactly once."""
     import asyncio
 
-    from airflow_streaming.completeness import parse_rule
+    from airflow_streaming.checkpoint.committed import read_committed
+    from airflow_streaming.completeness import closed_periods, iso_ms, parse_rule
+    from airflow_streaming.control.local import LocalStorage
 
     already = {name for name in os.listdir(f"{ROOT}/reports")} if os.path.isdir(f"{ROOT}/reports") else set()
     payloads = asyncio.run(_closed_periods(PERIODS.watchers[0].trigger))
     repeated = [p["identity"] for p in payloads if os.path.basename(_report_file(p["identity"])) in already]
     lines = [f"[demo] downstream {PERIODS_DAG_ID} ran for {report_period(p)}" for p in payloads]
-    last = stop["last_committed_batch"]  # the demo's checkpoint is fresh: its batch ids start at 0
-    open_period = parse_rule(PERIOD_RULE).period_at(last + 1)
-    if open_period.start <= last:
-        lines.append(f"[demo] period batches:{open_period.start}-{open_period.end - 1} is not closed (last committed "
-                     f"batch {last}): no downstream run for it yet")
+    rule = parse_rule(PERIOD_RULE)
+    committed = [b for b in read_committed(LocalStorage(), SPEC["checkpoint_location"]).batches if b.committed]
+    closed = {e.identity for e in closed_periods(rule, committed, None)}
+    newest = max(committed, key=lambda b: b.batch_id)
+    watermark = max(b.watermark_ms for b in committed)
+    open_hour = rule.period_at(watermark)
+    lines.append(f"[demo] hour {iso_ms(open_hour.start)[:16]}/{iso_ms(open_hour.end)[11:16]}Z is not closed (last "
+                 f"committed batch {newest.batch_id} ran with watermark {iso_ms(watermark)}): no downstream run "
+                 f"for it or later hours yet")
     with open(f"{ROOT}/periods.txt", "a") as fh:
         fh.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    closed = open_period.start // (open_period.end - open_period.start)
-    reported = len(os.listdir(f"{ROOT}/reports")) if os.path.isdir(f"{ROOT}/reports") else 0
+    reports = f"{ROOT}/reports"
+    reported = {json.loads(Path(reports, n).read_text())["identity"]
+                for n in os.listdir(reports)} if os.path.isdir(reports) else set()
     if repeated or reported != closed:
-        raise ValueError(f"{closed} period(s) closed up to batch {last}: {reported} reported, repeated: {repeated}")
+        raise ValueError(f"hours closed up to watermark {iso_ms(watermark)}: {sorted(closed)}; reported: "
+                         f"{sorted(reported)}, repeated: {repeated}")
     return lines
 
 
 @task
 def report_periods(triggering_asset_events: Any = None) -> list[str]:
-    """The downstream report, once per Asset event (one per closed period of the demo stream)."""
+    """The downstream report, once per Asset event (one per closed hour of the demo stream)."""
     lines = [report_period(event.extra["payload"])
              for events in (triggering_asset_events or {}).values() for event in events]
     print("\n".join(lines))
@@ -230,7 +271,7 @@ with DAG(
     schedule=[PERIODS],
     catchup=False,
     tags=["airflow-streaming", "example"],
-    doc_md="The demo stream's downstream batch DAG: one run per period of 2 committed batches closed in its sink "
-           "(an Asset event of its AssetWatcher); see streaming_lifecycle_demo.",
+    doc_md="The demo stream's downstream batch DAG: one run per hour of event time closed in its sink (an Asset "
+           "event of its AssetWatcher, once the stream's watermark passed the hour); see streaming_lifecycle_demo.",
 ) as periods_dag:
     report_periods()

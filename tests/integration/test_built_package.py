@@ -223,20 +223,19 @@ def test_the_built_wheel_runs_the_example_dag(built, tmp_path):
         summary = json.loads((root / "summary.json").read_text())
         assert summary["exactly_once"] and summary["duplicates"] == summary["missing"] == 0
         assert [p["rows_out"] for p in summary["phases"]] == [p["valid_in"] for p in summary["phases"]] == [1500, 1000]
-        assert summary["quarantined_total"] == 50
+        assert summary["quarantined_total"] == 20
         assert all(s["graceful"] and s["clean"] for s in summary["stops"])
         assert summary["restart_continued_at_batch"] == summary["stops"][0]["last_committed_batch"] + 1
-        # the downstream DAG's report ran once per closed period of 2 committed batches (the watcher's trigger,
-        # run by the demo in place of the triggerer), and the sink's rows of those batches are in its reports
-        last = summary["stops"][1]["last_committed_batch"]
+        # the downstream DAG's report ran once per hour closed by the stream's watermark (the watcher's trigger,
+        # run by the demo in place of the triggerer): events of hours 00-03 in sequence order, the last
+        # committed watermark in hour 02, so hours 00 and 01 are closed, each with its 750 events in the sink
         reports = sorted((json.loads(f.read_text()) for f in (root / "reports").iterdir()), key=lambda r: r["identity"])
-        assert [r["identity"] for r in reports] == [f"batches:{b}-{b + 1}" for b in range(0, last, 2)]
-        assert [(r["batches"], r["proved_by_batch"]) for r in reports] == [(2, b + 1) for b in range(0, last, 2)]
-        assert all(r["rows_out"] > 0 for r in reports)
-        closed_rows = sum(r["rows_out"] for r in reports)
-        assert closed_rows == summary["rows_out_total"] if last % 2 else closed_rows < summary["rows_out_total"]
+        assert [r["identity"] for r in reports] == [
+            f"2026-01-01T0{h}:00:00.000Z/2026-01-01T0{h + 1}:00:00.000Z" for h in (0, 1)]
+        assert [r["sink_rows_in_hour"] for r in reports] == [750, 750]
+        assert all(r["input_rows"] for r in reports)
         periods = (root / "periods.txt").read_text()
-        assert periods.count("[demo] downstream events_etl_demo_periods_report ran for period") == len(reports)
+        assert periods.count("[demo] downstream events_etl_demo_periods_report ran for hour") == len(reports)
     finally:
         subprocess.run([str(python), "-m", "airflow_streaming.stop_all", str(root / "control")], env=env,
                        cwd=tmp_path, capture_output=True, timeout=120)

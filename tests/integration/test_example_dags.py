@@ -28,7 +28,7 @@ def test_example_dags_import_without_errors():
 
 def test_periods_report_dag_is_scheduled_on_the_demo_streams_completeness_asset():
     """The downstream DAG runs on the Asset whose watcher is the completeness trigger over the demo's stream (the
-    spec its deploy task deploys), with a rule that closes periods in a stream without event time."""
+    spec its deploy task deploys), with an hourly rule: the stream runs events_etl with a watermark."""
     try:
         from airflow.dag_processing.dagbag import DagBag
     except ImportError:  # Airflow 3.1
@@ -47,7 +47,9 @@ def test_periods_report_dag_is_scheduled_on_the_demo_streams_completeness_asset(
     deploy = bag.dags["streaming_lifecycle_demo"].get_task("deploy")
     assert trigger.spec["name"] == deploy.spec["name"] == "events-etl-demo"
     assert trigger.spec["control_location"] == deploy.spec["control_location"]
-    assert trigger.parsed_rule.by_batches
+    assert trigger.parsed_rule.period == "hourly" and not trigger.parsed_rule.by_batches
+    args = deploy.spec["application_args"]
+    assert args[args.index("--watermark") + 1] == "10 minutes"
     assert [t.task_id for t in report.tasks] == ["report_periods"]
 
 
