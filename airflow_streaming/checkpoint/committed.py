@@ -95,6 +95,10 @@ def progress_counts(progress: Iterable[Mapping[str, Any]], query_id: str | None 
         late = None if any(d is None for d in dropped) else sum(dropped)  # type: ignore[arg-type]
         event_time = report.get("eventTime")
         first_event = _event_ms(event_time.get("min")) if isinstance(event_time, Mapping) else None
+        if first_event is not None and first_event <= 0:
+            # Spark counts a row whose event time is null (a malformed line) as the epoch in eventTime.min:
+            # not a real earliest event (it would start a first look at the look-back limit, 48 empty hours).
+            first_event = None
         counts[batch] = BatchCounts(_int(report.get("numInputRows")), late, first_event)
     return counts
 

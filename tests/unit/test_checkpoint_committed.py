@@ -125,3 +125,16 @@ def test_the_reader_writes_nothing(tmp_path):
     before = sorted((p, os.stat(os.path.join(p, f)).st_mtime_ns) for p, _, fs in os.walk(ckpt) for f in fs)
     read_committed(LocalStorage(), ckpt, progress=[])
     assert sorted((p, os.stat(os.path.join(p, f)).st_mtime_ns) for p, _, fs in os.walk(ckpt) for f in fs) == before
+
+
+def test_an_epoch_earliest_event_time_is_no_earliest_event():
+    """Spark reports ``eventTime.min`` as the epoch when a batch had a row with a null event time (a malformed
+    line): that is not the batch's earliest event, and a first look must not start from 1970 (or 48 empty
+    periods before the first watermark)."""
+    def report(batch, minimum):
+        return {"id": "q", "batchId": batch, "numInputRows": 10, "stateOperators": [],
+                "eventTime": {"min": minimum, "watermark": "1970-01-01T00:00:00.000Z"}}
+
+    counts = progress_counts([report(0, "1970-01-01T00:00:00.000Z"), report(1, "2026-01-01T00:00:05.000Z")])
+    assert counts[0].first_event_ms is None and counts[0].input_rows == 10
+    assert counts[1].first_event_ms == 1767225605000
