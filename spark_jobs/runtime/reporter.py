@@ -177,7 +177,11 @@ class StatusReporter:
             self.doc.earlier_progress = contract.carry_progress(given, self.doc.earlier_progress)
             carried = len(self.doc.earlier_progress)
             # The running sums go on from the previous run's (each query's epoch continues at its next batch).
-            self.doc.counters = {**contract.carry_counters(raw.get("counters")), **self.doc.counters}
+            previous = raw.get("counters")
+            self.doc.counters = {**contract.carry_counters(previous), **self.doc.counters}
+        if previous not in (None, {}) and (not isinstance(previous, dict) or len(self.doc.counters) < len(previous)):
+            log.warning("the counters of %s are not all valid: the garbage ones are not carried over (the row counts "
+                        "of the periods they covered are unknown)", self.paths.status)
         log.info("carried the counts of %d progress report(s) and the counters of %d quer%s of run %s over from %s",
                  carried, len(self.doc.counters), "y" if len(self.doc.counters) == 1 else "ies", raw.get("run_id"),
                  self.paths.status)
