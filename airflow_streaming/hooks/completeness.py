@@ -230,7 +230,9 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
     newest commit is still that one, nothing more is read (:attr:`Look.unchanged`).
 
     Reads the status document (the checkpoints of the stream's queries, as its driver recorded them, else
-    the spec's location; the progress reports), the first checkpoint's ``commits`` listing, and only when
+    the spec's location; the progress reports and, for a period longer than the batches read, the running
+    ``counters`` of the first checkpoint's query, which ``after.counted_through`` continues), the first
+    checkpoint's ``commits`` listing, and only when
     a commit is new, its newest batches; with several recorded checkpoints, also the newest batches of the
     others (a period must be proven by all of them). Raises what the reads raise
     (:class:`ControlFileError`, ``StorageError``, ``CheckpointError``)."""
