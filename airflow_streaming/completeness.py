@@ -28,6 +28,14 @@ positive watermark that follows them. Late rows are Spark's ``numRowsDroppedByWa
 batches. A count is ``None`` (unknown) unless every batch it covers is present, committed and has
 the count, and the batch just before them is present too (so that no earlier batch belongs to the
 period); an empty period whose neighbours are known has 0 rows.
+
+A period longer than the checkpoint's newest batches (an hour of a 10 s trigger: 360 batches) is counted from
+the driver's running sums instead (:class:`Counters`, the status document's ``counters``): ``cum(b)``, the rows
+of an epoch's batches up to ``b``, is the epoch's sum less the reports of the batches after ``b``. With
+watermarks that never go back (Spark's), the batches of a time period are exactly those from the previous
+period's proof to the one before its own proof: its rows are ``cum(last) - cum(last of the previous period)``,
+and the value at the previous period's last batch comes with ``after`` (:attr:`PeriodKey.counted_through`, the
+cursor's), both of the same epoch. Each event carries its own (:attr:`PeriodKey.counted_through`) for the next.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -45,6 +53,8 @@ __all__ = [
     "MAX_EVENTS",
     "CommittedBatch",
     "CompletenessRule",
+    "CountedThrough",
+    "Counters",
     "PeriodEvent",
     "PeriodKey",
     "closed_periods",
@@ -180,12 +190,40 @@ class CommittedBatch:
     """The earliest event time of the batch's input (its progress's ``eventTime.min``), when known."""
 
 
+@dataclass(frozen=True)
+class Counters:
+    """The running sums of one query's **epoch**: every batch ``from_batch..through_batch`` its drivers reported
+    (the status document's ``counters``, :func:`airflow_streaming.control.contract.count_report`)."""
+
+    epoch: str
+    """Names the epoch (its query and the run that began it): sums of two epochs are never combined."""
+    from_batch: int
+    through_batch: int
+    input_rows: int
+    late_rows: int
+
+
+@dataclass(frozen=True)
+class CountedThrough:
+    """The rows of an epoch's batches ``from_batch..batch`` (``cum(batch)``), kept with an emitted period whose
+    last batch is ``batch``: the next period's counts start from it."""
+
+    epoch: str
+    epoch_from: int
+    batch: int
+    input_rows: int
+    late_rows: int
+
+
 @dataclass(frozen=True, order=True)
 class PeriodKey:
     """A period's identity: ``[start, end)`` in epoch ms (time periods) or batch ids (``batches:<N>``)."""
 
     start: int
     end: int
+    counted_through: CountedThrough | None = field(default=None, compare=False, repr=False)
+    """Of an emitted period (an event's key, a cursor): the counts through its last batch, when known. Not part
+    of the identity (neither compared nor hashed)."""
 
 
 @dataclass(frozen=True)
@@ -279,6 +317,19 @@ class _Checkpoint:
             return len(present), None, None
         return len(present), _sum(present, "input_rows"), _sum(present, "late_rows")
 
+    def cumulative(self, counters: Counters | None, batch: int) -> CountedThrough | None:
+        """``cum(batch)`` of the epoch ``counters``: its sums less the reports of the batches after ``batch``;
+        ``None`` unless ``batch`` lies in the epoch (or just before it) and each of those reports is here."""
+        if counters is None or not counters.from_batch - 1 <= batch <= counters.through_batch:
+            return None
+        rows, late = counters.input_rows, counters.late_rows
+        for i in range(batch + 1, counters.through_batch + 1):
+            b = self.by_id.get(i)
+            if b is None or b.input_rows is None or b.late_rows is None:
+                return None
+            rows, late = rows - b.input_rows, late - b.late_rows
+        return CountedThrough(counters.epoch, counters.from_batch, batch, rows, late)
+
     def time_span(self, key: PeriodKey, proof: CommittedBatch) -> tuple[list[int], bool]:
         """The batch ids counted in a time period (those before the proof whose position lies in it),
         and whether they are certainly all of them: no batch id is missing between the first of them
@@ -290,8 +341,17 @@ class _Checkpoint:
         return ids, gapless and (lo == 0 or lo - 1 in self.by_id)
 
 
+def _between(since: CountedThrough | None, until: CountedThrough | None) -> tuple[int, int, int] | None:
+    """Batches, input rows and late rows of the batches after ``since.batch`` through ``until.batch``, when both
+    are known values of the same epoch."""
+    if (since is None or until is None or (since.epoch, since.epoch_from) != (until.epoch, until.epoch_from)
+            or since.batch > until.batch):
+        return None
+    return until.batch - since.batch, until.input_rows - since.input_rows, until.late_rows - since.late_rows
+
+
 def closed_periods(rule: CompletenessRule, committed: Iterable[CommittedBatch],
-                   after: PeriodKey | None) -> list[PeriodEvent]:
+                   after: PeriodKey | None, counters: Counters | None = None) -> list[PeriodEvent]:
     """The periods complete in the sink and not yet emitted, oldest first.
 
     ``committed`` is what the checkpoint shows (:func:`airflow_streaming.checkpoint.committed.read_committed`),
@@ -308,8 +368,14 @@ def closed_periods(rule: CompletenessRule, committed: Iterable[CommittedBatch],
     due), but at most ``rule.max_events`` (default :data:`MAX_EVENTS` = 48) per call: a stream whose
     watermark jumped far ahead is caught up over several calls, each passing the last event's key
     as ``after``. Deterministic: no clock is read.
+
+    ``counters`` (the running sums of the query of ``committed``) count a period whose batches are not all
+    among ``committed``: from ``after.counted_through`` for a time period, from ``cum(start - 1)`` or
+    ``after.counted_through`` for a batch-count period (see the module's note). Each event's key carries
+    ``cum`` at the period's last batch when it is known.
     """
     ckpt = _Checkpoint(committed)
+    since = after.counted_through if after is not None else None
     if after is not None:
         key = rule.first_from(after.end)
     elif rule.by_batches:
@@ -335,7 +401,21 @@ def closed_periods(rule: CompletenessRule, committed: Iterable[CommittedBatch],
         batches, rows, late = ckpt.counted(span)
         if not certain:
             rows = late = None
-        events.append(PeriodEvent(key, rule.period, rule.by_batches, proof.batch_id, proof.watermark_ms,
-                                  batches, rows, late))
+        last = key.end - 1 if rule.by_batches else proof.batch_id - 1
+        # A time period's last batch is known only if the proof is certainly the first to pass its end: the
+        # batch before it is here, short of the end (a proof at the window's oldest batch may be a later one).
+        before = ckpt.by_id.get(last)
+        known = rule.by_batches or last < 0 or (before is not None and before.watermark_ms < key.end)
+        through = ckpt.cumulative(counters, last) if known else None
+        if rows is None or late is None:
+            start = ckpt.cumulative(counters, key.start - 1) if rule.by_batches else None
+            if start is None and since is not None and (not rule.by_batches or since.batch == key.start - 1):
+                start = since
+            counted = _between(start, through)
+            if counted is not None:
+                batches, rows, late = counted
+        events.append(PeriodEvent(PeriodKey(key.start, key.end, through), rule.period, rule.by_batches,
+                                  proof.batch_id, proof.watermark_ms, batches, rows, late))
+        since = through
         key = PeriodKey(key.end, key.end + rule.length)
     return events

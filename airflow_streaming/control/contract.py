@@ -295,6 +295,13 @@ class Lease:
             return not self.identity().alive()
         return (now or time.time()) - self.renewed_at > self.ttl
 
+    def counters_of(self, query_id: str | None) -> dict[str, Any] | None:
+        """The valid :attr:`counters` entry of ``query_id`` (:func:`valid_counters`), ``None`` when there is none
+        or it is garbage (never raised: an older or damaged document only loses counts)."""
+        if query_id is None or not isinstance(self.counters, dict):
+            return None
+        return valid_counters(self.counters.get(query_id))
+
     def to_json(self) -> bytes:
         return _dumps(asdict(self))
 
@@ -430,6 +437,13 @@ class DriverRecord:
             return None
         return ProcessIdentity(self.submit_pid, self.submit_pid_start_time, self.host, token=self.run_id)
 
+    def counters_of(self, query_id: str | None) -> dict[str, Any] | None:
+        """The valid :attr:`counters` entry of ``query_id`` (:func:`valid_counters`), ``None`` when there is none
+        or it is garbage (never raised: an older or damaged document only loses counts)."""
+        if query_id is None or not isinstance(self.counters, dict):
+            return None
+        return valid_counters(self.counters.get(query_id))
+
     def to_json(self) -> bytes:
         return _dumps(asdict(self))
 
@@ -540,6 +554,10 @@ class StatusDocument:
     replaces) and this run's that ``recent_progress`` no longer holds; see :func:`carry_progress`. As the file
     holds it (not checked when the document is read: a health poll never pays for it): read it through
     :meth:`earlier_reports`."""
+    counters: Any = field(default_factory=dict)
+    """Query id -> the row counts of every batch its drivers reported since an epoch began (:func:`count_report`):
+    ``{"from_batch", "through_batch", "input_rows", "late_rows", "epoch", "run_id"}``; carried over by each
+    starting driver like :attr:`earlier_progress`. As the file holds it: read it through :meth:`counters_of`."""
     schema: int = SCHEMA_VERSION
 
     @property
@@ -564,6 +582,13 @@ class StatusDocument:
         entries = [progress_counting_fields(e) for e in self.earlier_progress]
         kept = [e for e in entries if e is not None]
         return kept, len(entries) - len(kept)
+
+    def counters_of(self, query_id: str | None) -> dict[str, Any] | None:
+        """The valid :attr:`counters` entry of ``query_id`` (:func:`valid_counters`), ``None`` when there is none
+        or it is garbage (never raised: an older or damaged document only loses counts)."""
+        if query_id is None or not isinstance(self.counters, dict):
+            return None
+        return valid_counters(self.counters.get(query_id))
 
     def to_json(self) -> bytes:
         return _dumps(asdict(self))
@@ -602,6 +627,7 @@ class StatusDocument:
             query_checkpoints={str(k): str(v) for k, v in
                                (_require(path, raw, "query_checkpoints", (dict,), optional=True) or {}).items()},
             earlier_progress=raw.get("earlier_progress"),
+            counters=raw.get("counters", {}),
         )
 
 
@@ -646,6 +672,65 @@ def carry_progress(earlier: list[Any], reports: list[Any]) -> list[dict[str, Any
             for b in sorted(batches)[-EARLIER_PROGRESS_BATCHES:]]
 
 
+#: ``counters`` of the status document keeps the epochs of at most this many queries (the last counted).
+COUNTER_QUERIES = EARLIER_PROGRESS_QUERIES
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def valid_counters(entry: Any) -> dict[str, Any] | None:
+    """``entry`` if it is a ``counters`` entry (:func:`count_report`), else ``None``."""
+    if not isinstance(entry, dict) or not all(_count(entry.get(k)) for k in
+                                              ("from_batch", "through_batch", "input_rows", "late_rows")):
+        return None
+    if entry["through_batch"] < entry["from_batch"] or not all(isinstance(entry.get(k), str) for k in ("epoch", "run_id")):
+        return None
+    return {k: entry[k] for k in ("from_batch", "through_batch", "input_rows", "late_rows", "epoch", "run_id")}
+
+
+def count_report(counters: dict[str, Any], report: Any) -> dict[str, Any]:
+    """``counters`` (query id -> epoch, see :attr:`StatusDocument.counters`) after the progress ``report`` of a
+    committed batch: the sums over every batch ``from_batch..through_batch`` that this stream's drivers reported,
+    each once. The report of batch ``through_batch + 1`` is added; the first report of a query, one of a later
+    batch (the reports between are lost: a driver killed between a commit and its report) or, from another run
+    than the epoch's last, one of a batch id already counted (the checkpoint's ids went back: a rollback to an
+    older copy) begins a new **epoch** (``from_batch`` = that batch, ``epoch`` = the report's run id). The same
+    run reporting a counted batch again (a repeated delivery) adds nothing; a report without its counts ends the
+    query's epoch (the next report begins one). At most :data:`COUNTER_QUERIES` queries, the last counted."""
+    fields = progress_counting_fields(report)
+    out = {k: v for k, v in counters.items() if valid_counters(v) is not None} if isinstance(counters, dict) else {}
+    if fields is None or not isinstance(fields["id"], str):
+        return out
+    query, batch, run = fields["id"], fields["batchId"], str(report.get("runId"))
+    rows = fields["numInputRows"]
+    dropped = [op["numRowsDroppedByWatermark"] for op in fields["stateOperators"]]
+    current = out.pop(query, None)
+    if rows is None or batch < 0 or any(d is None for d in dropped):
+        return out
+    late = sum(dropped)
+    if current is not None and batch == current["through_batch"] + 1:
+        entry = {**current, "through_batch": batch, "input_rows": current["input_rows"] + rows,
+                 "late_rows": current["late_rows"] + late, "run_id": run}
+    elif current is not None and batch <= current["through_batch"] and run == current["run_id"]:
+        entry = current
+    else:
+        entry = {"from_batch": batch, "through_batch": batch, "input_rows": rows, "late_rows": late, "epoch": run,
+                 "run_id": run}
+    out[query] = entry  # re-inserted last: the query counted last
+    return dict(list(out.items())[-COUNTER_QUERIES:])
+
+
+def carry_counters(previous: Any) -> dict[str, Any]:
+    """The valid entries of a previous status document's ``counters`` (at most :data:`COUNTER_QUERIES`), for
+    the starting driver to continue: garbage is left out."""
+    if not isinstance(previous, dict):
+        return {}
+    kept = {str(k): valid_counters(v) for k, v in previous.items()}
+    return dict([(k, v) for k, v in kept.items() if v is not None][-COUNTER_QUERIES:])
+
+
 def read_status(storage: ControlStorage, paths: ControlPaths) -> StatusDocument | None:
     """The current status document, ``None`` if none was written yet; :class:`ControlFileError` if
     unreadable, :class:`StorageError` if it cannot be read."""
@@ -659,7 +744,8 @@ def write_status(storage: ControlStorage, paths: ControlPaths, doc: StatusDocume
 
 __all__ = [
     "ControlFileError", "ControlPaths", "DriverRecord", "Lease", "LeaseHeldError", "LeaseLostError",
-    "ProcessIdentity", "QueryStatus", "StatusDocument", "StorageError", "acquire_lease", "carry_progress",
+    "ProcessIdentity", "QueryStatus", "StatusDocument", "StorageError", "acquire_lease", "carry_counters",
+    "carry_progress", "count_report", "valid_counters",
     "json_object_or_none", "progress_counting_fields",
     "marker_present", "parse_json", "parse_json_object",
     "new_run_id", "process_alive", "process_start_time", "read_driver_record",

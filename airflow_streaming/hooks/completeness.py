@@ -18,7 +18,10 @@ such a stream's idle look is not the cheap one above.
 
 The **cursor** is the last period a watch emitted, kept per rule in the stream's control directory:
 ``<control_dir>/completeness/<digest of the rule>.json`` (:func:`cursor_path`), replaced atomically through
-the hook's storage. It is ``{"rule", "identity", "start", "end", "batch_id", "at"}``; a cursor that is not
+the hook's storage. It is ``{"rule", "identity", "start", "end", "batch_id", "at"}``, with ``"counted_through":
+{"epoch", "epoch_from", "batch", "input_rows", "late_rows"}`` when the running counts at the period's last batch
+were known (:class:`~airflow_streaming.completeness.CountedThrough`: the next period's counts start there; a cursor
+without it, or with garbage there, is valid: only the next period's counts may be unknown); a cursor that is not
 that (garbage, another rule, a period that is not one of the rule's) is a
 :class:`~airflow_streaming.control.contract.ControlFileError` naming the file, never read as "no cursor"
 (that would emit again every period the checkpoint still shows).
@@ -26,6 +29,7 @@ that (garbage, another rule, a period that is not one of the rule's) is a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import posixpath
@@ -37,7 +41,8 @@ from typing import Any
 from airflow_streaming.checkpoint.batches import _batch_ids
 from airflow_streaming.checkpoint.committed import DEFAULT_LAST, read_committed
 from airflow_streaming.checkpoint.logs import parse_offsets
-from airflow_streaming.completeness import CompletenessRule, PeriodEvent, PeriodKey, closed_periods
+from airflow_streaming.completeness import (CompletenessRule, CountedThrough, Counters, PeriodEvent, PeriodKey,
+                                            closed_periods)
 from airflow_streaming.control.contract import ControlFileError, ControlPaths, parse_json_object, progress_counting_fields
 
 __all__ = ["CURSOR_DIR", "Look", "cursor_path", "look", "read_cursor", "remember_progress", "rule_digest",
@@ -86,13 +91,25 @@ def read_cursor(storage: Any, path: str, rule: CompletenessRule) -> PeriodKey | 
     if start is None or end is None or rule.period_at(start) != PeriodKey(start, end):
         raise ControlFileError(f"{path}: start/end {doc.get('start')!r}/{doc.get('end')!r} are not a period of "
                                f"{rule.period!r}; {fix}")
-    return PeriodKey(start, end)
+    return PeriodKey(start, end, _counted_through(doc.get("counted_through")))
+
+
+def _counted_through(raw: Any) -> CountedThrough | None:
+    """A cursor's ``counted_through``; ``None`` when absent or not one (it only loses the next period's counts)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("epoch"), str):
+        return None
+    numbers = [_int(raw.get(k)) for k in ("epoch_from", "batch", "input_rows", "late_rows")]
+    if any(n is None for n in numbers):
+        return None
+    return CountedThrough(raw["epoch"], *numbers)  # type: ignore[arg-type]
 
 
 def write_cursor(storage: Any, path: str, rule: CompletenessRule, event: PeriodEvent) -> None:
     """Record ``event`` as the last emitted period of ``rule`` (atomic replace)."""
     doc = {"rule": rule.to_dict(), "identity": event.identity, "start": event.key.start, "end": event.key.end,
            "batch_id": event.batch_id, "at": time.time()}
+    if event.key.counted_through is not None:
+        doc["counted_through"] = dataclasses.asdict(event.key.counted_through)
     storage.makedirs(posixpath.dirname(path))
     storage.write_atomic(path, json.dumps(doc, sort_keys=True).encode())
 
@@ -213,7 +230,9 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
     newest commit is still that one, nothing more is read (:attr:`Look.unchanged`).
 
     Reads the status document (the checkpoints of the stream's queries, as its driver recorded them, else
-    the spec's location; the progress reports), the first checkpoint's ``commits`` listing, and only when
+    the spec's location; the progress reports and, for a period longer than the batches read, the running
+    ``counters`` of the first checkpoint's query, which ``after.counted_through`` continues), the first
+    checkpoint's ``commits`` listing, and only when
     a commit is new, its newest batches; with several recorded checkpoints, also the newest batches of the
     others (a period must be proven by all of them). Raises what the reads raise
     (:class:`ControlFileError`, ``StorageError``, ``CheckpointError``)."""
@@ -240,7 +259,10 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
                                            for p in q.recent_progress)])
     read = read_committed(hook.checkpoint_storage, checkpoint, progress=sorted(memory.values(),
                                                                                key=lambda r: r["batchId"]))
-    events = closed_periods(rule, read.batches, after)
+    entry = doc.counters_of(read.query_id) if doc is not None else None
+    counters = None if entry is None else Counters(f"{read.query_id}/{entry['epoch']}", entry["from_batch"],
+                                                   entry["through_batch"], entry["input_rows"], entry["late_rows"])
+    events = closed_periods(rule, read.batches, after, counters)
     _remember(location, newest, read)
     skipped = list(read.skipped)
     if others:

@@ -158,7 +158,8 @@ class StatusReporter:
         run's ``earlier_progress``, when it is a document of the same stream. A period whose batches ran under
         two drivers (a kill, an upgrade, a failover) then still has its row counts, whoever watches it, even a
         watch started after this driver. The old document may belong to another user (``run_as_user``): it is
-        only read. Unreadable or garbage: nothing is carried (counts of such a period are unknown, never wrong),
+        only read. Its ``counters`` (the running row counts per query) are continued the same way. Unreadable or
+        garbage: nothing is carried (counts of such a period are unknown, never wrong),
         and the run starts all the same."""
         try:
             raw = contract.json_object_or_none(self.storage.read_bytes(self.paths.status))
@@ -175,7 +176,14 @@ class StatusReporter:
         with self._lock:
             self.doc.earlier_progress = contract.carry_progress(given, self.doc.earlier_progress)
             carried = len(self.doc.earlier_progress)
-        log.info("carried the counts of %d progress report(s) of run %s over from %s", carried, raw.get("run_id"),
+            # The running sums go on from the previous run's (each query's epoch continues at its next batch).
+            previous = raw.get("counters")
+            self.doc.counters = {**contract.carry_counters(previous), **self.doc.counters}
+        if previous not in (None, {}) and (not isinstance(previous, dict) or len(self.doc.counters) < len(previous)):
+            log.warning("the counters of %s are not all valid: the garbage ones are not carried over (the row counts "
+                        "of the periods they covered are unknown)", self.paths.status)
+        log.info("carried the counts of %d progress report(s) and the counters of %d quer%s of run %s over from %s",
+                 carried, len(self.doc.counters), "y" if len(self.doc.counters) == 1 else "ies", raw.get("run_id"),
                  self.paths.status)
 
     def queries(self) -> list[Any]:
@@ -231,6 +239,7 @@ class StatusReporter:
                 self.doc.earlier_progress = contract.carry_progress(self.doc.earlier_progress,
                                                                     kept[: -self.recent_limit])
             entry.recent_progress = kept[-self.recent_limit :]
+            self.doc.counters = contract.count_report(self.doc.counters, progress)
             entry.last_batch_id = progress["batchId"]
             totals = self.doc.totals
             totals["batches"] += 1

@@ -226,3 +226,72 @@ def test_a_look_reports_the_garbage_entries_it_left_out(tmp_path):
     found = look(hook, parse_rule({"period": "hourly"}), None, None)
     assert [(e.input_rows, e.late_rows) for e in found.events] == [(3, 1)]
     assert any("1 earlier_progress entry" in s for s in found.skipped), found.skipped
+
+
+# ---------------------------------------------------------------------- running counts (counters)
+
+def timed_report(batch: int, rows: int, late: int = 1, run: str = "r1") -> dict:
+    """A report whose timestamp grows with the batch (the reporter skips one not newer than its run's last)."""
+    return {**report(batch, rows, late, run), "timestamp": iso_ms(T0 + batch * 1000)}
+
+
+def test_the_counters_go_on_across_driver_runs_and_begin_again_after_a_lost_report(tmp_path, caplog):
+    control = str(tmp_path / "control")
+    first = driver(control, "r1")
+    for batch in range(50):
+        first.on_progress(timed_report(batch, rows=batch, late=batch % 3))
+    first.on_progress(timed_report(49, rows=49, late=1))  # delivered again (settle() at exit): not added again
+    second = driver(control, "r2")  # killed, restarted: the new run carries the counters over
+    for batch in range(50, 100):
+        second.on_progress(timed_report(batch, rows=batch, late=batch % 3, run="r2"))
+    doc = on_disk(control)
+    assert doc.counters_of(QUERY) == {"from_batch": 0, "through_batch": 99, "input_rows": sum(range(100)),
+                                      "late_rows": sum(b % 3 for b in range(100)), "epoch": "r1", "run_id": "r2"}
+    # Killed between the commit of batch 100 and its report: the next run's first report is of batch 101.
+    third = driver(control, "r3")
+    third.on_progress(timed_report(101, rows=5, late=0, run="r3"))
+    assert on_disk(control).counters_of(QUERY) == {"from_batch": 101, "through_batch": 101, "input_rows": 5,
+                                                   "late_rows": 0, "epoch": "r3", "run_id": "r3"}
+    raw = json.loads(on_disk(control).to_json())
+    raw["counters"] = {QUERY: {"from_batch": "x"}}
+    LocalStorage().write_atomic(ControlPaths(control).status, json.dumps(raw).encode())
+    assert on_disk(control).counters_of(QUERY) is None  # a health poll reads it: never raised
+    assert driver(control, "r4").doc.counters == {} and "not all valid" in caplog.text
+
+
+def test_an_hour_of_200_batches_is_counted_across_driver_runs_and_a_trigger_recreated(tmp_path):
+    """The flagship use: an hourly report with the hour's row count, from a stream whose hour spans 200 batches
+    (far more than the 32 a look reads). Real reporter files, checkpoint files, look and cursor on disk; the
+    driver changes mid-hour and the watch is recreated (memory lost, position from the cursor) mid-hour."""
+    from airflow_streaming.hooks.completeness import cursor_path, read_cursor, write_cursor
+
+    forget_all()
+    spec = {"name": "s1", "application": "events_etl", "checkpoint_location": str(tmp_path / "ckpt"),
+            "control_location": str(tmp_path / "control"), "master": "local[2]", "version": "v1"}
+    hook = SparkStreamHook(StreamSpec.from_dict(spec))
+    rule = parse_rule({"period": "hourly"})
+    cursor = cursor_path(hook.paths, rule)
+    ckpt = Checkpoint(tmp_path / "ckpt")
+    rep, run = driver(hook.paths.root, "r1"), "r1"
+    per_hour, hours = 200, 4
+    marks = [hour(0) + b * (HOUR_MS // per_hour) + 1 for b in range(per_hour * hours + 1)]
+    rows = [b % 11 for b in range(len(marks))]
+    late = [b % 2 for b in range(len(marks))]
+    got, after, memory = [], None, {}
+    for b, wm in enumerate(marks):
+        if b == 350:  # a new driver run in the middle of hour 1
+            rep, run = driver(hook.paths.root, "r2"), "r2"
+        ckpt.batch(b, wm)
+        rep.on_progress(timed_report(b, rows=rows[b], late=late[b], run=run))
+        if b == 500:  # the trigger is recreated in the middle of hour 2: what it knew is the cursor
+            after, memory = read_cursor(hook.storage, cursor, rule), {}
+        if b % 7 == 0 or b == len(marks) - 1:
+            for event in look(hook, rule, after, None, memory).events:
+                write_cursor(hook.storage, cursor, rule, event)
+                got.append((event.key.start, event.batches, event.input_rows, event.late_rows))
+                after = event.key
+    # Hour k's batches are those that ran with a watermark in it: ids 200k .. 200k + 199.
+    want = [(hour(k), per_hour, sum(rows[per_hour * k:per_hour * (k + 1)]), sum(late[per_hour * k:per_hour * (k + 1)]))
+            for k in range(hours)]
+    assert got[0][0] == want[0][0] and got[0][2:] == (None, None)  # the first hour: no cursor before it, unknown
+    assert got[1:] == want[1:]
