@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -133,17 +134,24 @@ def test_a_standby_without_its_own_record_takes_the_lock_again_only_after_a_whil
     real_acquire = LifecycleLock.acquire
     monkeypatch.setattr(LifecycleLock, "acquire", lambda *a, **k: (taken.append(1), real_acquire(*a, **k))[1])
     monkeypatch.setattr("spark_jobs.runtime.standby.Standby.OWN_RECORD_RETRY_S", 0.3)
+    # The standby's own clock, moved by the test: twenty looks take no time whatever the machine's load.
+    clock = [1000.0]
+    standby_time = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
+    standby_time.monotonic = lambda: clock[0]
+    monkeypatch.setattr("spark_jobs.runtime.standby.time", standby_time)
     standby = Driver(parse_args(["--stream", "s1", "--version", "v1", "--run-id", STANDBY, "--control-dir",
                                 hook.paths.root, "--checkpoint", spec.checkpoint_location, "--job", "device_signals",
                                 "--standby", "--failover"])).standby
     assert [standby.failover_check() for _ in range(20)] == [None] * 20
     assert len(taken) == 1  # twenty looks, one lock
-    time.sleep(0.35)
+    clock[0] += 0.29
+    assert standby.failover_check() is None and len(taken) == 1
+    clock[0] += 0.06
     assert standby.failover_check() is None and len(taken) == 2
     assert files(hook) == before and hook.storage.read_bytes(f"{hook.paths.root}/{LOCK_NAME}") is None
     hook.storage.unguarded.write_atomic(hook.paths.standby_driver, DriverRecord(
         run_id=STANDBY, stream="s1", version="v1", application="device_signals", host=socket.gethostname(),
         command=f"spark-submit ... --run-id {STANDBY}", log_path="l", submitted_at=time.time(),
         checkpoint_location=spec.checkpoint_location, target="local", handle={"pid": 1, "start_time": None}).to_json())
-    time.sleep(0.35)
+    clock[0] += 0.35
     assert standby.failover_check() == "took_over"  # recorded (adopted) again: it takes over
