@@ -189,7 +189,8 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
     (:class:`ControlFileError`, ``StorageError``, ``CheckpointError``)."""
     from airflow_streaming.hooks.streaming_job import storage_path
 
-    doc = hook.status()
+    parsed = hook.status_parsed()  # the health poll of the same round parsed it already: shared
+    doc = parsed[1] if parsed is not None else None
     memory = {} if memory is None else memory
     remember_progress(memory, [p for q in (doc.queries if doc is not None else []) for p in q.recent_progress])
     recorded = sorted({hook._normalized_location(c) for c in (doc.checkpoints() if doc is not None else [])})

@@ -139,12 +139,12 @@ class SparkStreamCompletenessTrigger(BaseEventTrigger):
                 found = await poll_rounds.call(_look, self.spec, rule, after, seen, memory)
             except ControlFileError as exc:
                 self._note(last, "error", f"stream {self.stream}: completeness ({rule.period}) emits nothing: {exc}")
-                await asyncio.sleep(self.poll_interval)
+                await poll_rounds.sleep_aligned(self.stream, self.poll_interval)
                 continue
             except Exception as exc:  # noqa: BLE001 - a watch never dies of a read; look again
                 self._note(last, "warning", f"stream {self.stream}: completeness ({rule.period}) could not look "
                                             f"(will look again): {type(exc).__name__}: {exc}")
-                await asyncio.sleep(self.poll_interval)
+                await poll_rounds.sleep_aligned(self.stream, self.poll_interval)
                 continue
             if not found.unchanged:
                 self._note(last, "info", f"stream {self.stream}: completeness ({rule.period}) after "
@@ -173,4 +173,4 @@ class SparkStreamCompletenessTrigger(BaseEventTrigger):
                                               f"{type(exc).__name__}: {exc}")
             # Capped at max_events: look again at once from the new cursor, whatever the commits.
             seen = None if held or len(found.events) >= rule.max_events else (found.checkpoint, found.newest_commit)
-            await asyncio.sleep(self.poll_interval)
+            await poll_rounds.sleep_aligned(self.stream, self.poll_interval)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -87,7 +86,7 @@ class SparkStreamHealthTrigger(BaseTrigger):
             if event is not None:
                 yield TriggerEvent(event)
                 return
-            await asyncio.sleep(self.poll_interval)
+            await poll_rounds.sleep_aligned(str(self.spec.get("name")), self.poll_interval)
 
 
 __getattr__ = module_getattr(__name__, 'StreamingHealthTrigger')  # the old name, deprecated

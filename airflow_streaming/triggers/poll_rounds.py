@@ -16,6 +16,17 @@ callback on the loop: a few hops per second whatever the number of streams. What
   delays the others *of its round*; the next rounds go to other threads of the loop's default executor,
   as before, so one stuck storage never stops the watch of the others.
 
+Two helpers make the calls of different triggers of one stream meet in one round and share their work:
+
+- :func:`next_delay` / :func:`sleep_aligned`: a trigger sleeps until the next point of a grid of its
+  ``interval`` anchored at a phase of its stream's name (not ``interval`` after its last poll): the
+  health watch (5 s) and the completeness watcher (5 or 10 s) of one stream then poll at the same instants,
+  so their polls fall in the same round; different streams keep different phases (spread load);
+- :func:`round_memo`: a dict that lives for one round (``None`` outside a round), in which a read can
+  keep what it parsed for the next call of the same round
+  (:meth:`~airflow_streaming.hooks.streaming_job.SparkStreamHook.status_parsed`: one parse of a stream's
+  ``status.json`` for its health and completeness polls).
+
 Each call runs in its caller's context (``contextvars``, as ``asyncio.to_thread`` does: a trigger's log
 lines stay its own). An exception of one call reaches its own caller only. A caller that is cancelled while its round runs
 (a trigger the triggerer stops) just does not get its result.
@@ -25,7 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
+import time
 import weakref
+import zlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -35,6 +49,7 @@ T = TypeVar("T")
 ROUND_S = 0.1
 
 _Item = tuple[contextvars.Context, Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]"]
+_round = threading.local()
 _gathering: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_Item]] = weakref.WeakKeyDictionary()
 
 
@@ -64,13 +79,48 @@ def _start_round(loop: asyncio.AbstractEventLoop) -> None:
     done.add_done_callback(lambda finished: _deliver(items, finished))
 
 
+def round_memo() -> dict[Any, Any] | None:
+    """The memo of the round running in this thread: a dict shared by the round's calls and dropped when
+    the round ends; ``None`` outside a round (a direct call keeps nothing). What a call keeps there must be
+    checked against what it reads (e.g. keyed by the bytes it parsed): the memo only saves work."""
+    return getattr(_round, "memo", None)
+
+
+#: The phases of the poll grids are spread over this many seconds (any interval that divides another
+#: gives grids that meet: a 10 s grid's points are points of the 5 s grid of the same key).
+_PHASE_SPAN_S = 3600.0
+#: A grid point closer than this fraction of the interval is skipped (no two polls in a row).
+_MIN_GAP = 0.2
+
+
+def next_delay(key: str, interval: float, now: float | None = None) -> float:
+    """Seconds from ``now`` (``time.monotonic()``) to the next point of the poll grid of ``key`` (a stream's
+    name): the points ``phase(key) + k * interval``. The next point closer than ``_MIN_GAP * interval`` is
+    skipped, so a delay is in ``(_MIN_GAP * interval, (1 + _MIN_GAP) * interval]``. Pure."""
+    if interval <= 0:
+        return 0.0
+    now = time.monotonic() if now is None else now
+    phase = zlib.crc32(key.encode()) / 2**32 * _PHASE_SPAN_S
+    delay = interval - (now - phase) % interval
+    return delay + interval if delay <= _MIN_GAP * interval else delay
+
+
+async def sleep_aligned(key: str, interval: float) -> None:
+    """Sleep until the next point of the poll grid of ``key`` (:func:`next_delay`)."""
+    await asyncio.sleep(next_delay(key, interval))
+
+
 def _run_round(calls: list[tuple[contextvars.Context, Callable[..., Any], tuple[Any, ...]]]) -> list[tuple[bool, Any]]:
     results: list[tuple[bool, Any]] = []
-    for ctx, fn, args in calls:
-        try:
-            results.append((True, ctx.run(fn, *args)))
-        except Exception as exc:  # noqa: BLE001 - handed to its own caller
-            results.append((False, exc))
+    _round.memo = {}
+    try:
+        for ctx, fn, args in calls:
+            try:
+                results.append((True, ctx.run(fn, *args)))
+            except Exception as exc:  # noqa: BLE001 - handed to its own caller
+                results.append((False, exc))
+    finally:
+        _round.memo = None
     return results
 
 
