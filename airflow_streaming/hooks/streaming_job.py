@@ -213,7 +213,8 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         The file is read at every call. Inside a poll round of the triggerer
         (:func:`airflow_streaming.triggers.poll_rounds.round_memo`) its parse is shared by the round's calls
         that read the same bytes: a stream's health watch and completeness watcher, which poll in the same
-        round, parse ~30 KB once instead of twice. Keyed by the bytes themselves (not a file's mtime, size or
+        round (one after the other: ``poll_rounds.call(..., group=<stream>)``), parse ~30 KB once instead of
+        twice. Only the last document read is kept (a round holds one parse at a time, not one a stream). Keyed by the bytes themselves (not a file's mtime, size or
         inode), so a rewrite is never served stale, whatever the storage (local, WebHDFS) and its timestamps."""
         from airflow_streaming.triggers.poll_rounds import round_memo
 
@@ -222,21 +223,20 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         if raw is None:
             return None
         memo = round_memo()
-        key = ("status.json", path)
-        kept = memo.get(key) if memo is not None else None
-        if kept is not None and kept[0] == raw:
-            if isinstance(kept[1], ControlFileError):
-                raise ControlFileError(str(kept[1]))
-            return kept[1]
+        kept = memo.get("status.json") if memo is not None else None
+        if kept is not None and kept[0] == path and kept[1] == raw:
+            if isinstance(kept[2], ControlFileError):
+                raise ControlFileError(str(kept[2]))
+            return kept[2]
         try:
             doc_dict = contract.parse_json_object(path, raw)
-            parsed = (doc_dict, StatusDocument.from_dict(path, doc_dict))
+            parsed: Any = (doc_dict, StatusDocument.from_dict(path, doc_dict))
         except ControlFileError as exc:
-            if memo is not None:
-                memo[key] = (raw, exc)
-            raise
-        if memo is not None:
-            memo[key] = (raw, parsed)
+            parsed = exc
+        if memo is not None:  # one document kept at a time: the polls of a stream run one after another
+            memo["status.json"] = (path, raw, parsed)
+        if isinstance(parsed, ControlFileError):
+            raise parsed
         return parsed
 
     def driver_record(self) -> DriverRecord | None:

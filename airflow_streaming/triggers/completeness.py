@@ -136,7 +136,7 @@ class SparkStreamCompletenessTrigger(BaseEventTrigger):
                 if unsaved is not None:
                     await poll_rounds.call(_save_cursor, self.spec, rule, unsaved)
                     unsaved = None
-                found = await poll_rounds.call(_look, self.spec, rule, after, seen, memory)
+                found = await poll_rounds.call(_look, self.spec, rule, after, seen, memory, group=self.stream)
             except ControlFileError as exc:
                 self._note(last, "error", f"stream {self.stream}: completeness ({rule.period}) emits nothing: {exc}")
                 await poll_rounds.sleep_aligned(self.stream, self.poll_interval)

@@ -75,7 +75,7 @@ class SparkStreamHealthTrigger(BaseTrigger):
         last_state = None
         while True:
             try:
-                verdict = await poll_rounds.call(poll_once, self.spec)
+                verdict = await poll_rounds.call(poll_once, self.spec, group=str(self.spec.get("name")))
             except Exception as exc:  # noqa: BLE001 - report, do not kill the triggerer
                 yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
                 return

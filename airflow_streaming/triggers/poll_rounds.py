@@ -21,7 +21,8 @@ Two helpers make the calls of different triggers of one stream meet in one round
 - :func:`next_delay` / :func:`sleep_aligned`: a trigger sleeps until the next point of a grid of its
   ``interval`` anchored at a phase of its stream's name (not ``interval`` after its last poll): the
   health watch (5 s) and the completeness watcher (5 or 10 s) of one stream then poll at the same instants,
-  so their polls fall in the same round; different streams keep different phases (spread load);
+  so their polls fall in the same round (and ``call(..., group=<stream>)`` runs them one after the other
+  in it); different streams keep different phases (spread load);
 - :func:`round_memo`: a dict that lives for one round (``None`` outside a round), in which a read can
   keep what it parsed for the next call of the same round
   (:meth:`~airflow_streaming.hooks.streaming_job.SparkStreamHook.status_parsed`: one parse of a stream's
@@ -48,21 +49,22 @@ T = TypeVar("T")
 #: How long a round gathers calls before it runs them.
 ROUND_S = 0.1
 
-_Item = tuple[contextvars.Context, Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]"]
+_Item = tuple[contextvars.Context, Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]", "str | None"]
 _round = threading.local()
 _gathering: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_Item]] = weakref.WeakKeyDictionary()
 
 
-async def call(fn: Callable[..., T], *args: Any) -> T:
+async def call(fn: Callable[..., T], *args: Any, group: str | None = None) -> T:
     """``fn(*args)`` in an executor thread, in the next round of this loop's calls; its result or its
-    exception."""
+    exception. The calls of a round that give the same ``group`` (a stream's name) run one after another
+    (in the order they came), so that what one of them keeps in the :func:`round_memo` serves the next."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
     items = _gathering.get(loop)
     if items is None:
         items = _gathering[loop] = []
         loop.call_later(ROUND_S, _start_round, loop)
-    items.append((contextvars.copy_context(), fn, args, future))
+    items.append((contextvars.copy_context(), fn, args, future, group))
     return await future
 
 
@@ -70,11 +72,17 @@ def _start_round(loop: asyncio.AbstractEventLoop) -> None:
     items = [item for item in _gathering.pop(loop, []) if not item[3].done()]
     if not items:
         return
+    first: dict[str, int] = {}
+    for k, item in enumerate(items):  # a group runs where its first call came; calls without a group stay put
+        if item[4] is not None:
+            first.setdefault(item[4], k)
+    order = sorted(range(len(items)), key=lambda k: k if items[k][4] is None else first[items[k][4]])  # stable
+    items = [items[k] for k in order]
     try:
-        done = loop.run_in_executor(None, _run_round, [(ctx, fn, args) for ctx, fn, args, _ in items])
+        done = loop.run_in_executor(None, _run_round, [(ctx, fn, args) for ctx, fn, args, _, _ in items])
     except RuntimeError as exc:  # the loop's executor is shut down: the loop is closing
-        for *_, future in items:
-            future.set_exception(exc)
+        for item in items:
+            item[3].set_exception(exc)
         return
     done.add_done_callback(lambda finished: _deliver(items, finished))
 
@@ -126,7 +134,8 @@ def _run_round(calls: list[tuple[contextvars.Context, Callable[..., Any], tuple[
 
 def _deliver(items: list[_Item], finished: asyncio.Future[list[tuple[bool, Any]]]) -> None:
     if finished.cancelled() or finished.exception() is not None:
-        for *_, future in items:
+        for item in items:
+            future = item[3]
             if future.done():
                 continue
             if finished.cancelled():
@@ -134,7 +143,7 @@ def _deliver(items: list[_Item], finished: asyncio.Future[list[tuple[bool, Any]]
             else:
                 future.set_exception(finished.exception())  # type: ignore[arg-type]
         return
-    for (*_, future), (ok, value) in zip(items, finished.result()):
+    for (_, _, _, future, _), (ok, value) in zip(items, finished.result()):
         if future.done():  # its caller was cancelled meanwhile
             continue
         if ok:
