@@ -214,8 +214,9 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         (:func:`airflow_streaming.triggers.poll_rounds.round_memo`) its parse is shared by the round's calls
         that read the same bytes: a stream's health watch and completeness watcher, which poll in the same
         round (one after the other: ``poll_rounds.call(..., group=<stream>)``), parse ~30 KB once instead of
-        twice. Only the last document read is kept (a round holds one parse at a time, not one a stream). Keyed by the bytes themselves (not a file's mtime, size or
-        inode), so a rewrite is never served stale, whatever the storage (local, WebHDFS) and its timestamps."""
+        twice. Only the last document read is kept (a round holds one parse at a time, not one a stream).
+        Keyed by the bytes themselves (not a file's mtime, size or inode), so a rewrite is never served
+        stale, whatever the storage (local, WebHDFS) and its timestamps."""
         from airflow_streaming.triggers.poll_rounds import round_memo
 
         path = self.paths.status

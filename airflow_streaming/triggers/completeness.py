@@ -91,7 +91,8 @@ class SparkStreamCompletenessTrigger(BaseEventTrigger):
     :param rule: the completeness rule (:func:`airflow_streaming.completeness.parse_rule`):
         ``{"period": "hourly" | "daily" | "every:<N>m" | "batches:<N>", "origin": ..., "max_events": ...}``;
         a bad rule raises ``SpecError`` when the trigger is built (at DAG parse time).
-    :param poll_interval: seconds between polls.
+    :param poll_interval: seconds between polls (on the grid of the stream's name,
+        :func:`~airflow_streaming.triggers.poll_rounds.next_delay`: its health watch polls in the same round).
     :param persist_delay: seconds between an event's yield and its cursor write.
     """
 

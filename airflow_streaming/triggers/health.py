@@ -48,7 +48,8 @@ class SparkStreamHealthTrigger(BaseTrigger):
 
     :param spec: the stream spec as a dict (JSON-safe).
     :param mode: ``wait_healthy`` | ``watch`` | ``report``.
-    :param poll_interval: seconds between polls.
+    :param poll_interval: seconds between polls (on the grid of the stream's name,
+        :func:`~airflow_streaming.triggers.poll_rounds.next_delay`: its other watches poll in the same round).
     :param watch_seconds: ``watch`` mode: how long to watch.
     :param fail_on: ``watch`` mode: states that end the watch as unhealthy.
     """

@@ -22,7 +22,7 @@ Two helpers make the calls of different triggers of one stream meet in one round
   ``interval`` anchored at a phase of its stream's name (not ``interval`` after its last poll): the
   health watch (5 s) and the completeness watcher (5 or 10 s) of one stream then poll at the same instants,
   so their polls fall in the same round (and ``call(..., group=<stream>)`` runs them one after the other
-  in it); different streams keep different phases (spread load);
+  in it); the streams are spread over a few phases (the load spread over the interval);
 - :func:`round_memo`: a dict that lives for one round (``None`` outside a round), in which a read can
   keep what it parsed for the next call of the same round
   (:meth:`~airflow_streaming.hooks.streaming_job.SparkStreamHook.status_parsed`: one parse of a stream's
