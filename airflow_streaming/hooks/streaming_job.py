@@ -211,13 +211,13 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         for :meth:`status`. The caller must not modify either.
 
         The file is read at every call. Inside a poll round of the triggerer
-        (:func:`airflow_streaming.triggers.poll_rounds.round_memo`) its parse is shared by the round's calls
+        (:func:`airflow_streaming.round_memo.round_memo`) its parse is shared by the round's calls
         that read the same bytes: a stream's health watch and completeness watcher, which poll in the same
         round (one after the other: ``poll_rounds.call(..., group=<stream>)``), parse ~30 KB once instead of
         twice. Only the last document read is kept (a round holds one parse at a time, not one a stream).
         Keyed by the bytes themselves (not a file's mtime, size or inode), so a rewrite is never served
         stale, whatever the storage (local, WebHDFS) and its timestamps."""
-        from airflow_streaming.triggers.poll_rounds import round_memo
+        from airflow_streaming.round_memo import round_memo
 
         path = self.paths.status
         raw = self._read("status.json", lambda: self.storage.read_bytes(path))

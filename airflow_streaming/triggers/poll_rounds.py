@@ -23,8 +23,8 @@ Two helpers make the calls of different triggers of one stream meet in one round
   health watch (5 s) and the completeness watcher (5 or 10 s) of one stream then poll at the same instants,
   so their polls fall in the same round (and ``call(..., group=<stream>)`` runs them one after the other
   in it); the streams are spread over a few phases (the load spread over the interval);
-- :func:`round_memo`: a dict that lives for one round (``None`` outside a round), in which a read can
-  keep what it parsed for the next call of the same round
+- :func:`~airflow_streaming.round_memo.round_memo`: a dict that lives for one round (``None`` outside a
+  round), in which a read can keep what it parsed for the next call of the same round
   (:meth:`~airflow_streaming.hooks.streaming_job.SparkStreamHook.status_parsed`: one parse of a stream's
   ``status.json`` for its health and completeness polls).
 
@@ -37,12 +37,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import threading
 import time
 import weakref
 import zlib
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from airflow_streaming.round_memo import round_memo, set_round_memo
+
+__all__ = ["ROUND_S", "call", "next_delay", "round_memo", "sleep_aligned"]
 
 T = TypeVar("T")
 
@@ -50,7 +53,6 @@ T = TypeVar("T")
 ROUND_S = 0.1
 
 _Item = tuple[contextvars.Context, Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]", "str | None"]
-_round = threading.local()
 _gathering: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_Item]] = weakref.WeakKeyDictionary()
 
 
@@ -87,13 +89,6 @@ def _start_round(loop: asyncio.AbstractEventLoop) -> None:
     done.add_done_callback(lambda finished: _deliver(items, finished))
 
 
-def round_memo() -> dict[Any, Any] | None:
-    """The memo of the round running in this thread: a dict shared by the round's calls and dropped when
-    the round ends; ``None`` outside a round (a direct call keeps nothing). What a call keeps there must be
-    checked against what it reads (e.g. keyed by the bytes it parsed): the memo only saves work."""
-    return getattr(_round, "memo", None)
-
-
 #: The phases of the poll grids: a stream's is one of ``_PHASES`` steps of ``_PHASE_STEP_S`` seconds (by a
 #: digest of its name). Grids of one stream meet when one interval divides the other (a 10 s grid's points
 #: are points of the 5 s grid). Few distinct phases on purpose: the triggers that share one wake up
@@ -124,7 +119,7 @@ async def sleep_aligned(key: str, interval: float) -> None:
 
 def _run_round(calls: list[tuple[contextvars.Context, Callable[..., Any], tuple[Any, ...]]]) -> list[tuple[bool, Any]]:
     results: list[tuple[bool, Any]] = []
-    _round.memo = {}
+    set_round_memo({})
     try:
         for ctx, fn, args in calls:
             try:
@@ -132,7 +127,7 @@ def _run_round(calls: list[tuple[contextvars.Context, Callable[..., Any], tuple[
             except Exception as exc:  # noqa: BLE001 - handed to its own caller
                 results.append((False, exc))
     finally:
-        _round.memo = None
+        set_round_memo(None)
     return results
 
 

@@ -65,7 +65,7 @@ def test_the_memo_lives_for_one_round_only() -> None:
     in_a_round(lambda: seen.append(poll_rounds.round_memo()))
     assert seen == [{}] and poll_rounds.round_memo() is None
     elsewhere: list[object] = []
-    thread = threading.Thread(target=lambda: elsewhere.append(poll_rounds.round_memo()))
+    thread = threading.Thread(target=lambda: elsewhere.append(poll_rounds.round_memo()))  # no round there
     thread.start()
     thread.join()
     assert elsewhere == [None]
