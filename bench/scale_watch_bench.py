@@ -34,6 +34,8 @@ Each configuration runs in a fresh worker process (its CPU and memory only; the 
   their cursors are set before each run to the newest period closed (a watcher that has been running);
 - ``health+completeness``: both, 2N triggers in the one loop (what the triggerer carries when every
   stream has a health watch and an Asset watcher);
+- ``health+completeness@defaults``: the same with the completeness watchers at their trigger's default
+  poll (10 s; the health watches at P), its completeness latency in polls of 10 s;
 - ``supervisor``: ``SparkStreamSupervisorOperator.execute`` over the N specs (healthy streams, live
   drivers), timed pass by pass.
 
@@ -77,7 +79,9 @@ from harness import add_smoke_argument  # noqa: E402
 
 FLIP_SPREAD_S = 5.0
 COMPLETENESS_RULE = {"period": "every:1m"}
-TRIGGER_KINDS = ("health", "lifecycle", "completeness", "health+completeness")
+TRIGGER_KINDS = ("health", "lifecycle", "completeness", "health+completeness", "health+completeness@defaults")
+#: ``health+completeness@defaults``: the completeness watchers at their trigger's own default poll (10 s).
+DEFAULTS_KIND = "health+completeness@defaults"
 SUPERVISOR_INTERVAL_S = 60.0  # dags/stream_supervisor.py: every minute
 
 
@@ -104,6 +108,10 @@ def med(values: list[Any]) -> float | None:
 def _triggers(kind: str, specs: list[dict[str, Any]], poll: float) -> list[Any]:
     if kind == "health+completeness":
         return _triggers("health", specs, poll) + _triggers("completeness", specs, poll)
+    if kind == DEFAULTS_KIND:
+        from airflow_streaming.triggers.completeness import SparkStreamCompletenessTrigger
+
+        return _triggers("health", specs, poll) + [SparkStreamCompletenessTrigger(s, COMPLETENESS_RULE) for s in specs]
     if kind == "completeness":
         from airflow_streaming.triggers.completeness import SparkStreamCompletenessTrigger
 
@@ -317,13 +325,22 @@ def run_config(kind: str, fleet: list[Any], storage: Any, args: argparse.Namespa
             if (name, identity) in got or (name, identity) not in closes:
                 unexpected += 1
             got.setdefault((name, identity), t)
-        last = result["end"] - 2 * args.poll - 1.0
+        last = result["end"] - 2 * completeness_poll(kind, args.poll) - 1.0
         result["completeness_latencies_s"] = [
             (got[key] - t) if key in got else None for key, t in closes.items() if result["measure_start"] <= t <= last]
         result["completeness_unexpected"] = unexpected
         result["completeness_events_total"] = len(got)
     result["kind"], result["streams"] = kind, n
     return result
+
+
+def completeness_poll(kind: str, poll: float) -> float:
+    """The completeness watchers' poll interval in a configuration."""
+    if kind != DEFAULTS_KIND:
+        return poll
+    from airflow_streaming.triggers.completeness import SparkStreamCompletenessTrigger
+
+    return SparkStreamCompletenessTrigger({"name": "x"}, COMPLETENESS_RULE).poll_interval
 
 
 def summarize(runs: dict[str, list[dict[str, Any]]], n: int, poll: float) -> dict[str, Any]:
@@ -355,8 +372,9 @@ def summarize(runs: dict[str, list[dict[str, Any]]], n: int, poll: float) -> dic
             clat = [v for r in rs for v in r["completeness_latencies_s"] if v is not None]
             out[kind].update({
                 "completeness_latency_s_median": med(clat), "completeness_latency_s_max": max(clat) if clat else None,
-                "completeness_latency_polls_median": med(clat) / poll if clat else None,
-                "completeness_latency_polls_max": max(clat) / poll if clat else None,
+                "completeness_poll_s": completeness_poll(kind, poll),
+                "completeness_latency_polls_median": med(clat) / completeness_poll(kind, poll) if clat else None,
+                "completeness_latency_polls_max": max(clat) / completeness_poll(kind, poll) if clat else None,
                 "completeness_periods_seen": len(clat),
                 "completeness_periods_missed": sum(1 for r in rs for v in r["completeness_latencies_s"] if v is None),
                 "completeness_unexpected_events": sum(r["completeness_unexpected"] for r in rs)})
@@ -378,7 +396,7 @@ def figure_lines(summary: dict[str, Any], n: int, poll: float) -> list[str]:
     for kind in TRIGGER_KINDS:
         s = summary.get(kind)
         if s:
-            count = f"{n}+{n}" if kind == "health+completeness" else f"{n}"
+            count = f"{n}+{n}" if kind.startswith("health+completeness") else f"{n}"
             if kind == "completeness":
                 detection = ""
             else:
@@ -386,7 +404,8 @@ def figure_lines(summary: dict[str, Any], n: int, poll: float) -> list[str]:
                              f"{_fmt(s['latency_polls_max'])} max ({s['flips_detected']} detected, "
                              f"{s['flips_missed']} missed); unexpected events {s['unexpected_events']}")
             if "completeness" in kind:
-                detection += (f"; completeness event {_fmt(s['completeness_latency_polls_median'])} polls median, "
+                detection += (f"; completeness watchers @ {s['completeness_poll_s']:g}s poll"
+                              f"; completeness event {_fmt(s['completeness_latency_polls_median'])} polls median, "
                               f"{_fmt(s['completeness_latency_polls_max'])} max "
                               f"({s['completeness_periods_seen']} periods seen, {s['completeness_periods_missed']} "
                               f"missed, {s['completeness_unexpected_events']} unexpected)")

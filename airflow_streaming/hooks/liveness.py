@@ -135,12 +135,9 @@ class LivenessMixin:
         doc_dict = None
         try:
             if status is _READ_IT:
-                raw = self._read("status.json", lambda: self.storage.read_bytes(self.paths.status))
-                if raw is not None:
-                    doc_dict = contract.parse_json_object(self.paths.status, raw)  # parsed once: ~30 KB per poll
-            else:
+                doc_dict, doc = self.status_parsed() or (None, None)  # parsed once a poll round: ~30 KB
+            elif status is not None:
                 doc_dict = status
-            if doc_dict is not None:
                 doc = contract.StatusDocument.from_dict(self.paths.status, doc_dict)  # validates
         except (ControlFileError, StorageError) as exc:
             unreadable = str(exc)

@@ -206,6 +206,40 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         :class:`ControlFileError` if it is garbage, :class:`StorageError` if it cannot be read."""
         return self._read("status.json", lambda: contract.read_status(self.storage, self.paths))
 
+    def status_parsed(self) -> tuple[dict[str, Any], StatusDocument] | None:
+        """The status document as a dict and validated (``None`` before the first driver wrote one); errors as
+        for :meth:`status`. The caller must not modify either.
+
+        The file is read at every call. Inside a poll round of the triggerer
+        (:func:`airflow_streaming.round_memo.round_memo`) its parse is shared by the round's calls
+        that read the same bytes: a stream's health watch and completeness watcher, which poll in the same
+        round (one after the other: ``poll_rounds.call(..., group=<stream>)``), parse ~30 KB once instead of
+        twice. Only the last document read is kept (a round holds one parse at a time, not one a stream).
+        Keyed by the bytes themselves (not a file's mtime, size or inode), so a rewrite is never served
+        stale, whatever the storage (local, WebHDFS) and its timestamps."""
+        from airflow_streaming.round_memo import round_memo
+
+        path = self.paths.status
+        raw = self._read("status.json", lambda: self.storage.read_bytes(path))
+        if raw is None:
+            return None
+        memo = round_memo()
+        kept = memo.get("status.json") if memo is not None else None
+        if kept is not None and kept[0] == path and kept[1] == raw:
+            if isinstance(kept[2], ControlFileError):
+                raise ControlFileError(str(kept[2]))
+            return kept[2]
+        try:
+            doc_dict = contract.parse_json_object(path, raw)
+            parsed: Any = (doc_dict, StatusDocument.from_dict(path, doc_dict))
+        except ControlFileError as exc:
+            parsed = exc
+        if memo is not None:  # one document kept at a time: the polls of a stream run one after another
+            memo["status.json"] = (path, raw, parsed)
+        if isinstance(parsed, ControlFileError):
+            raise parsed
+        return parsed
+
     def driver_record(self) -> DriverRecord | None:
         """``driver.json`` (``None``: never submitted); errors as for :meth:`status`."""
         return self._read("driver.json", lambda: contract.read_driver_record(self.storage, self.paths))

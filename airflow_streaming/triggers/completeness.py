@@ -91,7 +91,8 @@ class SparkStreamCompletenessTrigger(BaseEventTrigger):
     :param rule: the completeness rule (:func:`airflow_streaming.completeness.parse_rule`):
         ``{"period": "hourly" | "daily" | "every:<N>m" | "batches:<N>", "origin": ..., "max_events": ...}``;
         a bad rule raises ``SpecError`` when the trigger is built (at DAG parse time).
-    :param poll_interval: seconds between polls.
+    :param poll_interval: seconds between polls (on the grid of the stream's name,
+        :func:`~airflow_streaming.triggers.poll_rounds.next_delay`: its health watch polls in the same round).
     :param persist_delay: seconds between an event's yield and its cursor write.
     """
 
@@ -136,15 +137,15 @@ class SparkStreamCompletenessTrigger(BaseEventTrigger):
                 if unsaved is not None:
                     await poll_rounds.call(_save_cursor, self.spec, rule, unsaved)
                     unsaved = None
-                found = await poll_rounds.call(_look, self.spec, rule, after, seen, memory)
+                found = await poll_rounds.call(_look, self.spec, rule, after, seen, memory, group=self.stream)
             except ControlFileError as exc:
                 self._note(last, "error", f"stream {self.stream}: completeness ({rule.period}) emits nothing: {exc}")
-                await asyncio.sleep(self.poll_interval)
+                await poll_rounds.sleep_aligned(self.stream, self.poll_interval)
                 continue
             except Exception as exc:  # noqa: BLE001 - a watch never dies of a read; look again
                 self._note(last, "warning", f"stream {self.stream}: completeness ({rule.period}) could not look "
                                             f"(will look again): {type(exc).__name__}: {exc}")
-                await asyncio.sleep(self.poll_interval)
+                await poll_rounds.sleep_aligned(self.stream, self.poll_interval)
                 continue
             if not found.unchanged:
                 self._note(last, "info", f"stream {self.stream}: completeness ({rule.period}) after "
@@ -173,4 +174,4 @@ class SparkStreamCompletenessTrigger(BaseEventTrigger):
                                               f"{type(exc).__name__}: {exc}")
             # Capped at max_events: look again at once from the new cursor, whatever the commits.
             seen = None if held or len(found.events) >= rule.max_events else (found.checkpoint, found.newest_commit)
-            await asyncio.sleep(self.poll_interval)
+            await poll_rounds.sleep_aligned(self.stream, self.poll_interval)

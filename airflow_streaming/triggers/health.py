@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -49,7 +48,8 @@ class SparkStreamHealthTrigger(BaseTrigger):
 
     :param spec: the stream spec as a dict (JSON-safe).
     :param mode: ``wait_healthy`` | ``watch`` | ``report``.
-    :param poll_interval: seconds between polls.
+    :param poll_interval: seconds between polls (on the grid of the stream's name,
+        :func:`~airflow_streaming.triggers.poll_rounds.next_delay`: its other watches poll in the same round).
     :param watch_seconds: ``watch`` mode: how long to watch.
     :param fail_on: ``watch`` mode: states that end the watch as unhealthy.
     """
@@ -76,7 +76,7 @@ class SparkStreamHealthTrigger(BaseTrigger):
         last_state = None
         while True:
             try:
-                verdict = await poll_rounds.call(poll_once, self.spec)
+                verdict = await poll_rounds.call(poll_once, self.spec, group=str(self.spec.get("name")))
             except Exception as exc:  # noqa: BLE001 - report, do not kill the triggerer
                 yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
                 return
@@ -87,7 +87,7 @@ class SparkStreamHealthTrigger(BaseTrigger):
             if event is not None:
                 yield TriggerEvent(event)
                 return
-            await asyncio.sleep(self.poll_interval)
+            await poll_rounds.sleep_aligned(str(self.spec.get("name")), self.poll_interval)
 
 
 __getattr__ = module_getattr(__name__, 'StreamingHealthTrigger')  # the old name, deprecated

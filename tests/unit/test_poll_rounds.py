@@ -135,3 +135,16 @@ def test_calls_further_apart_than_a_round_are_separate_rounds(n: int) -> None:
 
     assert run(main, executor) == list(range(n + 1))
     assert executor.submissions == n + 1
+
+
+def test_calls_of_one_group_run_one_after_another_and_the_others_keep_their_order() -> None:
+    ran: list[str] = []
+
+    async def scenario():  # type: ignore[no-untyped-def]
+        calls = [("a", "s1"), ("b", None), ("c", "s2"), ("d", "s1"), ("e", None), ("f", "s2"), ("g", "s1")]
+        return await asyncio.gather(*(poll_rounds.call(ran.append, name, group=group) for name, group in calls))
+
+    executor = CountingExecutor()
+    run(scenario, executor)
+    assert executor.submissions == 1
+    assert ran == ["a", "d", "g", "b", "c", "f", "e"]
