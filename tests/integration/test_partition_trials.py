@@ -21,12 +21,15 @@ namespace; ``ip link set down`` where iptables is missing) for longer than the l
 reconcile core) every few seconds; once the lease is stale the pass restarts the stream, and the new
 driver runs on A. Then the link is healed.
 
-Checked: the cut-off driver stops itself (half the ttl without renewal) and its processes are gone BEFORE
-the new driver takes the lease; no checkpoint commit falls between the old driver's exit and the new
-lease (one committing driver at a time) and none is written twice; no pass acts while the lease is
-fresh; the restart was the supervisor's decision, recorded in the history and notified; after the heal
-the old driver does not come back; the sink holds what was fed exactly once. Bound: the stream commits
-again within ttl + 90 s of the cut (printed).
+Checked: no supervisor pass acts while the lease is fresh; the pass that acts (RESTART: the lease stale) is
+recorded in the history (``recover``) and notified; the cut-off driver stops itself (half the ttl without
+renewal) - its query stopped and its last commit BEFORE the new driver takes the lease; every checkpoint
+commit written by exactly one of the two drivers (their logs), the old one's batches all before the new
+one's; after the heal the old driver's processes exit and do not come back, the lease and the status document
+name the new run (the old driver's delayed writes do not land over them); the sink holds what was fed exactly
+once. The cut-off driver's PROCESS may outlive the ttl (its exit path retries the unreachable storage): that is
+allowed, its queries are stopped. Bound: the stream commits again within ttl + 90 s of the cut (printed with
+the other timings as ``PARTITION TRIAL (a)``). The ttl's 120 s minimum sets the test's length (~2.5 min).
 
 Everything started here (host B and its driver, the stand-in, the new driver, the veth pair) is stopped by
 pid at the end, also on failure.
