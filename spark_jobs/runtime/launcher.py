@@ -315,8 +315,14 @@ class Driver:
     def _graceful_stop(self) -> None:
         from spark_jobs.runtime.graceful_stop import stop_at_batch_boundary
 
-        self.reporter.set_state(contract.STOPPING)
         self.stopped_by_us = True
+        if self.abort.is_set():
+            # Stop before writing anything: an abort may be the lease's (lost, or not renewable for half its
+            # ttl), and the status write below goes to the control storage - the very storage that may not
+            # answer, behind the reporter's lock, for several connect timeouts, while the query commits on.
+            for query in list(self.spark.streams.active):
+                stop_at_batch_boundary(query, self.abort)
+        self.reporter.set_state(contract.STOPPING)
         for query in list(self.spark.streams.active):
             stop_at_batch_boundary(query, self.abort)
         self.graceful_done = not self.abort.is_set()

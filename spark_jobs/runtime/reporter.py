@@ -131,6 +131,8 @@ class StatusReporter:
         """Remote storage (HDFS...): progress is written with the next heartbeat, not on every event."""
         self.lease_renew_seconds = contract.lease_renew_seconds(heartbeat_seconds, lease.ttl, remote)
         self._lease_ok_at = time.monotonic()
+        self._lease_gone = False  # lost, or not renewable for half its ttl: another driver may own the stream
+        self._write_skipped = False
         self.progress_sinks: list[Any] = []
         self._last_progress: dict[str, tuple[str, str]] = {}  # query id -> (run id, timestamp) applied last
         """Callables given every progress dict after the status write (e.g. a Kafka exporter); errors are logged."""
@@ -199,8 +201,25 @@ class StatusReporter:
                 setattr(self.doc, key, value)
             self.write()
 
+    def _lease_still_ours(self) -> bool:
+        """Whether the lease names this driver or nobody; ``False`` when it cannot be read (fail closed)."""
+        try:
+            current = contract.read_lease(self.storage, self.paths)
+        except (OSError, contract.ControlFileError):
+            return False
+        return current is None or current.run_id == self.lease.run_id
+
     def write(self) -> None:
         with self._lock:
+            if self._lease_gone and not self._lease_still_ours():
+                # A driver that lost its lease (say, cut off from the control storage past half the ttl) must
+                # not put its status over a new driver's: a write begun during the cut can land once the link
+                # heals. It writes only after reading the lease, and only while that names it or nobody.
+                if not self._write_skipped:
+                    log.warning("not writing %s: this driver lost its lease, and the lease names another driver "
+                                "or cannot be read", self.paths.status)
+                self._write_skipped = True
+                return
             self.doc.heartbeat_at = time.time()
             # Whoever set them: Spark's own texts (a query's status message holds its exception) may quote
             # a secret, and this document feeds task logs, notifications and the lifecycle history.
@@ -353,6 +372,7 @@ class StatusReporter:
             # Another driver owns the stream now: never keep two drivers on one checkpoint.
             log.error("lease lost, stopping at once: %s", exc)
             self.doc.last_exception = {"message": str(exc), "error_class": "LEASE_LOST"}
+            self._lease_gone = True
             self.on_lease_lost()
             return
         except StorageError as exc:
@@ -365,6 +385,7 @@ class StatusReporter:
                            f"Last error: {exc}")
                 log.error("%s", message)
                 self.doc.last_exception = {"message": message, "error_class": "LEASE_EXPIRED"}
+                self._lease_gone = True
                 self.on_lease_lost()
 
     def _run(self) -> None:

@@ -1,0 +1,266 @@
+"""Partition trials with real processes in network namespaces (issue 36).
+
+Trial (a): the driver's host cut from the control storage while it runs, for longer than the lease ttl,
+then healed.
+
+- Host A is this test process (the root namespaces): it runs the WebHDFS-protocol STAND-IN for a
+  NameNode (``tests/webhdfs_standin.py``) on its end of a veth pair; the stream's control files live there.
+- Host B is ``tests/two_hosts_agent.py`` in its own network, UTS, PID and mount namespaces (the machinery
+  of ``tests/integration/test_two_hosts.py``). B deploys the stream through the lifecycle (DEPLOY): its
+  driver is a local-mode driver on B, so the driver's network is B's.
+- The stream's input, sink, quarantine AND CHECKPOINT are on the file system both hosts share (like an
+  NFS mount). That is the hard case for fencing, and a real one (a checkpoint on a shared file system
+  beside control files on HDFS): the cut separates B only from the control storage, so the cut-off driver
+  could go on committing batches into the checkpoint and the sink - only the lease protocol (the
+  reporter's half-ttl rule, the per-batch lease check) stops it. With the checkpoint on the stand-in the cut
+  itself would stop its commits and prove nothing about the lease.
+
+While the stream runs and is fed, B's packets to and from A are DROPPED (iptables in B's network
+namespace; ``ip link set down`` where iptables is missing) for longer than the lease's ttl (its minimum,
+120 s: ``airflow_streaming.hooks.planning.lease_ttl``). Meanwhile host A runs supervisor passes (the
+reconcile core) every few seconds; once the lease is stale the pass restarts the stream, and the new
+driver runs on A. Then the link is healed.
+
+Checked: no supervisor pass acts while the lease is fresh; the pass that acts (RESTART: the lease stale) is
+recorded in the history (``recover``) and notified; the cut-off driver stops itself (half the ttl without
+renewal) - its query stopped and its last commit BEFORE the new driver takes the lease; every checkpoint
+commit written by exactly one of the two drivers (their logs), the old one's batches all before the new
+one's; after the heal the old driver's processes exit and do not come back, the lease and the status document
+name the new run (the old driver's delayed writes do not land over them); the sink holds what was fed exactly
+once. The cut-off driver's PROCESS may outlive the ttl (its exit path retries the unreachable storage): that is
+allowed, its queries are stopped. Bound: the stream commits again within ttl + 90 s of the cut (printed with
+the other timings as ``PARTITION TRIAL (a)``). The ttl's 120 s minimum sets the test's length (~2.5 min).
+
+Everything started here (host B and its driver, the stand-in, the new driver, the veth pair) is stopped by
+pid at the end, also on failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from airflow_streaming.control import contract
+from airflow_streaming.lifecycle.stored import read_history
+from airflow_streaming.lifecycle.supervisor import supervise
+from airflow_streaming.supervision.policy import RestartPolicy
+from spark_jobs.event_generator import generate_events
+from spark_jobs.outputs import read_etl_output
+from streams import wait_for
+from test_two_hosts import HOST_B, _host_b
+from webhdfs_standin import WebHdfsStandIn
+
+pytestmark = pytest.mark.spark
+
+POLICY = RestartPolicy(max_attempts=3, backoff_initial_s=1, backoff_max_s=5)
+#: The stream must commit again within this many seconds after the lease ttl, counted from the cut.
+RESUME_BOUND_AFTER_TTL_S = 90.0
+
+
+def _in_b(pid: int, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["nsenter", "-t", str(pid), "-n", *args], capture_output=True, text=True, timeout=30)
+
+
+class Cut:
+    """B's network cut from A: iptables DROP both ways in B's namespace, or B's veth end down."""
+
+    def __init__(self, b_pid: int, a_ip: str):
+        self.b_pid, self.a_ip = b_pid, a_ip
+        self.how: str | None = None
+        self.veth = next(line.split(":")[1].strip().split("@")[0]
+                         for line in _in_b(b_pid, "ip", "-o", "link").stdout.splitlines() if "veth" in line or "@" in line)
+
+    def _rules(self, flag: str) -> list[subprocess.CompletedProcess]:
+        return [_in_b(self.b_pid, "iptables", flag, "OUTPUT", "-d", self.a_ip, "-j", "DROP"),
+                _in_b(self.b_pid, "iptables", flag, "INPUT", "-s", self.a_ip, "-j", "DROP")]
+
+    def cut(self) -> None:
+        if shutil.which("iptables") and all(r.returncode == 0 for r in self._rules("-I")):
+            self.how = "iptables DROP"
+            return
+        self._rules("-D")
+        done = _in_b(self.b_pid, "ip", "link", "set", self.veth, "down")
+        assert done.returncode == 0, done.stderr
+        self.how = "link down"
+
+    def heal(self) -> None:
+        if self.how == "iptables DROP":
+            assert all(r.returncode == 0 for r in self._rules("-D"))
+        elif self.how == "link down":
+            done = _in_b(self.b_pid, "ip", "link", "set", self.veth, "up")
+            assert done.returncode == 0, done.stderr
+        self.how = None
+
+
+def processes_of(run_id: str) -> list[psutil.Process]:
+    """The processes (seen from host A, the parent PID namespace) whose command line carries ``run_id``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and run_id in " ".join(proc.info["cmdline"] or []):
+                found.append(proc)
+    return found
+
+
+QUIET = ("NOTHING", "NOTIFIED", "WAITING", "SKIPPED", "OBSERVE")
+
+
+def committed_by(log: str, checkpoint: Path) -> set[int]:
+    """The batch ids whose checkpoint commit file a driver's log shows it writing."""
+    marker = f"Writing atomically to file:{checkpoint.resolve()}/commits/"
+    return {int(m.group(1)) for m in re.finditer(re.escape(marker) + r"(\d+) ", log)}
+
+
+def query_stopped_at(log: str) -> float | None:
+    """When the driver's log says its query stopped (``graceful_stop``), as ``time.time()``."""
+    found = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*query \S+ stopped after", log, re.M)
+    if not found:
+        return None
+    stamp, ms = found[-1]
+    return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
+
+
+def commit_times(checkpoint: Path) -> dict[int, float]:
+    """Batch id -> mtime of the checkpoint's commit file."""
+    return {int(p.name): p.stat().st_mtime for p in (checkpoint / "commits").iterdir() if p.name.isdigit()}
+
+
+@pytest.fixture
+def partitioned(tmp_path, monkeypatch):
+    """Host B and the stand-in on host A's veth address (requested before ``streams``, so that they outlive
+    the drivers' cleanup); the stack closes them, and heals a cut left behind."""
+    monkeypatch.setenv("AIRFLOW_STREAMING_LOG_DIR", str(tmp_path / "driver-logs"))
+    with contextlib.ExitStack() as stack:
+        a_ip, _b_ip, b = stack.enter_context(_host_b(tmp_path))
+        nn = stack.enter_context(WebHdfsStandIn(str(tmp_path / "hdfs"), host=a_ip))
+        yield a_ip, b, nn, stack
+
+
+def test_a_driver_cut_from_the_control_storage_stops_itself_and_the_supervisor_restarts_it(partitioned, streams):
+    began = time.monotonic()
+    a_ip, b, nn, stack = partitioned
+    spec = streams.etl_spec(control_location=f"{nn.uri}/control", master="local[1]")
+    hook = streams.hook(spec)
+    inp, out = streams.path("input", "etl"), streams.path("output", "etl")
+    checkpoint = Path(spec.checkpoint_location)
+    fed = []
+
+    def feed(tag: str, count: int = 100, files: int = 2) -> None:
+        fed.append(generate_events(inp, count=count, files=files, run=tag, file_start_index=10 * len(fed)))
+
+    # ---- host B deploys; its local driver holds the lease
+    assert b.call("whoami")["hostname"] == HOST_B
+    feed("p1-before-deploy", 200)
+    deployed = b.call("deploy", spec=spec.to_dict(), timeout=300)
+    old = deployed["run_id"]
+    lease = contract.read_lease(hook.storage, hook.paths)
+    assert (lease.run_id, lease.host) == (old, HOST_B), lease
+    ttl = lease.ttl
+    assert ttl == 120.0, ttl  # the smallest ttl the product allows
+    wait_for(lambda: set(read_etl_output(out).event_ids) >= {i for f in fed for i in f.event_ids}, 120,
+             "phase 1 in the output")
+    old_procs = processes_of(old)
+    assert old_procs, "host B's driver is not visible from A"
+
+    # ---- cut B from A while it runs and is fed
+    cut = Cut(b.proc.pid, a_ip)
+    cut_at = time.time()
+    cut.cut()
+    cut_how = cut.how
+    stack.callback(cut.heal)  # a no-op once healed
+    assert b.call("reach", urls=[f"{nn.url}/webhdfs/v1/?op=GETFILESTATUS"], timeout=30)[
+        f"{nn.url}/webhdfs/v1/?op=GETFILESTATUS"] != 200
+    feed("p2-during-cut")
+
+    # ---- host A: supervisor passes until the pass restarts the stream
+    passes: list[tuple[float, str, str]] = []
+    events: list[dict] = []
+    restarted = None
+    while time.time() - cut_at < ttl + RESUME_BOUND_AFTER_TTL_S:
+        result = supervise(hook, POLICY, events.append)
+        passes.append((round(time.time() - cut_at, 1), result.action, result.reason[:200]))
+        if result.action not in QUIET:
+            restarted = result
+            break
+        if time.time() - cut_at > 90 and len(fed) < 3:
+            feed("p3-late-in-cut")  # after the old driver's half-ttl stop: for the new driver only
+        time.sleep(3)
+    print(f"\nsupervisor passes (s after the cut, action, reason): {json.dumps(passes)}")
+    assert restarted is not None and restarted.action == "RESTARTED", (restarted, passes)
+    new = restarted.new_run_id
+    decided_at = cut_at + passes[-1][0]
+    # The old lease, as the pass found it: stale, last renewed before the cut; no pass acted while it was fresh.
+    old_lease = contract.read_lease(hook.storage, hook.paths)
+    assert old_lease.run_id == old and old_lease.renewed_at <= cut_at, old_lease
+    assert decided_at >= old_lease.renewed_at + ttl and all(a in QUIET for _, a, _ in passes[:-1]), passes
+    wait_for(lambda: contract.read_lease(hook.storage, hook.paths).run_id == new, 120, "the new driver's lease",
+             interval=0.2)
+    new_lease = contract.read_lease(hook.storage, hook.paths)
+    assert new_lease.run_id == new != old and new_lease.host != HOST_B, new_lease
+
+    # ---- the stream runs again; then heal the link: the old driver does not come back
+    wait_for(lambda: (d := hook.status()) is not None and d.run_id == new and d.totals["batches"] >= 1, 120,
+             "the new driver's first committed batch", interval=0.2)
+    resumed_s = time.time() - cut_at
+    old_alive_at_heal = bool(processes_of(old))
+    cut.heal()
+    healed_at = time.time()
+    feed("p4-after-heal")
+    wait_for(lambda: set(read_etl_output(out).event_ids) >= {i for f in fed for i in f.event_ids}, 120,
+             "all input processed")
+    wait_for(lambda: not processes_of(old), 60, "the cut-off driver's processes to exit")
+    old_exit_s = time.time() - cut_at
+    assert contract.read_lease(hook.storage, hook.paths).run_id == new
+    assert b.call("watch", spec=spec.to_dict(), timeout=60)["record"]["run_id"] == new  # B sees the new one
+
+    # ---- one committing driver at a time: which driver wrote which commit (its log), and when (the file)
+    commits = commit_times(checkpoint)
+    assert sorted(commits) == list(range(len(commits))), sorted(commits)  # no gap
+    old_log = Path(hook.driver_log_path(old)).read_text(errors="replace")
+    new_log = Path(hook.driver_log_path(new)).read_text(errors="replace")
+    by_old, by_new = committed_by(old_log, checkpoint), committed_by(new_log, checkpoint)
+    assert by_old and by_new and not by_old & by_new, (by_old, by_new)  # no batch committed twice
+    assert by_old | by_new == set(commits) and max(by_old) < min(by_new), (by_old, by_new)
+    old_last_commit = max(commits[i] for i in by_old)
+    assert old_last_commit < new_lease.acquired_at < min(commits[i] for i in by_new)
+    # The cut-off driver stopped itself (half the ttl without renewal) before the new lease was taken.
+    assert "stopping so that no second driver can start beside this one" in old_log, old_log[-3000:]
+    stopped = query_stopped_at(old_log)
+    assert stopped is not None and stopped < new_lease.acquired_at, (stopped, new_lease.acquired_at)
+    assert old_last_commit < stopped
+
+    # ---- decided by the reconcile core, recorded and notified
+    kinds = [e["kind"] for e in restarted.events] or [e["kind"] for e in events]
+    print(f"notified: {kinds}; history: {read_history(hook)[-2:]}")
+    assert kinds, events
+    history = [h for h in read_history(hook) if new in json.dumps(h)]
+    assert history, read_history(hook)[-3:]
+
+    # ---- exactly once
+    own_lines = "\n".join(line for line in old_log.splitlines() if "airflow_streaming" in line or "airflow-streaming" in line)
+    assert hook.status().run_id == new, f"the cut-off driver's status over the new one's; its log:\n{own_lines[-4000:]}"
+    output = read_etl_output(out)
+    assert output.duplicates == {}
+    assert set(output.event_ids) == {i for f in fed for i in f.event_ids}
+    assert output.rows == sum(f.valid for f in fed)
+    assert nn.unsupported == []
+
+    figures = {"cut": cut_how, "lease_ttl_s": ttl, "lease_last_renewed_before_cut_s": round(cut_at - old_lease.renewed_at, 1),
+               "old_last_commit_after_cut_s": round(old_last_commit - cut_at, 1),
+               "old_query_stopped_after_cut_s": round(stopped - cut_at, 1),
+               "old_processes_gone_after_cut_s": round(old_exit_s, 1), "old_alive_at_heal": old_alive_at_heal,
+               "healed_after_cut_s": round(healed_at - cut_at, 1),
+               "restart_decided_after_cut_s": passes[-1][0], "new_lease_after_cut_s": round(new_lease.acquired_at - cut_at, 1),
+               "first_new_commit_after_cut_s": round(resumed_s, 1), "bound_s": ttl + RESUME_BOUND_AFTER_TTL_S,
+               "batches_old": sorted(by_old), "batches_new": len(by_new), "events": sum(f.valid for f in fed),
+               "notified": kinds, "history": [h.get("action") for h in history], "test_runtime_s": round(time.monotonic() - began, 1)}
+    print(f"PARTITION TRIAL (a) {json.dumps(figures)}")
+    assert resumed_s < ttl + RESUME_BOUND_AFTER_TTL_S
