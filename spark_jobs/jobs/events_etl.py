@@ -56,7 +56,7 @@ def parsed_events(spark: SparkSession, ns: argparse.Namespace) -> DataFrame:
         .when(F.col("event_time").isNull(), F.lit("bad or missing ts"))
         .when(F.col("r.device_id").isNull(), F.lit("missing device_id"))
     )
-    if ns.watermark:
+    if getattr(ns, "watermark", None):  # callers with their own argument parser (bench/bare_etl.py) have none
         parsed = parsed.withWatermark("event_time", ns.watermark)
     return parsed.withColumn("_reason", reason).observe(
         "quality", F.count(F.col("_reason")).alias("quarantined_rows"), F.count(F.lit(1)).alias("lines")
