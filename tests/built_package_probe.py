@@ -19,9 +19,10 @@ import sysconfig
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 
-#: Modules that import an optional extra's package (slack, http): importable only with that extra.
+#: Modules that import an optional extra's package (slack, http, openlineage): importable only with that extra.
 OPTIONAL = {"airflow_streaming.notifications.slack_provider": "airflow.providers.slack",
-            "airflow_streaming.notifications.http_provider": "airflow.providers.http"}
+            "airflow_streaming.notifications.http_provider": "airflow.providers.http",
+            "airflow_streaming.operators.lineage_facets": "openlineage"}
 
 
 def check(condition: object, what: str) -> None:
