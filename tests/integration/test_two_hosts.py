@@ -213,10 +213,14 @@ def two_hosts(tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------- the test
-def exited(pid: int) -> bool:
-    """The process is gone or a zombie. The killed driver JVM's Python child is orphaned, and this
-    machine's pid 1 reaps orphans only now and then: a zombie has exited, though its pid still exists."""
-    return process_start_time(pid) is None
+def exited(pid: int, started: float | None) -> bool:
+    """The process that had start time ``started`` is gone or a zombie. The killed driver JVM's Python child
+    is orphaned, and this machine's pid 1 reaps orphans only now and then: a zombie has exited, though its pid
+    still exists. With ``pid_max`` 32768 and the suite's JVMs starting hundreds of threads (thread ids share
+    the pid space, and ``/proc/<tid>/stat`` opens), a pid can name another process or thread within a minute:
+    only the same start time is the same process."""
+    now = process_start_time(pid)
+    return now is None or now != started
 
 
 def test_every_operation_from_a_host_that_cannot_see_the_driver(two_hosts, streams):
@@ -295,6 +299,7 @@ def test_every_operation_from_a_host_that_cannot_see_the_driver(two_hosts, strea
     driver = psutil.Process(doc.pid)  # host A sees the Python driver and its JVM (DriverWrapper on the worker)
     jvm = driver.parent()
     assert "org.apache.spark.deploy.worker.DriverWrapper" in jvm.cmdline()
+    doc_started = process_start_time(doc.pid)
 
     # ---- (1) B watches: health verdict and status, without seeing any process of the driver
     feed("p2-after-deploy")
@@ -323,7 +328,7 @@ def test_every_operation_from_a_host_that_cannot_see_the_driver(two_hosts, strea
     assert stop["was_running"] and stop["graceful"] and not stop["killed"] and stop["clean"], stop
     stop_latencies = [stop["seconds"]]
     assert submission_state(record.handle["submission_id"]) == "FINISHED"
-    wait_for(lambda: exited(doc.pid), 60, "the stopped Python driver to exit (seen from A)")
+    wait_for(lambda: exited(doc.pid, doc_started), 60, "the stopped Python driver to exit (seen from A)")
 
     # ---- (3) B restarts it (lifecycle RESTART); more input while stopped and during probation
     feed("p4-while-stopped")
@@ -360,6 +365,8 @@ def test_every_operation_from_a_host_that_cannot_see_the_driver(two_hosts, strea
     doc3 = hook.status()
     assert record3.run_id == upgrade["new_run_id"] and doc3.run_id == record3.run_id and doc3.version == "v2"
     jvm3 = psutil.Process(doc3.pid).parent()
+    doc3_started, jvm3_started = process_start_time(doc3.pid), process_start_time(jvm3.pid)
+    assert doc3_started is not None and jvm3_started is not None
 
     # ---- (5) B hard-kills it through the cluster manager (no pid of it exists on B), input in flight
     probe = b.call("probe", pids=[doc3.pid, jvm3.pid], run_id=record3.run_id)
@@ -373,7 +380,7 @@ def test_every_operation_from_a_host_that_cannot_see_the_driver(two_hosts, strea
     # Not running, as seen from B - although the lease the killed driver held is fresh (ttl >= 120 s).
     assert kill["running_driver"] is None and kill["driver_liveness"] == "GONE", kill
     assert kill["health"] != "HEALTHY", kill
-    wait_for(lambda: exited(doc3.pid) and exited(jvm3.pid), 60,
+    wait_for(lambda: exited(doc3.pid, doc3_started) and exited(jvm3.pid, jvm3_started), 60,
              "the killed driver's processes to exit (seen from A)", interval=0.1)
     kill_gone_s = time.time() - kill["requested_at"]
     kill_killed_s = kill["returned_at"] - kill["requested_at"]
