@@ -61,6 +61,10 @@ RUN: dict[str, list[tuple[str, str | None]]] = {
 
 #: page -> DAG -> why it is not run here (and what runs the same thing).
 COVERED: dict[str, dict[str, str]] = {
+    "README.md": {
+        "device_signals_hourly_report": "scheduled on an AssetWatcher, which dag.test() does not run: "
+                                        "test_asset_hourly.py runs an hourly watcher of a device_signals stream "
+                                        "on a real scheduler and triggerer"},
     "docs/assets.md": {
         "orders_hourly_report": "scheduled on an AssetWatcher, which dag.test() does not run: "
                                 "test_asset_completeness.py runs the same on a real scheduler and triggerer"},
