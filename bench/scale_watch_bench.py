@@ -215,7 +215,27 @@ def worker_supervisor(cfg: dict[str, Any]) -> dict[str, Any]:
 def worker_main(cfg_path: str) -> int:
     cfg = json.loads(Path(cfg_path).read_text())
     try:
-        result = worker_supervisor(cfg) if cfg["kind"] == "supervisor" else worker_triggers(cfg)
+        profile_to = os.environ.get("SCALE_WATCH_PROFILE")  # a cProfile of the worker (where its CPU goes)
+        if profile_to:
+            import cProfile
+
+            import threading
+
+            from airflow_streaming.triggers import poll_rounds
+
+            profiler, rounds, one_at_a_time = cProfile.Profile(), cProfile.Profile(), threading.Lock()
+            run_round = poll_rounds._run_round
+
+            def profiled_round(calls: Any) -> Any:  # the rounds' threads: where the polls' reads and parses run
+                with one_at_a_time:
+                    return rounds.runcall(run_round, calls)
+
+            poll_rounds._run_round = profiled_round
+            result = profiler.runcall(worker_supervisor if cfg["kind"] == "supervisor" else worker_triggers, cfg)
+            profiler.dump_stats(f"{profile_to}.{cfg['kind']}")
+            rounds.dump_stats(f"{profile_to}.{cfg['kind']}.rounds")
+        else:
+            result = worker_supervisor(cfg) if cfg["kind"] == "supervisor" else worker_triggers(cfg)
         result["ok"] = True
     except Exception:  # noqa: BLE001 - reported to the orchestrator
         result = {"ok": False, "error": traceback.format_exc()}
