@@ -22,7 +22,23 @@ REUSE_SECONDS = 300.0
 MAX_HOOKS = 4096
 
 _hooks: dict[str, tuple[float, Any]] = {}
+#: ``id(spec dict)`` -> ``(that dict, its key)``: a trigger hands the same dict at every poll, so its canonical
+#: JSON (~50 us) is made once. The dict itself is kept (its id cannot be reused while it is) and compared by
+#: identity; a spec dict must not be changed once handed here (the triggers never change theirs).
+_keys: dict[int, tuple[dict[str, Any], str]] = {}
 _mutex = threading.Lock()
+
+
+def _key(spec: dict[str, Any]) -> str:
+    known = _keys.get(id(spec))
+    if known is not None and known[0] is spec:
+        return known[1]
+    key = json.dumps(spec, sort_keys=True, default=str)
+    with _mutex:
+        if len(_keys) >= 2 * MAX_HOOKS:
+            _keys.clear()
+        _keys[id(spec)] = (spec, key)
+    return key
 
 
 def hook_for(spec: dict[str, Any]) -> Any:
@@ -31,7 +47,7 @@ def hook_for(spec: dict[str, Any]) -> Any:
     from airflow_streaming.hooks.streaming_job import SparkStreamHook
     from airflow_streaming.spec import StreamSpec
 
-    key = json.dumps(spec, sort_keys=True, default=str)
+    key = _key(spec)
     now = time.monotonic()
     with _mutex:
         entry = _hooks.get(key)
@@ -50,3 +66,4 @@ def forget_all() -> None:
     """Drop every kept hook (tests)."""
     with _mutex:
         _hooks.clear()
+        _keys.clear()

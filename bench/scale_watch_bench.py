@@ -131,6 +131,10 @@ def _triggers(kind: str, specs: list[dict[str, Any]], poll: float) -> list[Any]:
         holders={}, poll_interval=poll) for s in specs]
 
 
+#: True while a trigger worker measures (a profile of the rounds covers that window only).
+MEASURING = [False]
+
+
 def worker_triggers(cfg: dict[str, Any]) -> dict[str, Any]:
     import asyncio
     import gc
@@ -171,10 +175,12 @@ def worker_triggers(cfg: dict[str, Any]) -> dict[str, Any]:
         out["measure_start"] = time.time()
         rss = []
         cpu0, wall0 = time.process_time(), time.monotonic()
+        MEASURING[0] = True
         while time.monotonic() - wall0 < cfg["measure"]:
             rss.append(vmrss_kib())
             await asyncio.sleep(min(1.0, cfg["measure"] - (time.monotonic() - wall0)) or 0.01)
         cpu1, wall1 = time.process_time(), time.monotonic()
+        MEASURING[0] = False
         out.update({"cpu_s": cpu1 - cpu0, "wall_s": wall1 - wall0, "rss_median_kib": statistics.median(rss),
                     "threads": threading.active_count(), "events_before_flips": dict(events)})
         # Ask the writer (the parent) to flip streams, then wait for the events.
@@ -227,6 +233,8 @@ def worker_main(cfg_path: str) -> int:
             run_round = poll_rounds._run_round
 
             def profiled_round(calls: Any) -> Any:  # the rounds' threads: where the polls' reads and parses run
+                if not MEASURING[0]:
+                    return run_round(calls)
                 with one_at_a_time:
                     return rounds.runcall(run_round, calls)
 

@@ -128,25 +128,31 @@ class ProcessIdentity:
 
         Only call for a local identity (``local``): another host's pid says nothing here.
         """
+        ok, why, _ = self.check_cmdline()
+        return ok, why
+
+    def check_cmdline(self) -> tuple[bool, str, list[str] | None]:
+        """:meth:`check`, and the command line it read (``None`` when it read none): a caller that looks at
+        the command line too (whose driver it is) reads ``/proc`` once."""
         if self.start_time is None:
-            return False, f"pid {self.pid} has no recorded start time: it cannot be told from a recycled pid"
+            return False, f"pid {self.pid} has no recorded start time: it cannot be told from a recycled pid", None
         actual = process_start_time(self.pid)
         if actual is None:
-            return False, f"pid {self.pid} is not running"
+            return False, f"pid {self.pid} is not running", None
         if abs(actual - self.start_time) >= START_TIME_TOLERANCE_S:
             return False, (f"pid {self.pid} now belongs to another process (started {actual:.2f}s after boot, "
-                           f"recorded {self.start_time:.2f}s): the recorded process is gone")
+                           f"recorded {self.start_time:.2f}s): the recorded process is gone"), None
         cmdline = settled_cmdline(self.pid, actual)
         if cmdline is None:
-            return False, f"pid {self.pid} is not running"
+            return False, f"pid {self.pid} is not running", None
         if not cmdline:
-            return False, f"pid {self.pid} has had an empty command line for {EXEC_SETTLE_S:.0f}s: not the recorded process"
+            return False, f"pid {self.pid} has had an empty command line for {EXEC_SETTLE_S:.0f}s: not the recorded process", cmdline
         if self.token is not None and not has_token(cmdline, self.token):
             return False, (f"pid {self.pid} runs {' '.join(cmdline)[:120]!r}, which does not carry {self.token!r}: "
-                           "not the recorded process")
+                           "not the recorded process"), cmdline
         if self.token is None and self.cmdline_sha is not None and cmdline_hash(cmdline) != self.cmdline_sha:
-            return False, f"pid {self.pid} runs another command line than recorded: not the recorded process"
-        return True, ""
+            return False, f"pid {self.pid} runs another command line than recorded: not the recorded process", cmdline
+        return True, "", cmdline
 
     def alive(self) -> bool:
         return self.check()[0]

@@ -10,6 +10,7 @@ Every reason carries the numbers behind it. Plain Python: no Airflow, no Spark.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -103,8 +104,19 @@ def _plain(value: Any) -> Any:
 
 def _ts(progress: dict[str, Any]) -> float | None:
     try:
-        return datetime.fromisoformat(str(progress["timestamp"]).replace("Z", "+00:00")).timestamp()
-    except (KeyError, ValueError):
+        return _epoch_s(str(progress["timestamp"]))
+    except KeyError:
+        return None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _epoch_s(timestamp: str) -> float | None:
+    """An ISO-8601 timestamp (Spark's ``...Z``) as epoch seconds, ``None`` if it is not one. Cached: a verdict
+    reads every report's timestamp several times, and a stream's status keeps its reports (and their
+    timestamps) across many polls (~0.4 us a hit against ~7 us a parse; 1,000 streams x 20 reports fit)."""
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
         return None
 
 

@@ -238,7 +238,7 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
     (:class:`ControlFileError`, ``StorageError``, ``CheckpointError``)."""
     from airflow_streaming.hooks.streaming_job import storage_path
 
-    parsed = hook.status_parsed()  # the health poll of the same round parsed it already: shared
+    parsed = hook.status_parsed(round_read=True)  # what the health poll of the same round read: shared
     doc = parsed[1] if parsed is not None else None
     recorded = sorted({hook._normalized_location(c) for c in (doc.checkpoints() if doc is not None else [])})
     location = (recorded or [hook.spec.checkpoint_location])[0]

@@ -135,7 +135,7 @@ class LivenessMixin:
         doc_dict = None
         try:
             if status is _READ_IT:
-                doc_dict, doc = self.status_parsed() or (None, None)  # parsed once a poll round: ~30 KB
+                doc_dict, doc = self.status_parsed(round_read=True) or (None, None)  # once a poll round: ~25 KB
             elif status is not None:
                 doc_dict = status
                 doc = contract.StatusDocument.from_dict(self.paths.status, doc_dict)  # validates

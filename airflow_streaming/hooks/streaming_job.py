@@ -206,7 +206,7 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         :class:`ControlFileError` if it is garbage, :class:`StorageError` if it cannot be read."""
         return self._read("status.json", lambda: contract.read_status(self.storage, self.paths))
 
-    def status_parsed(self) -> tuple[dict[str, Any], StatusDocument] | None:
+    def status_parsed(self, round_read: bool = False) -> tuple[dict[str, Any], StatusDocument] | None:
         """The status document as a dict and validated (``None`` before the first driver wrote one); errors as
         for :meth:`status`. The caller must not modify either.
 
@@ -216,21 +216,35 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         round (one after the other: ``poll_rounds.call(..., group=<stream>)``), parse ~30 KB once instead of
         twice. Only the last document read is kept (a round holds one parse at a time, not one a stream).
         Keyed by the bytes themselves (not a file's mtime, size or inode), so a rewrite is never served
-        stale, whatever the storage (local, WebHDFS) and its timestamps."""
+        stale, whatever the storage (local, WebHDFS) and its timestamps.
+
+        ``round_read``: inside a round, take the document another poll of the same stream read earlier in
+        that round (its health watch or its completeness watcher, whichever came first) without reading the
+        file again: the status as of that read, milliseconds earlier in the same thread, as if this poll
+        had come first. Outside a round, or before the round read this stream's status, it reads. For
+        polls only (:meth:`health`, the completeness look): a call that waits for the file to change must
+        read it."""
+        from airflow_streaming.json_object import json_object
         from airflow_streaming.round_memo import round_memo
 
         path = self.paths.status
-        raw = self._read("status.json", lambda: self.storage.read_bytes(path))
-        if raw is None:
-            return None
         memo = round_memo()
         kept = memo.get("status.json") if memo is not None else None
+        if round_read and kept is not None and kept[0] == path:
+            if isinstance(kept[2], ControlFileError):
+                raise ControlFileError(str(kept[2]))
+            return kept[2]
+        raw = self._read("status.json", lambda: self.storage.read_bytes(path))
+        if raw is None:
+            if memo is not None:
+                memo.pop("status.json", None)
+            return None
         if kept is not None and kept[0] == path and kept[1] == raw:
             if isinstance(kept[2], ControlFileError):
                 raise ControlFileError(str(kept[2]))
             return kept[2]
         try:
-            doc_dict = contract.parse_json_object(path, raw)
+            doc_dict = json_object(path, raw)
             parsed: Any = (doc_dict, StatusDocument.from_dict(path, doc_dict))
         except ControlFileError as exc:
             parsed = exc

@@ -205,8 +205,8 @@ class LocalTarget(DriverTarget):
         identity = record.local_identity()
         why = "no spark-submit pid recorded"
         if identity is not None:
-            ok, why = identity.check()
-            problem = self.command_problem(record.run_id, settled_cmdline(identity.pid) or []) if ok else None
+            ok, why, cmdline = identity.check_cmdline()  # one read of /proc for both questions
+            problem = self.command_problem(record.run_id, cmdline or []) if ok else None
             if ok and problem is None:
                 return DriverState(Liveness.ALIVE, f"spark-submit pid {identity.pid} of run {record.run_id} is alive")
         # The JVM or the Python driver may outlive spark-submit (and still hold the lease).

@@ -34,6 +34,21 @@ def test_one_hook_per_spec_reused_until_it_expires(tmp_path, monkeypatch):
         spec_hooks.hook_for({**a.spec.to_dict(), "name": "no spaces allowed"})
 
 
+def test_a_triggers_own_spec_dict_is_keyed_once_and_another_dict_by_its_content(tmp_path, monkeypatch):
+    with StandInDrivers(1) as drivers:
+        a, b = build_fleet(tmp_path, 2, drivers)
+        spec = a.spec.to_dict()
+        first = spec_hooks.hook_for(spec)
+        dumps: list[object] = []
+        real = spec_hooks.json.dumps
+        monkeypatch.setattr(spec_hooks.json, "dumps", lambda *args, **kw: dumps.append(args[0]) or real(*args, **kw))
+        assert all(spec_hooks.hook_for(spec) is first for _ in range(5)) and dumps == []  # the same dict: no dumps
+        copy = dict(spec)
+        assert spec_hooks.hook_for(copy) is first and dumps == [copy]  # another dict: keyed by its content
+        other = b.spec.to_dict()
+        assert spec_hooks.hook_for(other) is not first
+
+
 def test_a_reused_hook_still_sees_every_change_of_the_files(tmp_path):
     with StandInDrivers(1) as drivers:
         (stream,) = build_fleet(tmp_path, 1, drivers)
