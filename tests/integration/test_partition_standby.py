@@ -216,6 +216,7 @@ def test_c_a_standby_cut_from_the_active_drivers_host_never_takes_over(three_hos
     record = hook.standby_record()
     assert record is not None and (record.run_id, record.host) == (standby, HOST_C), record
     wait_for(lambda: (hook.hot_standby_state() or {}).get("state") == "READY", 240, "the hot standby READY on C")
+    ready_at = time.time()
     active_procs, standby_procs = processes_of(active), processes_of(standby)
     assert active_procs and standby_procs, (active_procs, standby_procs)
     assert {_pid_namespace(p.pid) for p in active_procs} == {me_b["ns"]["pid"]}, active_procs
@@ -227,7 +228,8 @@ def test_c_a_standby_cut_from_the_active_drivers_host_never_takes_over(three_hos
     stack.callback(cut.heal)  # a no-op once healed
     cut_at = time.time()
     cut.cut()
-    assert cut.how == "iptables DROP", cut.how  # a link down would cut B from the stand-in too
+    cut_how = cut.how
+    assert cut_how == "iptables DROP", cut_how  # a link down would cut B from the stand-in too
     feed("p2-during-cut")
     during = reach()
     assert during["b->storage"] == during["c->storage"] == 200, during
@@ -295,12 +297,14 @@ def test_c_a_standby_cut_from_the_active_drivers_host_never_takes_over(three_hos
     if raw is not None and active.encode() in raw:
         hook.storage.unguarded.compare_and_swap(hook.paths.driver, raw, None)
 
-    figures = {"cut": cut.how, "cut_s": round(healed_at - cut_at, 1), "reach_before": before, "reach_during": during,
+    figures = {"cut": cut_how, "cut_s": round(healed_at - cut_at, 1),
+               "standby_ready_before_cut_s": round(cut_at - ready_at, 1), "reach_before": before, "reach_during": during,
                "reach_after": after, "lease_ttl_s": ttl, "lease_renewals_seen_in_cut": len(renewals),
                "oldest_lease_seen_in_cut_s": round(oldest_lease_s, 1),
                "cut_over_cross_host_takeover": round((healed_at - cut_at) / CROSS_HOST_TAKEOVER_S, 1),
                "passes_on_c_in_cut": [a for _, a, _ in passes], "standby_state": "READY",
                "batches_active": len(by_active), "batches_active_in_cut": len(during_cut),
+               "active_commits_in_cut_at_s": [round(commits[i] - cut_at, 1) for i in during_cut],
                "batches_standby": len(by_standby), "events": sum(f.valid for f in fed),
                "test_runtime_s": round(time.monotonic() - began, 1)}
     print(f"\npasses on C during the cut (s after the cut, action, reason): {json.dumps(passes)}")
