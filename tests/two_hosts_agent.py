@@ -145,6 +145,18 @@ def op_kill(spec: dict[str, Any]) -> dict[str, Any]:
             "running_driver": hook.running_driver(), "health": hook.health().state.value, "lease": _lease(hook)}
 
 
+def op_supervise(spec: dict[str, Any], policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One supervisor pass run on this host (the reconcile core; a PREPARE_STANDBY it decides submits the hot
+    standby from here, so a local-mode standby runs here): what it did and what it notified."""
+    from airflow_streaming.lifecycle.supervisor import supervise
+    from airflow_streaming.supervision.policy import RestartPolicy
+
+    events: list[dict[str, Any]] = []
+    result = supervise(_hook(spec), RestartPolicy(**(policy or {})), events.append)
+    return {"action": result.action, "reason": result.reason, "new_run_id": result.new_run_id,
+            "notified": [e.get("kind") for e in events]}
+
+
 OPS = {name[3:]: fn for name, fn in globals().items() if name.startswith("op_")}
 
 
