@@ -363,7 +363,12 @@ class StatusReporter:
 
     def _renew_lease(self, now: float) -> None:
         """Renew the lease (compare-and-swap). Lost: stop at once. Not renewable for half its ttl (the
-        storage fails): stop too, before another host may judge the lease stale and start a second driver."""
+        storage fails): stop too, before another host may judge the lease stale and start a second driver.
+        Once given up, never renewed again: a cut that heals while the driver is still on its way out (its
+        exit path retries the storage) would otherwise make its stale lease fresh again, just as a new
+        driver comes to take it over - and refuse that one."""
+        if self._lease_gone:
+            return
         try:
             self.lease = contract.renew_lease(self.storage, self.paths, self.lease)
             self._lease_ok_at = now

@@ -1,7 +1,8 @@
 """Partition trials with real processes in network namespaces (issue 36).
 
 Trial (a): the driver's host cut from the control storage while it runs, for longer than the lease ttl,
-then healed.
+then healed after the new driver's first commit. Trial (d): the same cut, healed IN THE MIDDLE of the
+takeover (see "Trial (d)" below). Both run one body, :func:`_cut_from_the_control_storage`, with its ``heal``.
 
 - Host A is this test process (the root namespaces): it runs the WebHDFS-protocol STAND-IN for a
   NameNode (``tests/webhdfs_standin.py``) on its end of a veth pair; the stream's control files live there.
@@ -31,6 +32,20 @@ once. The cut-off driver's PROCESS may outlive the ttl (its exit path retries th
 allowed, its queries are stopped. Bound: the stream commits again within ttl + 90 s of the cut (printed with
 the other timings as ``PARTITION TRIAL (a)``). The ttl's 120 s minimum sets the test's length (~2.5 min).
 
+Trial (d), ``heal="mid_takeover"``: the same cut, healed at the most dangerous moment of the takeover - the
+cut-off driver (its query stopped at half the ttl, its process possibly alive and retrying the storage) gets
+the storage back exactly while the new driver starts. The moment: inside the supervisor pass that decided
+RESTART, at the named fault point ``hook.submitted`` (:mod:`airflow_streaming.faults`, hit in this process right
+after ``target.submit`` spawned the new driver's spark-submit, before its driver record is written). The test
+hooks that point (it wraps ``faults.hit``) and heals there, synchronously: the lifecycle record of the RECOVER
+is at STARTING (the new run chosen and submitted), the new driver's JVM is starting, and the lease file still
+names the OLD run (stale, not yet taken over) - both asserted at the heal, as is the heal coming before the new
+lease's ``acquired_at``. Checked on top of trial (a)'s checks: the stand-in logs each request's source address,
+and after the heal host B's address writes the lease never (no renewal, no re-acquisition by the old driver) and
+``status.json`` never once the new driver holds the lease. The old driver may still delete its own stale lease
+(the release is a compare-and-swap on its own bytes) and write its final status while the lease names it. Same
+bound: the stream commits again within ttl + 90 s of the cut (``PARTITION TRIAL (d)``).
+
 Everything started here (host B and its driver, the stand-in, the new driver, the veth pair) is stopped by
 pid at the end, also on failure.
 """
@@ -44,11 +59,14 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
 
 import psutil
 import pytest
 
+from airflow_streaming import faults
 from airflow_streaming.control import contract
+from airflow_streaming.lifecycle.record import Action, Step
 from airflow_streaming.lifecycle.stored import read_history
 from airflow_streaming.lifecycle.supervisor import supervise
 from airflow_streaming.supervision.policy import RestartPolicy
@@ -56,7 +74,7 @@ from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import read_etl_output
 from streams import wait_for
 from test_two_hosts import HOST_B, _host_b
-from webhdfs_standin import WebHdfsStandIn
+from webhdfs_standin import PREFIX, WebHdfsStandIn
 
 pytestmark = pytest.mark.spark
 
@@ -133,20 +151,60 @@ def commit_times(checkpoint: Path) -> dict[int, float]:
     return {int(p.name): p.stat().st_mtime for p in (checkpoint / "commits").iterdir() if p.name.isdigit()}
 
 
+WRITE_OPS = ("CREATE", "APPEND", "DELETE", "RENAME")
+
+
+class Requests:
+    """The stand-in's requests with their source address (which host sent them), recorded from now on."""
+
+    def __init__(self, nn: WebHdfsStandIn):
+        self.seen: list[tuple[float, str, str, str, str]] = []  # (at, address, op, HDFS path, rename destination)
+        seen = self.seen
+        for server in nn._servers.values():
+            class Recording(server.RequestHandlerClass):  # type: ignore[name-defined,misc]
+                def _serve(self, method: str) -> None:
+                    url = urlparse(self.path)
+                    params = {k.lower(): v[-1] for k, v in parse_qs(url.query).items()}
+                    seen.append((time.time(), self.client_address[0], params.get("op", "").upper(),
+                                 unquote(url.path[len(PREFIX):]), params.get("destination", "")))
+                    super()._serve(method)
+            server.RequestHandlerClass = Recording
+
+    def writes(self, address: str, path: str, since: float) -> list[tuple[float, str]]:
+        """(time, op) of the requests from ``address`` since ``since`` that put a file at ``path`` (the rename
+        that commits every whole-file write, a create) or delete it."""
+        return [(at, op) for at, addr, op, where, dest in list(self.seen)
+                if addr == address and at >= since and (dest == path or (where == path and op in WRITE_OPS))]
+
+
 @pytest.fixture
 def partitioned(tmp_path, monkeypatch):
     """Host B and the stand-in on host A's veth address (requested before ``streams``, so that they outlive
     the drivers' cleanup); the stack closes them, and heals a cut left behind."""
     monkeypatch.setenv("AIRFLOW_STREAMING_LOG_DIR", str(tmp_path / "driver-logs"))
     with contextlib.ExitStack() as stack:
-        a_ip, _b_ip, b = stack.enter_context(_host_b(tmp_path))
+        a_ip, b_ip, b = stack.enter_context(_host_b(tmp_path))
         nn = stack.enter_context(WebHdfsStandIn(str(tmp_path / "hdfs"), host=a_ip))
-        yield a_ip, b, nn, stack
+        yield a_ip, b_ip, b, nn, stack
 
 
-def test_a_driver_cut_from_the_control_storage_stops_itself_and_the_supervisor_restarts_it(partitioned, streams):
+def test_a_driver_cut_from_the_control_storage_stops_itself_and_the_supervisor_restarts_it(partitioned, streams,
+                                                                                          monkeypatch):
+    _cut_from_the_control_storage(partitioned, streams, monkeypatch, heal="after_resume")
+
+
+def test_d_a_partition_that_heals_in_the_middle_of_the_takeover(partitioned, streams, monkeypatch):
+    _cut_from_the_control_storage(partitioned, streams, monkeypatch, heal="mid_takeover")
+
+
+def _cut_from_the_control_storage(partitioned, streams, monkeypatch, heal: str) -> None:
+    """Host B's driver cut from the control storage for longer than the lease ttl, healed ``after_resume``
+    (trial a: after the new driver's first commit) or ``mid_takeover`` (trial d: at ``hook.submitted`` in the
+    pass that restarts the stream, before the new driver takes the lease)."""
+    assert heal in ("after_resume", "mid_takeover"), heal
+    trial = "a" if heal == "after_resume" else "d"
     began = time.monotonic()
-    a_ip, b, nn, stack = partitioned
+    a_ip, b_ip, b, nn, stack = partitioned
     spec = streams.etl_spec(control_location=f"{nn.uri}/control", master="local[1]")
     hook = streams.hook(spec)
     inp, out = streams.path("input", "etl"), streams.path("output", "etl")
@@ -171,6 +229,7 @@ def test_a_driver_cut_from_the_control_storage_stops_itself_and_the_supervisor_r
     assert old_procs, "host B's driver is not visible from A"
 
     # ---- cut B from A while it runs and is fed
+    requests = Requests(nn)
     cut = Cut(b.proc.pid, a_ip)
     cut_at = time.time()
     cut.cut()
@@ -179,6 +238,22 @@ def test_a_driver_cut_from_the_control_storage_stops_itself_and_the_supervisor_r
     assert b.call("reach", urls=[f"{nn.url}/webhdfs/v1/?op=GETFILESTATUS"], timeout=30)[
         f"{nn.url}/webhdfs/v1/?op=GETFILESTATUS"] != 200
     feed("p2-during-cut")
+
+    # ---- trial (d): heal inside the pass that restarts the stream, right after it submitted the new driver
+    at_heal: dict = {}
+    if heal == "mid_takeover":
+        hit = faults.hit
+
+        def heal_mid_takeover(point: str, subject: str = "") -> None:
+            hit(point, subject)
+            if point == "hook.submitted" and cut.how is not None:
+                # Before the heal: the lease as the new driver will find it, and the record of the takeover.
+                at_heal.update(run_id=subject, lease=contract.read_lease(hook.storage, hook.paths),
+                               record=hook.lifecycle_record(), old_alive=bool(processes_of(old)))
+                cut.heal()
+                at_heal["at"] = time.time()
+
+        monkeypatch.setattr(faults, "hit", heal_mid_takeover)
 
     # ---- host A: supervisor passes until the pass restarts the stream
     passes: list[tuple[float, str, str]] = []
@@ -197,22 +272,32 @@ def test_a_driver_cut_from_the_control_storage_stops_itself_and_the_supervisor_r
     assert restarted is not None and restarted.action == "RESTARTED", (restarted, passes)
     new = restarted.new_run_id
     decided_at = cut_at + passes[-1][0]
+    if heal == "mid_takeover":  # healed at hook.submitted of this pass: the RECOVER at STARTING, its run submitted
+        assert at_heal and at_heal["run_id"] == new, at_heal
+        record = at_heal["record"] or {}
+        assert (record.get("action"), record.get("step"), record.get("new_run_id")) == (
+            Action.RECOVER.value, Step.STARTING.value, new), record
     # The old lease, as the pass found it: stale, last renewed before the cut; no pass acted while it was fresh.
-    old_lease = contract.read_lease(hook.storage, hook.paths)
+    # Trial (d) reads it at the heal (the old driver may delete its own stale lease once healed).
+    old_lease = at_heal["lease"] if at_heal else contract.read_lease(hook.storage, hook.paths)
     assert old_lease.run_id == old and old_lease.renewed_at <= cut_at, old_lease
     assert decided_at >= old_lease.renewed_at + ttl and all(a in QUIET for _, a, _ in passes[:-1]), passes
-    wait_for(lambda: contract.read_lease(hook.storage, hook.paths).run_id == new, 120, "the new driver's lease",
-             interval=0.2)
+    wait_for(lambda: getattr(contract.read_lease(hook.storage, hook.paths), "run_id", None) == new, 120,
+             "the new driver's lease", interval=0.2)  # trial (d): none a moment (the old driver deleted its own)
     new_lease = contract.read_lease(hook.storage, hook.paths)
     assert new_lease.run_id == new != old and new_lease.host != HOST_B, new_lease
+    if heal == "mid_takeover":  # the heal came before the new driver held the lease
+        healed_at, old_alive_at_heal = at_heal["at"], at_heal["old_alive"]
+        assert healed_at < new_lease.acquired_at, (healed_at, new_lease.acquired_at)
 
-    # ---- the stream runs again; then heal the link: the old driver does not come back
+    # ---- the stream runs again; trial (a) heals the link only then: the old driver does not come back
     wait_for(lambda: (d := hook.status()) is not None and d.run_id == new and d.totals["batches"] >= 1, 120,
              "the new driver's first committed batch", interval=0.2)
     resumed_s = time.time() - cut_at
-    old_alive_at_heal = bool(processes_of(old))
-    cut.heal()
-    healed_at = time.time()
+    if heal == "after_resume":
+        old_alive_at_heal = bool(processes_of(old))
+        cut.heal()
+        healed_at = time.time()
     feed("p4-after-heal")
     wait_for(lambda: set(read_etl_output(out).event_ids) >= {i for f in fed for i in f.event_ids}, 120,
              "all input processed")
@@ -220,6 +305,15 @@ def test_a_driver_cut_from_the_control_storage_stops_itself_and_the_supervisor_r
     old_exit_s = time.time() - cut_at
     assert contract.read_lease(hook.storage, hook.paths).run_id == new
     assert b.call("watch", spec=spec.to_dict(), timeout=60)["record"]["run_id"] == new  # B sees the new one
+    # After the heal host B never writes the lease (no renewal or re-take by the old driver; deleting its own
+    # stale lease is allowed), nor the status document once the new driver wrote its own.
+    lease_path, status_path = urlparse(hook.paths.lease).path, urlparse(hook.paths.status).path
+    b_lease_writes = requests.writes(b_ip, lease_path, healed_at)
+    b_status_writes = requests.writes(b_ip, status_path, healed_at)
+    new_status_at = min(at for at, addr, _, _, dest in requests.seen
+                        if addr != b_ip and dest == status_path and at >= new_lease.acquired_at)
+    assert all(op == "DELETE" for _, op in b_lease_writes), b_lease_writes
+    assert all(at < new_status_at for at, _ in b_status_writes), (b_status_writes, new_status_at)
 
     # ---- one committing driver at a time: which driver wrote which commit (its log), and when (the file)
     commits = commit_times(checkpoint)
@@ -262,5 +356,12 @@ def test_a_driver_cut_from_the_control_storage_stops_itself_and_the_supervisor_r
                "first_new_commit_after_cut_s": round(resumed_s, 1), "bound_s": ttl + RESUME_BOUND_AFTER_TTL_S,
                "batches_old": sorted(by_old), "batches_new": len(by_new), "events": sum(f.valid for f in fed),
                "notified": kinds, "history": [h.get("action") for h in history], "test_runtime_s": round(time.monotonic() - began, 1)}
-    print(f"PARTITION TRIAL (a) {json.dumps(figures)}")
+    if heal == "mid_takeover":
+        figures.update({"healed_at": "hook.submitted (lifecycle RECOVER at STARTING, new driver spawned)",
+                        "healed_before_new_lease_s": round(new_lease.acquired_at - healed_at, 2),
+                        "b_lease_writes_after_heal": [op for _, op in b_lease_writes],
+                        "b_status_writes_after_heal": len(b_status_writes),
+                        "b_last_status_write_before_new_status_s": round(
+                            new_status_at - max(at for at, _ in b_status_writes), 2) if b_status_writes else None})
+    print(f"PARTITION TRIAL ({trial}) {json.dumps(figures)}")
     assert resumed_s < ttl + RESUME_BOUND_AFTER_TTL_S
