@@ -74,6 +74,8 @@ if [ ! -f "$stamp" ]; then
     [ -x "$VENV/bin/python" ] || $UV venv --quiet --python "$PY" "$VENV" >&2
     $UV pip install --quiet --python "$VENV/bin/python" -c "$REPO/constraints.txt" \
       -e "$REPO[pyspark]" --group "$REPO/pyproject.toml:test" >&2
+    # pyspark ships only an sdist, and uv keeps each new build of it (~1 GB) as a cache revision: prune.
+    $UV cache prune --quiet >&2 || true
   else
     [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "pip>=25.1" >&2

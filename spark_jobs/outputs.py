@@ -4,18 +4,48 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.dataset as ds
 
 
-def _dataset(path: str, fmt: str = "parquet") -> ds.Dataset | None:
-    if not os.path.isdir(path):
-        return None
-    # Skip Spark's bookkeeping (_SUCCESS, _spark_metadata, .crc files).
-    return ds.dataset(path, format=fmt, partitioning="hive", exclude_invalid_files=True,
-                      ignore_prefixes=["_", "."])
+def _data_files(path: str) -> list[str]:
+    """The data files under ``path``, never entering Spark's bookkeeping directories.
+
+    A running query creates and deletes ``.spark-staging-*/_temporary/...`` (and ``_temporary``) while we
+    look; a listing that walks into them fails when one vanishes mid-walk. Those directories, ``_SUCCESS``,
+    ``_spark_metadata`` and ``.crc`` files are skipped before they are entered; a directory that vanishes
+    anyway is skipped (``os.walk`` ignores it), as it holds nothing committed.
+    """
+    found = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        found.extend(os.path.join(root, f) for f in sorted(files) if not f.startswith(("_", ".")))
+    return found
+
+
+def _read(path: str, columns: list[str], fmt: str = "parquet", attempts: int = 20) -> pa.Table | None:
+    """``columns`` of every data file under ``path`` (None if there is none yet).
+
+    A batch replayed after a restart overwrites its own partition (dynamic partition overwrite): its old
+    files are deleted and the new ones moved in while we read. A file gone between the listing and the read
+    makes the read start over (the next listing sees the partition's new files), ``attempts`` times at most.
+    """
+    for attempt in range(attempts):
+        files = _data_files(path) if os.path.isdir(path) else []
+        if not files:
+            return None
+        try:
+            return ds.dataset(files, format=fmt, partitioning="hive", partition_base_dir=path,
+                              exclude_invalid_files=True).to_table(columns=columns)
+        except FileNotFoundError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.05)
+    return None
 
 
 @dataclass(frozen=True)
@@ -38,10 +68,9 @@ class EtlOutput:
 
 
 def read_etl_output(path: str) -> EtlOutput:
-    dataset = _dataset(path)
-    if dataset is None:
+    table = _read(path, ["event_id", "batch_id"])
+    if table is None:
         return EtlOutput(Counter(), {})
-    table = dataset.to_table(columns=["event_id", "batch_id"])
     ids = Counter(table.column("event_id").to_pylist())
     per_batch = Counter(int(b) for b in table.column("batch_id").to_pylist())
     return EtlOutput(ids, dict(per_batch))

@@ -56,6 +56,14 @@ def _run(argv: list[str], timeout: float = 600, **kwargs) -> subprocess.Complete
     return proc
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _uv_cache_pruned():
+    """uv keeps each fresh build of pyspark's sdist (about 1 GB) as a new cache revision on this network: a
+    full run once filled the disk with them (CI failed with ENOSPC). Prune what nothing uses any more."""
+    yield
+    subprocess.run([sys.executable, "-m", "uv", "cache", "prune", "--quiet"], capture_output=True, timeout=600)
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> SimpleNamespace:
     """Build the sdist and, from it, the wheel (``uv build``) out of a copy of the tracked tree."""
