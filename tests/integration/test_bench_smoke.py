@@ -132,6 +132,15 @@ SMOKES = {
         rf"^take \(8 threads, median of 1\) {NUMBER} s vs 1 thread \(baseline, same run\) {NUMBER} s: {NUMBER}x "
         rf"faster; restore {NUMBER} s; \d+ of \d+ files kept$",
     )),
+    # Cross-host failover on a real standalone cluster (issue 36): host B is a UTS namespace.
+    "cross_host_bench.py": Smoke(True, 420, (
+        rf"^bare restart on host B \(kill -> first new commit\): {NUMBER} s \(resubmitted {NUMBER} s after the kill\)$",
+        rf"^hot standby on another host \(kill -> first new commit\): {NUMBER} s \(takeover {NUMBER} s; standby "
+        rf"prepared in {NUMBER} s\)$",
+        rf"^ratio standby / bare: {NUMBER} \(goal < 0\.3\)$",
+        r"^sink holds exactly the fed events in every run: True; raw ",
+        r"proof: application_ended$",
+    )),
     # A thousand streams (no Spark: synthetic control directories, stand-in driver processes; the UI one
     # starts a real api-server and chromium).
     "scale_watch_bench.py": Smoke(False, 300, (
