@@ -420,6 +420,37 @@ def mask_spec(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return masked
 
 
+def spec_secrets(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(field, value)`` for every value of a spec dict that :func:`mask_spec` hides: private ``spark_conf``
+    values (``spark_conf.<key>``), secret arguments (``application_args[<i>]``, the whole argument),
+    ``secret_args`` and secret ``env_vars`` values. For a masker to hide them wherever a spec is shown whole
+    (Airflow's rendered template fields), and to name them. ``[]`` for what is not a spec dict."""
+    try:
+        masked = mask_spec(spec)
+    except (TypeError, ValueError, AttributeError):  # not a spec's shape: nothing we know to be private
+        return []
+    found: list[tuple[str, str]] = []
+
+    def walk(path: str, mine: Any, shown: Any) -> None:
+        if isinstance(mine, Mapping) and isinstance(shown, Mapping):
+            for key, value in mine.items():
+                if key in shown:
+                    walk(f"{path}.{key}" if path else str(key), value, shown[key])
+        elif isinstance(mine, (list, tuple)) and isinstance(shown, (list, tuple)):
+            for index, (value, other) in enumerate(zip(mine, shown)):
+                walk(f"{path}[{index}]", value, other)
+        elif mine is not None and not isinstance(mine, (Mapping, list, tuple)) and shown != mine:
+            found.append((path, str(mine)))
+
+    walk("", spec, masked)
+    return found
+
+
+def spec_secret_values(spec: Mapping[str, Any]) -> list[str]:
+    """The values of :func:`spec_secrets`."""
+    return [value for _, value in spec_secrets(spec)]
+
+
 def restore_secrets(spec: Mapping[str, Any], *sources: Any) -> dict[str, Any]:
     """``spec`` (a stored, masked spec dict) with every masked conf value taken from the first of
     ``sources`` (``StreamSpec`` or spec dicts: the caller's own spec) that has that key.

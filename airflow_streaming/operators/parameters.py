@@ -12,7 +12,9 @@
   path, or one relative to the working directory, is found as before when it is not under the DAG's
   template search path.
 
-Plain Python: no Airflow import here except where Jinja's loader is built (:func:`spec_file_loader`).
+Plain Python: no Airflow import here except where Jinja's loader is built (:func:`spec_file_loader`) and where
+the rendered specs' private values meet Airflow's masker and the OpenLineage provider's settings
+(:meth:`SpecFileTemplates.render_template_fields`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_streaming.exceptions import SpecError
+from airflow_streaming.redaction import mask_spec, spec_secrets
 from airflow_streaming.spec import StreamSpec, as_spec, parse_duration
 
 __all__ = ["SPEC_FILE_EXTENSIONS", "OperatorParameterError", "SpecFileTemplates", "checked_duration", "is_template", "seconds_of", "sensor_durations",
@@ -133,6 +136,29 @@ def spec_file_loader(loader: Any) -> Any:
     return jinja2.ChoiceLoader([loader, _PathAsGiven()]) if loader is not None else _PathAsGiven()
 
 
+def _spec_dict(value: Any) -> dict[str, Any]:
+    """A templated field's value as a spec dict if it is one (a dict, a spec, a spec's YAML text), else ``{}``."""
+    if isinstance(value, StreamSpec):
+        return value.to_dict()
+    if isinstance(value, str) and "\n" in value.strip():
+        import yaml
+
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return {}
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _lineage_copies_operators() -> bool:
+    """Whether the OpenLineage provider is installed, emits, and copies operators whole into its events."""
+    try:
+        from airflow.providers.openlineage import conf as lineage_conf
+    except ImportError:
+        return False
+    return lineage_conf.include_full_task_info() and not lineage_conf.is_disabled()
+
+
 class SpecFileTemplates:
     """Mixin for an operator whose templated ``spec`` (or ``specs``) may be a YAML file: Airflow reads the
     file and renders it with Jinja (``template_ext``), so ``{{ ds }}`` or ``{{ params.x }}`` in a spec file
@@ -146,6 +172,46 @@ class SpecFileTemplates:
 
     template_ext = SPEC_FILE_EXTENSIONS
     _spec_file_depth = 0
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """Render as Airflow does, then keep the rendered specs' private values out of what Airflow shows.
+
+        Right after this, Airflow stores the rendered fields (the UI's "Rendered Templates"), through a masker
+        that hides only values it knows and keys named like secrets: a private conf entry named
+        ``spark.myapp.opaque``, rendered from ``{{ conn.x.password }}``, would show there. What is private is
+        what the control files mask (:func:`~airflow_streaming.redaction.spec_secrets`), not a list of key
+        words: those values are handed to the masker here.
+
+        And with OpenLineage's ``include_full_task_info`` on, the provider's listener would send the operator
+        whole in its events, specs included: its redaction changes the copied operator's attributes, not the
+        copy it serializes (seen with apache-airflow-providers-openlineage here: a ``spark.password`` went out
+        in clear). A task whose specs hold a private value then fails here, before the listener's first event,
+        naming the value's field, with the specs masked in place (what its failure event copies)."""
+        super().render_template_fields(context, jinja_env)  # type: ignore[misc]
+        from airflow_streaming.log_masking import register_secrets
+
+        found: dict[str, list[tuple[str, str]]] = {}
+        for name in self.template_fields:  # type: ignore[attr-defined]
+            value = getattr(self, name, None)
+            if isinstance(value, (list, tuple)):
+                secrets = [(f"[{i}].{field}", secret) for i, item in enumerate(value)
+                           for field, secret in spec_secrets(_spec_dict(item))]
+            else:
+                secrets = [(f".{field}", secret) for field, secret in spec_secrets(_spec_dict(value))]
+            if secrets:
+                found[name] = secrets
+        register_secrets(value for secrets in found.values() for _, value in secrets)
+        if found and _lineage_copies_operators():
+            for name in found:
+                value = getattr(self, name)
+                masked = [mask_spec(_spec_dict(item)) or item for item in value] if isinstance(value, (list, tuple)) \
+                    else mask_spec(_spec_dict(value))
+                setattr(self, name, masked)
+            name, secrets = next(iter(found.items()))
+            raise SpecError(f"{name}{secrets[0][0]}", "a private value, and [openlineage] include_full_task_info is on: "
+                            "the OpenLineage provider would send this operator's specs, private values included, in "
+                            "its events (its redaction does not reach them). Turn include_full_task_info off; the "
+                            "operators' own lineage facets carry only public fields (docs/assets.md)")
 
     def get_template_env(self, dag: Any = None) -> Any:
         env = super().get_template_env(dag=dag)  # type: ignore[misc]
