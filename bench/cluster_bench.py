@@ -44,7 +44,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BARE_ETL = ROOT / "bench" / "bare_etl.py"
@@ -55,7 +55,8 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
-from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
+from harness import (add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under,  # noqa: E402
+                     wait_for)
 import stream_actions  # noqa: E402 - tests/stream_actions.py (harness puts tests/ on the path)
 
 if TYPE_CHECKING:
@@ -76,17 +77,6 @@ def http_json(url: str, body: dict | None = None, method: str = "GET") -> Any:
     request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310 - loopback
         return json.load(resp)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = POLL) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def submission_state(cluster: Cluster, sid: str) -> str | None:

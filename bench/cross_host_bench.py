@@ -64,7 +64,8 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
-from harness import add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under  # noqa: E402
+from harness import (add_smoke_argument, smoke_results, stop_cleanly_on_sigterm, stop_processes_under,  # noqa: E402
+                     wait_for)
 
 HOST_B = "host-b"
 POLL = 0.02
@@ -107,14 +108,7 @@ def log(message: str) -> None:
 
 
 def wait(predicate: Any, what: str, timeout: float = WAIT, interval: float = POLL) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.0f}s")
-        time.sleep(interval)
+    return wait_for(predicate, timeout, what, interval)
 
 
 class HostB:

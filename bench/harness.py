@@ -27,6 +27,19 @@ if _TESTS not in sys.path:
 SMOKE_HELP = "CI smoke run: tiny sizes, one run, the same code path and figure lines; results to a temp dir"
 
 
+def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.02) -> Any:
+    """Poll ``predicate`` every ``interval`` s until it returns something truthy (returned); ``TimeoutError``
+    naming ``what`` after ``timeout`` s. The benches poll fast: their figures are timestamps, not waits."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
 def add_smoke_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
 
