@@ -1,46 +1,53 @@
-"""Partition trial (b) of issue 36: Airflow's host cut from the driver's host, but not from the control storage.
+"""Partition trial (b) of issue 36: Airflow's host cut from the driver's host and from the cluster master, but
+not from the control storage.
 
-Three hosts, the machinery of trial (c) (``test_partition_standby.three_hosts``):
+Four hosts, the machinery of trial (c) (``test_partition_standby.three_hosts``) and a real standalone master:
 
 - Host A is this test process (the root namespaces): it runs the WebHDFS-protocol STAND-IN for a NameNode
   (``tests/webhdfs_standin.py``); the stream's control files live there.
+- The MASTER'S HOST: a REAL Spark standalone master and worker (``tests/standalone_cluster.py``; 1 core, the
+  stream's one executor) listening on an address of their own - the next address on B's link, held by A's
+  network namespace (added here, removed after). So the master is reached at its own address, and C can be cut
+  from it alone while it still reaches the stand-in. It shares A's other namespaces (its processes are A's).
 - Host B is ``tests/two_hosts_agent.py`` in its own network, UTS, PID and mount namespaces. B deploys the stream
-  (lifecycle DEPLOY): the driver is a local-mode driver on B, so the driver's host is B.
+  (lifecycle DEPLOY) in standalone CLIENT mode: the driver runs on B (``spark.driver.host`` is B's address, where
+  the executor on the worker reaches it back), so the driver's host is B, its application is on the master.
 - Host C is a second agent, started the same way, with its own veth pair to A: it is AIRFLOW'S HOST. It runs
   what an Airflow scheduler/worker runs for a stream: the supervisor's pass (the agent's ``supervise``, the
-  reconcile core), the watch of a sensor (the agent's ``watch``: the health verdict, the status document, the
-  driver record, the driver's liveness, the lease - all read through the control storage), and at the end the
-  graceful stop. The stream has no hot standby: what C's pass could do wrong here is RESTART a driver it cannot
-  see, and so start a second one.
+  reconcile core), the watch of a sensor (the agent's ``watch``: the health verdict - which asks the master
+  about the stream's application, ``cluster_app_state``, and takes no answer as no word -, the status document,
+  the driver record, the driver's liveness and the lease), and at the end the graceful stop. The stream has no hot standby: what C's pass could do wrong here is RESTART a driver it can
+  neither see nor ask about, and so start a second one.
 
 B and C reach each other only through A (``ip_forward`` on in A's namespace, restored after; a route in each),
-and an HTTP listener in each shows the path works (``reach``). Input, sink, quarantine and checkpoint are on the
-file system the three share (like an NFS mount), as in trials (a) and (c).
+and an HTTP listener in each shows the path works (``reach``, which also asks the master's ``/json/``). Input,
+sink, quarantine and checkpoint are on the file system all share (like an NFS mount), as in trials (a) and (c).
 
-The cut: ``iptables -j DROP`` in B's network namespace for C's address only (both ways), for ``CUT_S`` seconds
-(many supervisor passes) while the stream runs and is fed; ``reach`` shows B and C cannot reach each other
-during the cut while both still reach the stand-in. C has no proof that the driver died (it cannot see B's
-processes, and a local-mode driver has no cluster manager to ask) and the lease stays fresh (B renews it): every
-pass on C must stay quiet, and the watch must keep naming the running driver.
+The cut: ``iptables -j DROP`` in B's network namespace for C's address (both ways) and in C's for the master's
+address (both ways), for ``CUT_S`` seconds (many supervisor passes) while the stream runs and is fed; ``reach``
+shows C reaches neither B nor the master during the cut, while B reaches the master and both reach the stand-in.
+C has no proof that the driver died (it cannot see B's processes, and the master does not answer it) and the
+lease stays fresh (B renews it): every pass on C must stay quiet (nothing restarted, nothing taken over; a
+notification of the stream's health is allowed), and the watch must keep naming the running driver.
 
-Checked: every pass on C (before, during and after the cut) is quiet and restarts nothing; C's watch names the
+Checked: every pass on C (before, during and after the cut) is quiet and starts no run; C's watch names the
 driver's run throughout and never calls it FAILED or STOPPED; the lease, the driver record and the run marker
 name the one run all along and the lease is never older than its ttl; every checkpoint commit is written by
 that driver (its log), with no gap, and it commits during the cut; no other run ever appears (the history holds
 the one deploy and nothing else - no ``recover``, ``restart`` or ``failover`` -, and the driver logs' directory
-holds the one run's log); after the heal nothing changes. Then C stops the stream gracefully (through the control storage: C still cannot see B's processes) and
-the sink holds what was fed exactly once. Figures: ``PARTITION TRIAL (b)``.
+holds the one run's log); after the heal nothing changes. Then C stops the stream gracefully (the run marker, in
+the control storage) and the sink holds what was fed exactly once. Figures: ``PARTITION TRIAL (b)``, with how
+soon the driver quiesced after C asked for the stop and how long C's stop took (it waits out the stop timeout,
+60 s: the stop waits for the driver's process to be gone, which C cannot see, although the driver stopped at a
+batch boundary and gave its lease back within seconds).
 
-Not covered: the cut of Airflow's host from the CLUSTER MASTER. The driver here is a local-mode driver, so there
-is no master; putting a real standalone master (``tests/standalone_cluster.py``) on a host of its own would
-need the master and worker in a network namespace of their own (``standalone_cluster`` starts them in this
-process's namespace) and a client-mode driver on B that its executors reach back at B's address - not built
-within this change. What the master part would add: C asks the master for a word only as a hot standby does
-(``docs/failover.md``, "Proof of death"), and an unreachable master is no proof (``death_proof.decide``, tested
-exhaustively in ``tests/unit/test_death_proof.py``), so the lease decides as here.
+Not covered: a cluster-mode driver (on a worker, where C's look at the master's submission state is the
+liveness), and a driver that dies during the cut (without a proof C's pass would wait for the stale lease, as in
+trial (a)).
 
-Everything started here (hosts B and C and the driver, the listeners, the stand-in, the veth pairs, the routes
-and the cut) is stopped by pid or removed at the end, also on failure; ``ip_forward`` is restored.
+Everything started here (hosts B and C and the driver, the master and the worker, the listeners, the stand-in,
+the veth pairs, the master's address, the routes and the cuts) is stopped by pid or removed at the end, also on
+failure; ``ip_forward`` is restored.
 """
 
 from __future__ import annotations
@@ -55,14 +62,16 @@ from airflow_streaming.control import contract
 from airflow_streaming.lifecycle.stored import read_history
 from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import read_etl_output
+from standalone_cluster import class_archive_conf, standalone_cluster
 from streams import wait_for
 from test_partition_standby import HOST_C, POLICY, three_hosts  # noqa: F401 - three_hosts is the fixture
 from test_partition_trials import QUIET, Cut, commit_times, committed_by, processes_of
-from test_two_hosts import HOST_B
+from test_two_hosts import HOST_B, _ip
 
 pytestmark = pytest.mark.spark
 
-#: How long Airflow's host stays cut from the driver's host: many supervisor passes (one every ~3-5 s).
+#: How long Airflow's host stays cut from the driver's host and the master: many supervisor passes (one every
+#: ~8 s during the cut: C's looks at the master wait out their timeouts).
 CUT_S = 40.0
 #: Passes on C after the heal, before the stop: nothing may change once C reaches B again.
 PASSES_AFTER_HEAL = 3
@@ -70,17 +79,39 @@ PASSES_AFTER_HEAL = 3
 DEAD_STATES = ("FAILED", "STOPPED")
 
 
-def test_b_airflows_host_cut_from_the_drivers_host_restarts_nothing(three_hosts, streams):  # noqa: F811
-    began = time.monotonic()
+@pytest.fixture
+def with_master(three_hosts, tmp_path):  # noqa: F811
+    """The three hosts and a REAL standalone master and worker on a host of their own: an address of its own
+    (the next one on B's link, held by host A's network namespace), so that the cut can take C off it while C
+    still reaches the stand-in. Requested before ``streams``: the cluster outlives the drivers' cleanup."""
     b_ip, b, c_ip, c, nn, b_url, c_url, stack = three_hosts
+    a_ip_b = nn.url.split("//", 1)[1].rsplit(":", 1)[0]
+    master_ip = a_ip_b.rsplit(".", 1)[0] + ".3"
+    dev = next(line.split()[1] for line in _ip("-o", "-4", "addr", "show").stdout.splitlines()
+               if f" {a_ip_b}/" in line)
+    added = _ip("addr", "add", f"{master_ip}/24", "dev", dev)
+    assert added.returncode == 0, added.stderr
+    (tmp_path / "cluster").mkdir()
+    try:
+        with standalone_cluster(tmp_path / "cluster", host=master_ip, cores=1, memory="1g") as cluster:
+            yield (*three_hosts, master_ip, cluster)
+    finally:
+        _ip("addr", "del", f"{master_ip}/24", "dev", dev)
+
+
+def test_b_airflows_host_cut_from_the_drivers_host_and_the_master_restarts_nothing(with_master, streams):
+    began = time.monotonic()
+    b_ip, b, c_ip, c, nn, b_url, c_url, stack, master_ip, cluster = with_master
     storage_url = f"{nn.url}/webhdfs/v1/?op=GETFILESTATUS"
 
+    master_url = f"{cluster.ui}/json/"
+
     def reach() -> dict[str, object]:
-        """What each of B and C reaches: the other host and the stand-in."""
-        from_b = b.call("reach", urls=[c_url, storage_url], timeout=30)
-        from_c = c.call("reach", urls=[b_url, storage_url], timeout=30)
-        return {"b->c": from_b[c_url], "b->storage": from_b[storage_url],
-                "c->b": from_c[b_url], "c->storage": from_c[storage_url]}
+        """What each of B and C reaches: the other host, the stand-in and the master."""
+        from_b = b.call("reach", urls=[c_url, storage_url, master_url], timeout=60)
+        from_c = c.call("reach", urls=[b_url, storage_url, master_url], timeout=60)
+        return {"b->c": from_b[c_url], "b->storage": from_b[storage_url], "b->master": from_b[master_url],
+                "c->b": from_c[b_url], "c->storage": from_c[storage_url], "c->master": from_c[master_url]}
 
     # ---- three hosts; B and C reach each other (through A) and the stand-in
     me_b, me_c = b.call("whoami"), c.call("whoami")
@@ -89,7 +120,12 @@ def test_b_airflows_host_cut_from_the_drivers_host_restarts_nothing(three_hosts,
     wait_for(lambda: set(reach().values()) == {200}, 30, "B and C reaching each other and the stand-in")
     before = reach()
 
-    spec = streams.etl_spec(control_location=f"{nn.uri}/control", master="local[1]")
+    # A client-mode driver on B (its executor on the worker reaches it back at B's address).
+    spec = streams.etl_spec(control_location=f"{nn.uri}/control", master=cluster.master, deploy_mode="client",
+                            master_ui_url=cluster.ui,
+                            spark_conf={"spark.sql.shuffle.partitions": 2, "spark.ui.enabled": "false",
+                                        "spark.cores.max": "1", "spark.executor.memory": "512m",
+                                        "spark.driver.host": b_ip, **class_archive_conf()})
     hook = streams.hook(spec)
     inp, out = streams.path("input", "etl"), streams.path("output", "etl")
     checkpoint = Path(spec.checkpoint_location)
@@ -134,16 +170,19 @@ def test_b_airflows_host_cut_from_the_drivers_host_restarts_nothing(three_hosts,
     watches.clear()
 
     # ---- cut C from B (not from A: the stand-in) while the stream runs and is fed
-    cut = Cut(b.proc.pid, c_ip)
+    cut, cut_master = Cut(b.proc.pid, c_ip), Cut(c.proc.pid, master_ip)
     stack.callback(cut.heal)  # a no-op once healed
+    stack.callback(cut_master.heal)
     cut_at = time.time()
     cut.cut()
+    cut_master.cut()
     cut_how = cut.how
-    assert cut_how == "iptables DROP", cut_how  # a link down would cut B from the stand-in too
+    # a link down would cut B (or C) from the stand-in too
+    assert cut_how == cut_master.how == "iptables DROP", (cut_how, cut_master.how)
     feed("p2-during-cut")
     during = reach()
-    assert during["b->storage"] == during["c->storage"] == 200, during
-    assert during["b->c"] != 200 and during["c->b"] != 200, during
+    assert during["b->storage"] == during["c->storage"] == during["b->master"] == 200, during
+    assert during["b->c"] != 200 and during["c->b"] != 200 and during["c->master"] != 200, during
 
     # ---- during the cut: every pass on C quiet, the watch names the driver, the lease fresh and the driver's
     renewals: set[float] = set()
@@ -164,6 +203,7 @@ def test_b_airflows_host_cut_from_the_drivers_host_restarts_nothing(three_hosts,
     passes.clear()
     watches.clear()
     cut.heal()
+    cut_master.heal()
     healed_at = time.time()
     after = reach()
     assert set(after.values()) == {200}, after
@@ -223,6 +263,8 @@ def test_b_airflows_host_cut_from_the_drivers_host_restarts_nothing(three_hosts,
                "notified_on_c": sorted({k for p in passes_before + passes_in_cut + passes_after for k in p[3]}),
                "batches": len(commits), "batches_in_cut": len(during_cut),
                "commits_in_cut_at_s": [round(commits[i] - cut_at, 1) for i in during_cut],
+               "master_apps": [(a.get("id"), a.get("state")) for a in (cluster.master_json() or {}).get(
+                   "activeapps", []) + (cluster.master_json() or {}).get("completedapps", [])],
                "second_driver": False, "stop_from_c": {k: stopped.get(k) for k in ("graceful", "killed", "seconds")},
                "driver_quiesced_after_stop_asked_s": None if quiesced_s is None else round(quiesced_s, 1),
                "events": sum(f.valid for f in fed), "test_runtime_s": round(time.monotonic() - began, 1)}
