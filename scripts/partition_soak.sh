@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # The partition long run (issue 36; RELIABILITY.md "Partitions"): the partition trials of the suite, run
 # again and again on real Spark in network namespaces - (a) the driver's host cut from the control storage
-# for more than the lease ttl, (c) the hot standby's host cut from the active driver's host, (d) the cut
-# healed in the middle of the takeover - each trial's figures (its `PARTITION TRIAL (x) {json}` line) and
-# outcome appended to ./soak-results/partition_trials.jsonl. A round of the three takes ~7 minutes on 2 cores;
-# 20 trials: ./scripts/partition_soak.sh 7 (three trials a round, 21 in all).
-#   ./scripts/partition_soak.sh [rounds, default 7] [pytest args...]
+# for more than the lease ttl, (b) Airflow's host cut from the driver's host and from the standalone master,
+# (c) the hot standby's host cut from the active driver's host, (d) the cut healed in the middle of the
+# takeover - each trial's figures (its `PARTITION TRIAL (x) {json}` line) and outcome appended to
+# ./soak-results/partition_trials.jsonl. A round of the four takes ~9 minutes on 2 cores;
+# 20 trials: ./scripts/partition_soak.sh 5 (four trials a round, 20 in all).
+#   ./scripts/partition_soak.sh [rounds, default 5] [pytest args...]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-rounds="${1:-7}"
+rounds="${1:-5}"
 shift || true
 mkdir -p soak-results
 results="$PWD/soak-results/partition_trials.jsonl"
-trials=(tests/integration/test_partition_trials.py tests/integration/test_partition_standby.py)
+trials=(tests/integration/test_partition_trials.py tests/integration/test_partition_airflow_host.py
+        tests/integration/test_partition_standby.py)
 failed=0
 for round in $(seq 1 "$rounds"); do
   log="$(mktemp -t partition-round.XXXXXX)"
