@@ -130,6 +130,12 @@ def op_deploy(spec: dict[str, Any]) -> dict[str, Any]:
     return deploy_stream(_spec(spec), _options())
 
 
+def op_submit(spec: dict[str, Any]) -> dict[str, Any]:
+    """A plain submission of the stream from this host (what a supervisor's cold restart does): the record."""
+    record = stream_actions.submit(_hook(spec))
+    return {"run_id": record.run_id, "host": record.host, "pid": record.submit_pid}
+
+
 def op_kill(spec: dict[str, Any]) -> dict[str, Any]:
     """Hard kill through the cluster manager (the hook's kill path), then what this host sees."""
     hook = _hook(spec)

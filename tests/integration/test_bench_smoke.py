@@ -141,6 +141,16 @@ SMOKES = {
         r"^sink holds exactly the fed events in every run: True; raw ",
         r"proof: application_ended$",
     )),
+    # Cross-host failover when the driver's whole host is cut off (issue 36): hosts B and C are namespaces; the
+    # standby waits out the lease ttl (120 s), so one run takes about 4 minutes.
+    "partition_failover_bench.py": Smoke(True, 720, (
+        rf"^partition takeover \(cut -> the standby's first new commit\): {NUMBER} s \(lease ttl {NUMBER} s; "
+        rf"cut -> the standby's lease {NUMBER} s\)$",
+        rf"^bare restart on host C \(kill -> first new commit\): {NUMBER} s \(resubmitted {NUMBER} s after the kill\)$",
+        rf"^\(takeover - ttl\) / bare: {NUMBER} \(goal < 0\.3\): (met|not met)$",
+        r"^old driver on B stopped itself and never committed after the takeover, sink holds exactly the fed "
+        r"events in every run: True; raw ",
+    )),
     # A thousand streams (no Spark: synthetic control directories, stand-in driver processes; the UI one
     # starts a real api-server and chromium).
     "scale_watch_bench.py": Smoke(False, 300, (
