@@ -565,6 +565,12 @@ def test_lifecycle_through_the_rest_api_on_real_airflow_services(airflow_stack: 
     marks["scheduled_window_done"] = time.monotonic() - started
     print(f"scheduled upgrade window {window['dag_run_id']}: {summary}", file=sys.stderr)
 
+    # Several periods of batches:6 must close during the test (three at least, checked below). A busy machine runs
+    # fewer, fuller batches (one full run had 17 batches, two periods): the feeder goes on until the checkpoint
+    # holds 18 commits.
+    commits = e2e_root / "checkpoints" / STREAM / "commits"
+    wait_for(lambda: sum(1 for p in commits.iterdir() if p.name.isdigit()) >= 18, 300, "18 committed batches",
+             interval=1)
     # Everything fed is in the sink once; then the operations DAG stops the stream gracefully.
     feed.stop()
     fed = feed.event_ids
