@@ -10,7 +10,6 @@ import time
 from airflow_streaming.control import contract
 from airflow_streaming.control.storage import StorageError, describe_os_error
 from airflow_streaming.exceptions import LifecycleError
-from airflow_streaming.hooks.liveness import hostname
 from airflow_streaming.hooks.stopping import StopReport
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.lifecycle import snapshot as snapshots
@@ -61,11 +60,8 @@ class StopSteps:
             record.stop_requested_at = time.time()
             self.save(record)
         # A warm upgrade's prepared driver takes over as soon as the old run can commit nothing more (it
-        # stopped gracefully and gave its lease back), not once its JVM has exited too. So does any stop of a
-        # driver whose process runs on another host: this host can never see that process exit (it waited out
-        # the whole stop timeout, partition trial b), and a quiesced run commits nothing more.
-        quiesced_is_enough = (bool(record.warm_start) and record.action != Action.STOP) or \
-            self._runs_elsewhere(hook, record.stopping_run_id)
+        # stopped gracefully and gave its lease back), not once its JVM has exited too.
+        quiesced_is_enough = bool(record.warm_start) and record.action != Action.STOP
         if record.stopping_run_id is not None:
             self._await(record, Wait(GONE, hook.spec.to_dict(), record.stopping_run_id,
                                      record.stop_requested_at + timeout,
@@ -91,18 +87,6 @@ class StopSteps:
         replay = "" if position.clean else (f"; batch {position.last_planned} was in flight (planned, not "
                                             f"committed): {record.to_version} replays it with the same offsets")
         self._advance(record, Step.STOPPED, f"stopped at batch {position.last_committed} ({how}){replay}")
-
-    @staticmethod
-    def _runs_elsewhere(hook: SparkStreamHook, run_id: str | None) -> bool:
-        """Whether the recorded driver of ``run_id`` was started from another host (its process is not
-        observable here). Unreadable or another run: ``False`` (the stop waits for the process, as before)."""
-        if run_id is None:
-            return False
-        try:
-            driver = hook.driver_record()
-        except (contract.ControlFileError, StorageError):
-            return False
-        return driver is not None and driver.run_id == run_id and driver.host != hostname()
 
     def _stopped(self, record: LifecycleRecord) -> None:
         if record.action == Action.STOP:
