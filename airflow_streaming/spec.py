@@ -70,6 +70,19 @@ _DURATION_UNITS: dict[str, float] = {
 }
 _DURATION_HINT = "'5 seconds', '500 milliseconds', '2 minutes', '10s', '250ms' or '1m'"
 _MAX_HEARTBEAT_INTERVAL = 60.0
+#: The shortest lease ttl a spec may ask for, and how many heartbeats it must span at least.
+MIN_LEASE_TTL = 30.0
+MIN_LEASE_TTL_HEARTBEATS = 6
+
+
+def _check_lease_ttl(value: Any, heartbeat: float) -> float:
+    seconds = parse_duration(value, "lease_ttl")
+    lower = max(MIN_LEASE_TTL, MIN_LEASE_TTL_HEARTBEATS * heartbeat)
+    if seconds < lower:
+        raise SpecError("lease_ttl", f"must be >= {_fmt_seconds(lower)} seconds (at least "
+                        f"{_fmt_seconds(MIN_LEASE_TTL)} s and {MIN_LEASE_TTL_HEARTBEATS} heartbeats of "
+                        f"{_fmt_seconds(heartbeat)} s), got {_fmt_seconds(seconds)}")
+    return seconds
 
 
 def _type_name(value: Any) -> str:
@@ -349,6 +362,15 @@ class StreamSpec:
     that recovery is a query start in a running JVM, not a cold start. Costs a second driver's memory
     and cores while it waits; the supervisor prepares it and records each takeover."""
 
+    lease_ttl: float | None = None
+    """Seconds the driver's lease on the stream lives without a renewal (``docs/failover.md``). ``None``: the
+    default, ``max(120, 12 x heartbeat_interval)`` (long enough for a NameNode failover); at least 30 s and 6
+    heartbeats. A hot standby with no proof that the active driver died (on another host, without the cluster
+    manager's word) takes over only once the lease went this long unrenewed, and a driver that cannot renew its
+    lease stops its queries after half of it: a shorter ttl is a faster takeover without proof, but an outage
+    of the control storage longer than half of it stops the stream (the supervisor restarts it), and a batch
+    of a sink without the per-batch lease check should finish within half of it."""
+
     run_as_user: str | None = None
     """A local or client-mode driver, and the compatibility check's child that runs the candidate's code,
     started as this Unix user (``docs/security.md``, :mod:`airflow_streaming.run_as`): it cannot read the seal
@@ -436,6 +458,8 @@ class StreamSpec:
                 f"must be <= {_fmt_seconds(_MAX_HEARTBEAT_INTERVAL)} seconds, "
                 f"got {_fmt_seconds(self.heartbeat_interval)}",
             )
+        if self.lease_ttl is not None:
+            set_(self, "lease_ttl", _check_lease_ttl(self.lease_ttl, self.heartbeat_interval))
         if self.master_ui_url is not None:
             _check_str(self.master_ui_url, "master_ui_url")
             if not re.match(r"^https?://[^/\s]+", self.master_ui_url):
@@ -557,6 +581,7 @@ class StreamSpec:
             **({"secret_args": dict(self.secret_args)} if self.secret_args else {}),
             **({"spark_runtime": dict(self.spark_runtime)} if self.spark_runtime else {}),
             **({"hot_standby": True} if self.hot_standby else {}),
+            **({"lease_ttl": self.lease_ttl} if self.lease_ttl is not None else {}),
             **({"run_as_user": self.run_as_user} if self.run_as_user else {}),
             **({"assets": {kind: list(uris) for kind, uris in self.assets.items()}} if self.assets else {}),
             **self._submit_fields_dict(),

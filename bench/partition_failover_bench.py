@@ -21,7 +21,9 @@ file per trigger). B deploys the stream (lifecycle DEPLOY): the ACTIVE driver is
 C's supervisor pass prepares the hot standby, which runs on C, and it waits READY. Then host B is cut off from
 EVERYTHING - from A (the storage) and from C - with ``iptables -j DROP`` in B's namespace: the whole driver host
 lost. The standby has no proof of death (local mode: no master to ask; B's processes are in another PID
-namespace), so it waits for the lease to go stale (ttl 120 s, its minimum) and takes over.
+namespace), so it waits for the lease to go stale (the spec's ``lease_ttl``, ``--lease-ttl``: by default the
+product's default, 120 s; on this WebHDFS storage, whose calls may hang 10 + 30 s, nothing under 81 s is
+accepted) and takes over.
 
 1. partition takeover: the cut -> the standby's first NEW commit (``<checkpoint>/commits/N`` mtime; the
    batch ids the standby's log shows it writing). Also: the cut -> the standby's lease.
@@ -153,6 +155,7 @@ def one_run(root: Path, run: int, ns: argparse.Namespace) -> dict[str, Any]:
             "name": "etl", "application": "events_etl", "checkpoint_location": str(checkpoint),
             "control_location": f"{nn.uri}/control", "master": "local[1]", "hot_standby": True,
             "trigger_interval": 1, "heartbeat_interval": 1, "stop_timeout": 60, "startup_timeout": 180,
+            **({"lease_ttl": ns.lease_ttl} if ns.lease_ttl is not None else {}),
             "spark_conf": {"spark.sql.shuffle.partitions": 2, "spark.ui.enabled": "false"},
             "application_args": ["--input", str(inp), "--output", str(out), "--quarantine", str(work / "quarantine"),
                                  "--max-files-per-trigger", "1"]})
@@ -304,6 +307,8 @@ def main() -> int:
     parser.add_argument("--events-per-file", type=int, default=200)
     parser.add_argument("--feed-interval", type=float, default=1.5, help="seconds between input files")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (driver and host logs)")
+    parser.add_argument("--lease-ttl", type=float, default=None,
+                        help="the spec's lease_ttl in seconds (default: the product's default, 120 s)")
     add_smoke_argument(parser)
     ns = parser.parse_args()
     if ns.smoke:

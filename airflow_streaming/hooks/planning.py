@@ -29,7 +29,7 @@ from airflow_streaming.spark_runtime import (
     resolve_runtime,
     without_class_archive,
 )
-from airflow_streaming.spec import StreamSpec
+from airflow_streaming.spec import SpecError, StreamSpec
 from airflow_streaming.targets.base import LaunchPlan
 from airflow_streaming.targets.runtime_bundle import runtime_tree
 
@@ -85,9 +85,28 @@ def redacting_log_options(spec: StreamSpec, environ: dict[str, str] | os._Enviro
     return f"{current} -Dlog4j2.configurationFile={DRIVER_LOG4J2.as_uri()}".strip()
 
 
+def lease_ttl_problem(spec: StreamSpec, storage: object) -> str | None:
+    """Why the spec's own ``lease_ttl`` cannot be honoured on its control storage, ``None`` when it can (or when
+    the spec keeps the default). A driver stops itself once its lease went half a ttl unrenewed, and a renewal
+    of a lease on WebHDFS may hang for the connection's connect and read timeouts at each NameNode: a call still
+    in flight past half the ttl (a dropped route that heals late) could renew a lease the driver has given up.
+    So half the ttl must exceed the longest such call."""
+    settings = getattr(storage, "settings", None)
+    if spec.lease_ttl is None or settings is None:
+        return None
+    worst = (settings.connect_timeout + settings.read_timeout) * max(1, len(settings.hosts))
+    if spec.lease_ttl / 2 > worst:
+        return None
+    return (f"half of it ({spec.lease_ttl / 2:g}s) must exceed the longest call to the control storage, {worst:g}s "
+            f"(the {settings.connect_timeout:g}s connect and {settings.read_timeout:g}s read timeouts of "
+            f"{settings.source or 'its settings'}, at {max(1, len(settings.hosts))} NameNode(s)): set lease_ttl above "
+            f"{2 * worst:g}s, or lower the connection's 'connect_timeout'/'timeout' extras")
+
+
 def lease_ttl(spec: StreamSpec) -> float:
-    """The driver lease's ttl: long enough for a NameNode failover, at least 12 heartbeats."""
-    return max(120.0, 12 * spec.heartbeat_interval)
+    """The driver lease's ttl: the spec's ``lease_ttl``, by default long enough for a NameNode failover and at
+    least 12 heartbeats."""
+    return spec.lease_ttl if spec.lease_ttl is not None else max(120.0, 12 * spec.heartbeat_interval)
 
 
 class PlanningMixin:
@@ -109,9 +128,13 @@ class PlanningMixin:
 
     def preflight(self) -> None:
         """Refuse, before anything is written or started, a missing application, a plain argument that holds
-        a secret, (locally) a missing Java, or a Spark runtime that cannot be had here (built once if needed)."""
+        a secret, a ``lease_ttl`` too short for the control storage's timeouts, (locally) a missing Java, or a
+        Spark runtime that cannot be had here (built once if needed)."""
         self.application_argument()
         self.spec.refuse_plain_secrets()
+        problem = lease_ttl_problem(self.spec, self.storage.unguarded)
+        if problem is not None:
+            raise SpecError("lease_ttl", problem)
         if self.target.kind == "local":
             check_java()
         self.spark_runtime()

@@ -91,7 +91,7 @@ class StoppingMixin:
             liveness = self.target_of(record).state(record).liveness
             if liveness == Liveness.GONE:
                 return self.target_of(record).wait_gone(record, max(1.0, deadline - time.monotonic()))
-            if liveness == Liveness.UNKNOWN and self._terminal_status_of(record.run_id) and not self._lease_held():
+            if liveness == Liveness.UNKNOWN and self.stopped_out_of_sight(record.run_id):
                 return True
             if time.monotonic() > deadline:
                 return False
@@ -113,6 +113,14 @@ class StoppingMixin:
         return (doc is not None and doc.run_id == run_id and doc.state == contract.STOPPED
                 and (doc.exit or {}).get("code") == contract.EXIT_GRACEFUL
                 and (lease is None or lease.run_id != run_id))
+
+    def stopped_out_of_sight(self, run_id: str) -> bool:
+        """Whether ``run_id``, whose processes this host cannot observe (its target says UNKNOWN: another host's
+        client-mode driver), has stopped by the evidence of the control files: its own status document is
+        terminal and the lease is not held (given back, or stale). The driver writes both only after its
+        queries stopped. A driver the target can observe (a cluster manager that says it runs) is never judged
+        by this: it is stopped when its target says it is gone."""
+        return self._terminal_status_of(run_id) and not self._lease_held()
 
     def _lease_held(self) -> bool:
         try:

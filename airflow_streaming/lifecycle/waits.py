@@ -76,10 +76,17 @@ def wait_over(wait: Wait, now: float | None = None, hook: Any = None) -> bool:
         record = hook.driver_record()
         return record is None or record.run_id != wait.run_id or hook.readiness(record) != "waiting"
     if wait.kind == GONE:
+        from airflow_streaming.targets.base import Liveness
+
         if wait.params.get("quiesced_is_enough") and wait.run_id and hook.quiesced(wait.run_id):
             return True
         record = hook.driver_record()
-        return record is None or record.run_id != wait.run_id or hook.target_of(record).state(record).gone
+        if record is None or record.run_id != wait.run_id:
+            return True
+        state = hook.target_of(record).state(record)
+        # A driver this host cannot observe (another host's client-mode driver) is gone once its control files
+        # say it stopped: what the stop's own wait (``wait_gone``) accepts, so the two agree.
+        return state.gone or (state.liveness == Liveness.UNKNOWN and hook.stopped_out_of_sight(wait.run_id))
     if wait.kind == FILE:
         path = wait.params["path"]
         if hook.storage.read_bytes(path) is not None:

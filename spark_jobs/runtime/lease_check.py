@@ -17,18 +17,33 @@ The rule (fail closed):
   before a full ttl without renewal); beyond it, :class:`LeaseLost`.
 
 One read of ``lease.json`` per batch: a local file read, or one NameNode request on Hadoop storage.
+The read is **bounded by that half ttl**: it runs in the check's one worker thread and the batch waits for it
+only until the last successful renewal is half a ttl old (at least :data:`MIN_WAIT_S`). A read that hangs (a
+NameNode behind a dropped route: a 10 s connect and a 30 s read timeout) counts as a storage error once the
+bound is passed, so the batch fails and the query can stop at once instead of when the read gives up - with a
+30 s ttl that read outlasted the ttl itself (partition trial (a)). While a hung read still holds the worker,
+the next check starts none and counts as a storage error at once (no second thread; a late answer is never
+used: it may tell what the lease was long ago).
 Pure standard library and the control contract: it runs inside the driver.
 """
 
 from __future__ import annotations
 
+import logging
+import queue
+import threading
 import time
 from collections.abc import Callable
 
 from airflow_streaming.control import contract
 from airflow_streaming.control.storage import ControlStorage, StorageError
 
-__all__ = ["LeaseCheck", "LeaseLost"]
+__all__ = ["LeaseCheck", "LeaseLost", "MIN_WAIT_S"]
+
+log = logging.getLogger("airflow_streaming.runtime")
+
+#: The least a check waits for its read (a read of a local file or a NameNode that answers takes milliseconds).
+MIN_WAIT_S = 1.0
 
 
 class LeaseLost(RuntimeError):
@@ -57,12 +72,34 @@ class LeaseCheck:
         self.held = held
         self.renewed_ok_at = renewed_ok_at
         self.clock = clock
+        self._pending: _Read | None = None  # a read that outlived its wait, maybe still hanging
+        self._jobs: queue.SimpleQueue | None = None
+
+    def _read(self, held: contract.Lease) -> contract.Lease | None:
+        """``lease.json`` as :func:`contract.read_lease` reads it, waiting at most until the last renewal is half a
+        ttl old (:data:`MIN_WAIT_S` at least); :class:`StorageError` if the read is not done by then."""
+        if self._pending is not None and not self._pending.done.is_set():
+            # Its answer, when it comes, may tell what the lease was long ago: never used (nor waited for).
+            raise StorageError(110, f"{self.paths.lease}: an earlier read of it still has no answer")
+        wait = max(MIN_WAIT_S, held.ttl / 2 - (self.clock() - self.renewed_ok_at()))
+        read = self._pending = _Read(lambda: contract.read_lease(self.storage, self.paths))
+        if self._jobs is None:  # the worker: a daemon thread (a read that hangs never holds up the driver's exit),
+            # started with the first read and kept (a thread per batch cost ~1 ms on a busy machine, 40x the read)
+            self._jobs = queue.SimpleQueue()
+            threading.Thread(target=_work, args=(self._jobs,), name="lease-check", daemon=True).start()
+        self._jobs.put(read)
+        if not read.done.wait(wait):
+            raise StorageError(110, f"{self.paths.lease}: no answer within {wait:.1f}s")
+        self._pending = None
+        if read.error is not None:
+            raise read.error
+        return read.result
 
     def check(self, batch_id: int | None = None) -> None:
         held = self.held()
         what = f"batch {batch_id}" if batch_id is not None else "a batch"
         try:
-            current = contract.read_lease(self.storage, self.paths)
+            current = self._read(held)
         except contract.ControlFileError as exc:
             raise LeaseLost(self._lost(what, held, f"it is unreadable ({exc})")) from None
         except StorageError as exc:
@@ -78,6 +115,29 @@ class LeaseCheck:
             raise LeaseLost(self._lost(what, held, f"it now names {_describe(current)}"))
 
     def _lost(self, what: str, held: contract.Lease, why: str) -> str:
-        return (f"LEASE_LOST: refusing to write {what}: this driver ({_describe(held)}) no longer holds the "
-                f"stream's lease {self.paths.lease}: {why}. Another driver may run the stream; nothing of "
-                f"this batch was written.")
+        message = (f"LEASE_LOST: refusing to write {what}: this driver ({_describe(held)}) no longer holds the "
+                   f"stream's lease {self.paths.lease}: {why}. Another driver may run the stream; nothing of "
+                   f"this batch was written.")
+        log.error("%s", message)  # with its time in the driver's log: the query fails with it, writing nothing
+        return message
+
+
+class _Read:
+    """One read, done by its check's worker thread."""
+
+    def __init__(self, read: Callable[[], contract.Lease | None]) -> None:
+        self.done = threading.Event()
+        self.result: contract.Lease | None = None
+        self.error: BaseException | None = None
+        self.read = read
+
+
+def _work(jobs: queue.SimpleQueue) -> None:
+    while True:
+        job = jobs.get()
+        try:
+            job.result = job.read()
+        except BaseException as exc:  # noqa: BLE001 - handed to the check, which raises it
+            job.error = exc
+        finally:
+            job.done.set()

@@ -151,6 +151,11 @@ SMOKES = {
         r"^old driver on B stopped itself and never committed after the takeover, sink holds exactly the fed "
         r"events in every run: True; raw ",
     )),
+    # The per-batch lease check (no Spark: local files and the WebHDFS stand-in, in one process).
+    "lease_check_bench.py": Smoke(False, 120, (
+        rf"^local: lease check {NUMBER} ms per batch \(bare read {NUMBER} ms, ratio {NUMBER}\); {NUMBER} % of a ",
+        rf"^webhdfs: lease check {NUMBER} ms per batch \(bare read {NUMBER} ms, ratio {NUMBER}\); {NUMBER} % of a ",
+    )),
     # A thousand streams (no Spark: synthetic control directories, stand-in driver processes; the UI one
     # starts a real api-server and chromium).
     "scale_watch_bench.py": Smoke(False, 300, (

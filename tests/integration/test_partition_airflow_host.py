@@ -37,9 +37,11 @@ that driver (its log), with no gap, and it commits during the cut; no other run 
 the one deploy and nothing else - no ``recover``, ``restart`` or ``failover`` -, and the driver logs' directory
 holds the one run's log); after the heal nothing changes. Then C stops the stream gracefully (the run marker, in
 the control storage) and the sink holds what was fed exactly once. Figures: ``PARTITION TRIAL (b)``, with how
-soon the driver quiesced after C asked for the stop and how long C's stop took (it waits out the stop timeout,
-60 s: the stop waits for the driver's process to be gone, which C cannot see, although the driver stopped at a
-batch boundary and gave its lease back within seconds).
+soon the driver quiesced after C asked for the stop and how long C's stop took. C cannot see the driver's
+process; the stop ends on the control files' word (the run's status STOPPED, its lease given back:
+``hook.stopped_out_of_sight``), well within the stop timeout. Before that rule reached the lifecycle's GONE wait
+(``lifecycle/waits.py``) C's stop waited out the whole stop timeout (60 s) although the driver stopped at a
+batch boundary and gave its lease back within seconds.
 
 Not covered: a cluster-mode driver (on a worker, where C's look at the master's submission state is the
 liveness), and a driver that dies during the cut (without a proof C's pass would wait for the stale lease, as in
@@ -244,7 +246,10 @@ def test_b_airflows_host_cut_from_the_drivers_host_and_the_master_restarts_nothi
     wait_for(lambda: hook.quiesced(active) or c.ready(), 120, "the driver to stop at a batch boundary", interval=0.2)
     quiesced_s = time.time() - stop_asked if hook.quiesced(active) else None
     stopped = c.result(timeout=180)
+    stop_s = time.time() - stop_asked
     assert stopped["graceful"] and not stopped["killed"], stopped
+    # Ended on the control files' word, not at the stop timeout: a few seconds after the driver quiesced.
+    assert quiesced_s is not None and stop_s < spec.stop_timeout - 10, (quiesced_s, stop_s, spec.stop_timeout)
     wait_for(lambda: not processes_of(active), 60, "the driver's processes to exit")
     assert set(read_etl_output(out).event_ids) == all_fed() and read_etl_output(out).duplicates == {}
     # The record names a driver on B, which this host cannot check (UNKNOWN counts as alive in the fixture's
@@ -266,6 +271,7 @@ def test_b_airflows_host_cut_from_the_drivers_host_and_the_master_restarts_nothi
                "master_apps": [(a.get("id"), a.get("state")) for a in (cluster.master_json() or {}).get(
                    "activeapps", []) + (cluster.master_json() or {}).get("completedapps", [])],
                "second_driver": False, "stop_from_c": {k: stopped.get(k) for k in ("graceful", "killed", "seconds")},
+               "stop_from_c_s": round(stop_s, 1),
                "driver_quiesced_after_stop_asked_s": None if quiesced_s is None else round(quiesced_s, 1),
                "events": sum(f.valid for f in fed), "test_runtime_s": round(time.monotonic() - began, 1)}
     print(f"\npasses on C during the cut (s after the cut, action, reason, notified): {json.dumps(passes_in_cut)}")

@@ -119,3 +119,41 @@ def test_install_wraps_pyspark_foreach_batch():
 
     writer_capture.install()
     assert getattr(DataStreamWriter.foreachBatch, "_airflow_streaming_wrapped", False)
+
+
+class HangingStorage(LocalStorage):
+    """Local files whose reads hang until released (a NameNode behind a dropped route)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+        self.reads = 0
+
+    def read_bytes(self, path: str) -> bytes | None:
+        self.reads += 1
+        self.release.wait(30)
+        return super().read_bytes(path)
+
+
+def test_a_hanging_read_is_waited_for_only_until_half_the_ttl_then_the_batch_is_refused(tmp_path):
+    """Partition trial (a) with a 30 s ttl: the check's read of an unreachable NameNode hung for its HTTP timeouts,
+    longer than the ttl, and the cut-off driver's query could not stop until it gave up. Now the batch waits
+    only while the last renewal is younger than half the ttl, and a read still hanging is not waited for again."""
+    storage, paths = HangingStorage(), contract.ControlPaths(str(tmp_path / "s"))
+    lease = contract.acquire_lease(LocalStorage(), paths, "run-ours", 30.0)
+    renewed = time.monotonic() - 14.0  # half the ttl is 15 s: one second left
+    check = LeaseCheck(storage, paths, lambda: lease, lambda: renewed)
+    began = time.monotonic()
+    with pytest.raises(LeaseLost, match=r"cannot be read \(.*no answer within 1\.0s\).*more than half its ttl 30s"):
+        check.check(4)
+    assert 0.9 < time.monotonic() - began < 5
+    began = time.monotonic()
+    with pytest.raises(LeaseLost, match="an earlier read of it still has no answer"):
+        check.check(5)
+    assert time.monotonic() - began < 0.5 and storage.reads == 1  # no second read, no second thread
+    storage.release.set()
+    time.sleep(0.2)
+    check.check(6)  # the storage answers again, and names this driver: the batch runs (a fresh read)
+    assert storage.reads == 2
+

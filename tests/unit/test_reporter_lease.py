@@ -68,3 +68,59 @@ def test_a_driver_that_gave_its_lease_up_never_renews_it_after_the_storage_comes
         assert contract.read_lease(storage, paths).is_stale()  # another host may take the stream over now
     finally:
         reporter.close()
+
+
+class HangingStorage(LocalStorage):
+    """Local files whose writes hang while ``hang`` is set (a route that drops packets: the call waits for its
+    timeouts instead of failing at once)."""
+
+    def __init__(self) -> None:
+        self.hang = threading.Event()
+        self.released = threading.Event()
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        if self.hang.is_set():
+            self.released.wait(60)
+            raise StorageError(errno.ETIMEDOUT, f"{path}: read timed out")
+        super().write_atomic(path, data)
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        if self.hang.is_set():
+            self.released.wait(60)
+            raise StorageError(errno.ETIMEDOUT, f"{path}: read timed out")
+        return super().create_exclusive(path, data)
+
+
+def test_a_renewal_that_hangs_does_not_delay_the_half_ttl_stop(tmp_path):
+    """Partition trial (a) with a 30 s ttl: the renewal's call to the unreachable NameNode hung 38 s, longer than
+    the ttl, and the reporter judged the half-ttl rule only after it returned. The watchdog judges it on its own
+    clock: the driver stops within half the ttl (+ the watchdog's tick) while the renewal still hangs."""
+    storage, paths = HangingStorage(), ControlPaths(str(tmp_path))
+    now = time.time()
+    lease = Lease("old", 1, None, "host-b", now, now, ttl=3.0)  # half the ttl: 1.5 s without renewal
+    storage.write_atomic(paths.lease, lease.to_json())
+    doc = StatusDocument(stream="s", version="v1", run_id="old", state=contract.RUNNING, pid=1, host="host-b",
+                         started_at=now, heartbeat_at=now)
+    reporter = StatusReporter(storage, paths, doc, lease, heartbeat_seconds=0.2)
+    gave_up = threading.Event()
+    reporter.on_lease_lost = gave_up.set
+    loop = threading.Thread(target=reporter._run, name="status-reporter", daemon=True)  # attach() without Spark
+    watchdog = threading.Thread(target=reporter._watch_lease, name="lease-watchdog", daemon=True)
+    reporter._thread = loop
+    try:
+        loop.start()
+        watchdog.start()
+        time.sleep(0.5)
+        assert not gave_up.is_set()  # renewing fine
+        storage.hang.set()
+        hung_at = time.monotonic()
+        assert gave_up.wait(10), "the half-ttl stop waited for the hung renewal"
+        took = time.monotonic() - hung_at
+        assert took < 1.5 + 0.2 + 1.0, took  # half the ttl after the last renewal, the watchdog's tick, slack
+        assert not storage.released.is_set()  # the renewal call still hangs: the loop did not decide this
+        assert reporter.doc.last_exception["error_class"] == "LEASE_EXPIRED"
+        assert "watchdog" in reporter.doc.last_exception["message"]
+    finally:
+        storage.released.set()
+        reporter.close()
+        watchdog.join(5)

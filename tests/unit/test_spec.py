@@ -207,7 +207,7 @@ def test_unknown_field_with_suggestion() -> None:
     err = spec_error(data)
     assert err.field == "chekpoint_location"
     assert "unknown field 'chekpoint_location' (allowed: name, application," in str(err)
-    assert "heartbeat_interval, master_ui_url, health, deploy_mode, cluster, storage_conn_id, secret_args, spark_runtime, hot_standby, run_as_user, assets, py_files," in str(err)
+    assert "heartbeat_interval, master_ui_url, health, deploy_mode, cluster, storage_conn_id, secret_args, spark_runtime, hot_standby, lease_ttl, run_as_user, assets, py_files," in str(err)
     assert "queue, env_vars, properties_file)" in str(err)
     assert "did you mean 'checkpoint_location'?" in str(err)
 
@@ -277,6 +277,11 @@ def test_from_dict_root_errors(data: Any, field: str, message: str) -> None:
         ({"heartbeat_interval": 0}, "heartbeat_interval", "must be > 0 seconds"),
         ({"heartbeat_interval": "61s"}, "heartbeat_interval", "must be <= 60 seconds, got 61"),
         ({"heartbeat_interval": "2 minutes"}, "heartbeat_interval", "got 120"),
+        ({"lease_ttl": "29s"}, "lease_ttl", "must be >= 30 seconds (at least 30 s and 6 heartbeats of 5 s), got 29"),
+        ({"lease_ttl": 40, "heartbeat_interval": 10}, "lease_ttl", "must be >= 60 seconds"),
+        ({"lease_ttl": "soon"}, "lease_ttl", "invalid duration 'soon'"),
+        ({"lease_ttl": True}, "lease_ttl", "got bool"),
+        ({"lease_ttl": float("nan")}, "lease_ttl", "must be a finite number"),
         ({"stop_timeout": float("nan")}, "stop_timeout", "must be a finite number"),
         ({"stop_timeout": float("inf")}, "stop_timeout", "must be a finite number"),
     ],
@@ -430,6 +435,18 @@ def test_parse_duration_errors(value: Any, message: str) -> None:
         parse_duration(value, "stop_timeout")
     assert exc_info.value.field == "stop_timeout"
     assert message in exc_info.value.message
+
+
+def test_lease_ttl_is_the_drivers_lease_and_left_out_when_unset() -> None:
+    from airflow_streaming.hooks.planning import lease_ttl
+
+    default = StreamSpec.from_dict(make())
+    assert default.lease_ttl is None and "lease_ttl" not in default.to_dict()  # stored specs stay as they were
+    assert lease_ttl(default) == 120.0
+    assert lease_ttl(StreamSpec.from_dict(make(heartbeat_interval="20s"))) == 240.0
+    short = StreamSpec.from_dict(make(lease_ttl="30 seconds"))
+    assert short.lease_ttl == 30.0 and type(short.lease_ttl) is float and lease_ttl(short) == 30.0
+    assert short.to_dict()["lease_ttl"] == 30.0 and StreamSpec.from_dict(short.to_dict()) == short
 
 
 def test_durations_stored_as_float_seconds() -> None:
@@ -626,3 +643,35 @@ def test_bad_assets_name_the_entry(assets: Any, field: str, message: str) -> Non
     err = spec_error(make(assets=assets))
     assert err.field == field
     assert message in str(err)
+
+
+def test_a_lease_ttl_shorter_than_twice_the_control_storages_longest_call_is_refused_before_a_submit() -> None:
+    """A driver's renewal on WebHDFS may hang the connection's connect + read timeouts at each NameNode; half the
+    ttl must exceed that, or a hung renewal could land after the driver gave its lease up (docs/failover.md)."""
+    import types
+
+    from airflow_streaming.control.webhdfs_connection import WebHdfsSettings
+    from airflow_streaming.hooks.planning import lease_ttl_problem
+
+    one = types.SimpleNamespace(settings=WebHdfsSettings(hosts=("nn",), source="connection 'webhdfs_default'"))
+    two = types.SimpleNamespace(settings=WebHdfsSettings(hosts=("nn1", "nn2"), connect_timeout=3, read_timeout=7))
+    local = object()
+    assert lease_ttl_problem(StreamSpec.from_dict(make()), one) is None  # the default: not the spec's choice
+    assert lease_ttl_problem(StreamSpec.from_dict(make(lease_ttl=30)), local) is None  # local files: no timeouts
+    problem = lease_ttl_problem(StreamSpec.from_dict(make(lease_ttl=80)), one)
+    assert problem == ("half of it (40s) must exceed the longest call to the control storage, 40s (the 10s connect "
+                       "and 30s read timeouts of connection 'webhdfs_default', at 1 NameNode(s)): set lease_ttl above "
+                       "80s, or lower the connection's 'connect_timeout'/'timeout' extras")
+    assert lease_ttl_problem(StreamSpec.from_dict(make(lease_ttl=81)), one) is None
+    assert "longest call to the control storage, 20s" in lease_ttl_problem(StreamSpec.from_dict(make(lease_ttl=40)), two)
+    assert lease_ttl_problem(StreamSpec.from_dict(make(lease_ttl=41)), two) is None
+
+
+def test_the_hooks_preflight_refuses_such_a_lease_ttl_naming_the_field(tmp_path) -> None:
+    from airflow_streaming.hooks.streaming_job import SparkStreamHook
+    from airflow_streaming.spec import SpecError
+
+    spec = StreamSpec.from_dict(make(control_location="webhdfs://127.0.0.1:9/ctl", lease_ttl="60 seconds",
+                                     checkpoint_location=str(tmp_path / "ckpt")))
+    with pytest.raises(SpecError, match=r"^lease_ttl: half of it \(30s\) must exceed .* 40s"):
+        SparkStreamHook(spec).preflight()  # before anything is written or started: port 9 is never asked
