@@ -325,7 +325,11 @@ def _cut_from_the_control_storage(partitioned, streams, monkeypatch, heal: str) 
     new_log = Path(hook.driver_log_path(new)).read_text(errors="replace")
     by_old, by_new = committed_by(old_log, checkpoint), committed_by(new_log, checkpoint)
     assert by_old and by_new and not by_old & by_new, (by_old, by_new)  # no batch committed twice
-    assert by_old | by_new == set(commits) and max(by_old) < min(by_new), (by_old, by_new)
+    # The new driver runs on: a batch it logs after the commit files were listed is not among them (seen once
+    # under load, trial d: batch 4). The old driver is gone: every commit it logged is among them.
+    later = {i for i in by_new if i > max(commits)}
+    assert by_old | (by_new - later) == set(commits) and max(by_old) < min(by_new), (by_old, by_new, sorted(commits))
+    by_new -= later
     old_last_commit = max(commits[i] for i in by_old)
     assert old_last_commit < new_lease.acquired_at < min(commits[i] for i in by_new)
     # The cut-off driver stopped itself (half the ttl without renewal) before the new lease was taken.
