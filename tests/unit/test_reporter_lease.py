@@ -40,19 +40,25 @@ class CuttableStorage(LocalStorage):
         return super().delete(path)
 
 
-def test_a_driver_that_gave_its_lease_up_never_renews_it_after_the_storage_comes_back(tmp_path):
-    storage, paths = CuttableStorage(), ControlPaths(str(tmp_path))
+def reporter_of(storage, paths, ttl: float, heartbeat: float):
+    """``(now, reporter, gave_up)``: a reporter of run ``old`` on ``host-b`` holding a lease of ``ttl`` written now,
+    its snapshot loop's thread made (not started: ``attach()`` without Spark), ``gave_up`` set when it stops."""
     now = time.time()
-    lease = Lease("old", 1, None, "host-b", now, now, ttl=2.0)  # half the ttl: 1 s without renewal
+    lease = Lease("old", 1, None, "host-b", now, now, ttl=ttl)
     storage.write_atomic(paths.lease, lease.to_json())
     doc = StatusDocument(stream="s", version="v1", run_id="old", state=contract.RUNNING, pid=1, host="host-b",
                          started_at=now, heartbeat_at=now)
-    reporter = StatusReporter(storage, paths, doc, lease, heartbeat_seconds=0.1)
+    reporter = StatusReporter(storage, paths, doc, lease, heartbeat_seconds=heartbeat)
     gave_up = threading.Event()
     reporter.on_lease_lost = gave_up.set
-    thread = threading.Thread(target=reporter._run, name="status-reporter", daemon=True)  # attach() without Spark
-    reporter._thread = thread
-    thread.start()
+    reporter._thread = threading.Thread(target=reporter._run, name="status-reporter", daemon=True)
+    return now, reporter, gave_up
+
+
+def test_a_driver_that_gave_its_lease_up_never_renews_it_after_the_storage_comes_back(tmp_path):
+    storage, paths = CuttableStorage(), ControlPaths(str(tmp_path))
+    now, reporter, gave_up = reporter_of(storage, paths, ttl=2.0, heartbeat=0.1)  # half the ttl: 1 s unrenewed
+    reporter._thread.start()
     try:
         deadline = time.monotonic() + 10
         while contract.read_lease(storage, paths).renewed_at == now and time.monotonic() < deadline:
@@ -96,17 +102,9 @@ def test_a_renewal_that_hangs_does_not_delay_the_half_ttl_stop(tmp_path):
     the ttl, and the reporter judged the half-ttl rule only after it returned. The watchdog judges it on its own
     clock: the driver stops within half the ttl (+ the watchdog's tick) while the renewal still hangs."""
     storage, paths = HangingStorage(), ControlPaths(str(tmp_path))
-    now = time.time()
-    lease = Lease("old", 1, None, "host-b", now, now, ttl=3.0)  # half the ttl: 1.5 s without renewal
-    storage.write_atomic(paths.lease, lease.to_json())
-    doc = StatusDocument(stream="s", version="v1", run_id="old", state=contract.RUNNING, pid=1, host="host-b",
-                         started_at=now, heartbeat_at=now)
-    reporter = StatusReporter(storage, paths, doc, lease, heartbeat_seconds=0.2)
-    gave_up = threading.Event()
-    reporter.on_lease_lost = gave_up.set
-    loop = threading.Thread(target=reporter._run, name="status-reporter", daemon=True)  # attach() without Spark
+    _, reporter, gave_up = reporter_of(storage, paths, ttl=3.0, heartbeat=0.2)  # half the ttl: 1.5 s unrenewed
+    loop = reporter._thread
     watchdog = threading.Thread(target=reporter._watch_lease, name="lease-watchdog", daemon=True)
-    reporter._thread = loop
     try:
         loop.start()
         watchdog.start()
