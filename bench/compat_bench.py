@@ -56,7 +56,10 @@ def main() -> int:
         t0 = time.monotonic()
         from pyspark.sql import SparkSession
 
+        # No console progress bar: drawn without a newline on stages over 0.5 s (a busy or fresh machine), it ran
+        # into the figure lines printed after it (CI's smoke: "session start" no longer began its line).
         spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
                  .config("spark.sql.shuffle.partitions", "2").getOrCreate())
         session_start = time.monotonic() - t0
         spark.sparkContext.setLogLevel("ERROR")
