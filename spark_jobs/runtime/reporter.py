@@ -146,6 +146,15 @@ class StatusReporter:
         self.doc.spark_ui = spark.sparkContext.uiWebUrl
         self.doc.master = spark.sparkContext.master
         spark.streams.addListener(_Listener(self))
+        self.start()
+
+    def start(self) -> None:
+        """Renew the lease once, then start the snapshot loop and the lease watchdog. The lease was taken before
+        the session started, which may take a minute on a busy machine: the watchdog must judge the half ttl
+        from this renewal, not from the lease's acquisition (it would stop a healthy driver that started slowly);
+        a renewal that fails here is judged like any other (lost: stop; unrenewed for half the ttl: stop)."""
+        with self._lock:
+            self._renew_lease(time.monotonic())
         self._thread = threading.Thread(target=self._run, name="status-reporter", daemon=True)
         self._thread.start()
         threading.Thread(target=self._watch_lease, name="lease-watchdog", daemon=True).start()

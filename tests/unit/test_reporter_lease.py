@@ -122,3 +122,25 @@ def test_a_renewal_that_hangs_does_not_delay_the_half_ttl_stop(tmp_path):
         storage.released.set()
         reporter.close()
         watchdog.join(5)
+
+
+def test_a_driver_whose_session_started_slowly_is_not_stopped_by_the_watchdog(tmp_path):
+    """The lease is taken before the Spark session starts (a minute on a busy machine). Starting the reporter
+    renews it first, so the watchdog judges half the ttl from there, not from the lease's acquisition."""
+    storage, paths = CuttableStorage(), ControlPaths(str(tmp_path))
+    _, reporter, gave_up = reporter_of(storage, paths, ttl=6.0, heartbeat=0.1)  # renewed every 1 s, half: 3 s
+    reporter._lease_ok_at -= 10.0  # the session took longer than the whole ttl to start
+    slow = [1.5]
+
+    def first_snapshot_slow() -> bool:  # the loop's first look at the queries (py4j calls) on a busy JVM
+        time.sleep(slow.pop() if slow else 0)
+        return False
+
+    reporter._snapshot = first_snapshot_slow
+    try:
+        reporter.start()
+        time.sleep(4.0)
+        assert not gave_up.is_set(), reporter.doc.last_exception
+        assert contract.read_lease(storage, paths).renewed_at > reporter.doc.started_at
+    finally:
+        reporter.close()
