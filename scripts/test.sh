@@ -13,11 +13,13 @@ if [ "$#" -gt 0 ] || [ "${AIRFLOW_STREAMING_TEST_SPLIT:-1}" = 0 ]; then
   exec "$VENV/bin/python" -m pytest "$@"
 fi
 others_log="$(mktemp -t airflow-streaming-tests-without-spark.XXXXXX)"
+progress="$(mktemp -t airflow-streaming-spark-progress.XXXXXX)"
+started=$SECONDS
 "$VENV/bin/python" -m pytest -m "not spark" >"$others_log" 2>&1 &
 others=$!
 trap 'kill -INT "$others" 2>/dev/null || true' INT TERM
 set +e
-"$VENV/bin/python" -m pytest -m spark
+AIRFLOW_STREAMING_TEST_PROGRESS="$progress" "$VENV/bin/python" -m pytest -m spark
 spark_rc=$?
 wait "$others"
 others_rc=$?
@@ -26,5 +28,12 @@ echo
 echo "=============== the tests that start no Spark (run beside the Spark tests) ==============="
 cat "$others_log"
 rm -f "$others_log"
-echo "Spark tests: exit $spark_rc; tests without Spark: exit $others_rc"
+# Last, where a CI excerpt of the output's end shows it: the Spark session's own account, which survives a run
+# stopped at the time limit (pytest then prints no durations): its slowest tests and the one still running.
+echo
+echo "=============== the Spark session, from its progress file ($(grep -c '^end ' "$progress") tests ended) ==============="
+grep '^end ' "$progress" | sort -k2,2 -g -r | head -25 | awk '{printf "%8.1fs %s\n", $2, $3}'
+awk '$1 == "start" {running[$3] = $2} $1 == "end" {delete running[$3]} END {for (t in running) print "still running (started " running[t] "): " t}' "$progress"
+rm -f "$progress"
+echo "Spark tests: exit $spark_rc; tests without Spark: exit $others_rc; $(( (SECONDS - started) / 60 )) min"
 [ "$spark_rc" = 0 ] && [ "$others_rc" = 0 ]

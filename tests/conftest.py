@@ -31,6 +31,8 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 from streams import StreamRegistry  # noqa: E402
 
+pytest_plugins = ["progress_log"]  # a line per test ended, for a run stopped at CI's time limit
+
 
 @pytest.fixture
 def streams(tmp_path):
