@@ -17,9 +17,9 @@ takeover (see "Trial (d)" below). Both run one body, :func:`_cut_from_the_contro
   itself would stop its commits and prove nothing about the lease.
 
 While the stream runs and is fed, B's packets to and from A are DROPPED (iptables in B's network
-namespace; ``ip link set down`` where iptables is missing) for longer than the lease's ttl (the default,
-120 s: ``airflow_streaming.hooks.planning.lease_ttl``; a shorter spec ``lease_ttl`` is refused on this storage, whose
-calls may hang 10 + 30 s: see ``docs/failover.md``). Meanwhile host A runs supervisor passes (the
+namespace; ``ip link set down`` where iptables is missing) for longer than the lease's ttl (the spec's
+``lease_ttl``, 90 s: the shortest this storage accepts in steps of 30 s - its calls may hang 10 + 30 s, and half
+the ttl must exceed that, see ``docs/failover.md``; the default is 120 s). Meanwhile host A runs supervisor passes (the
 reconcile core) every few seconds; once the lease is stale the pass restarts the stream, and the new
 driver runs on A. Then the link is healed.
 
@@ -31,7 +31,7 @@ one's; after the heal the old driver's processes exit and do not come back, the 
 name the new run (the old driver's delayed writes do not land over them); the sink holds what was fed exactly
 once. The cut-off driver's PROCESS may outlive the ttl (its exit path retries the unreachable storage): that is
 allowed, its queries are stopped. Bound: the stream commits again within ttl + 90 s of the cut (printed with
-the other timings as ``PARTITION TRIAL (a)``). The ttl sets the test's length (~2.5 min).
+the other timings as ``PARTITION TRIAL (a)``). The ttl sets the test's length (~2 min).
 
 Trial (d), ``heal="mid_takeover"``: the same cut, healed at the most dangerous moment of the takeover - the
 cut-off driver (its query stopped at half the ttl, its process possibly alive and retrying the storage) gets
@@ -80,6 +80,8 @@ from webhdfs_standin import PREFIX, WebHdfsStandIn
 pytestmark = pytest.mark.spark
 
 POLICY = RestartPolicy(max_attempts=3, backoff_initial_s=1, backoff_max_s=5)
+#: The spec's lease ttl: the trials wait it out, so it sets their length (the default, 120 s, adds half a minute each).
+LEASE_TTL_S = 90.0
 #: The stream must commit again within this many seconds after the lease ttl, counted from the cut.
 RESUME_BOUND_AFTER_TTL_S = 90.0
 
@@ -208,7 +210,7 @@ def _cut_from_the_control_storage(partitioned, streams, monkeypatch, heal: str) 
     trial = "a" if heal == "after_resume" else "d"
     began = time.monotonic()
     a_ip, b_ip, b, nn, stack = partitioned
-    spec = streams.etl_spec(control_location=f"{nn.uri}/control", master="local[1]")
+    spec = streams.etl_spec(control_location=f"{nn.uri}/control", master="local[1]", lease_ttl=LEASE_TTL_S)
     hook = streams.hook(spec)
     inp, out = streams.path("input", "etl"), streams.path("output", "etl")
     checkpoint = Path(spec.checkpoint_location)
@@ -225,7 +227,7 @@ def _cut_from_the_control_storage(partitioned, streams, monkeypatch, heal: str) 
     lease = contract.read_lease(hook.storage, hook.paths)
     assert (lease.run_id, lease.host) == (old, HOST_B), lease
     ttl = lease.ttl
-    assert ttl == 120.0, ttl  # the default
+    assert ttl == LEASE_TTL_S, ttl  # the spec's
     wait_for(lambda: set(read_etl_output(out).event_ids) >= {i for f in fed for i in f.event_ids}, 120,
              "phase 1 in the output")
     old_procs = processes_of(old)

@@ -45,7 +45,10 @@ def test_a_stateful_stream_on_this_line_is_watched_stopped_read_and_gated(stream
     out = streams.path("output", "signals")
     args = ["--input", streams.path("input", "signals"), "--output", out, "--window", "1 minute",
             "--watermark", "30 seconds"]
-    spec = streams.spec("signals", "device_signals", args, spark_runtime=release)
+    # The check is that the rules read this line's progress, not the machine's speed: a batch may take up to 3
+    # triggers (under the suite's load a 1 s trigger's batches took ~1.2 s: FALLING_BEHIND, a correct reading).
+    spec = streams.spec("signals", "device_signals", args, spark_runtime=release,
+                        health={"batch_duration_factor": 3.0})
     hook = streams.hook(spec)
     record = stream_actions.submit(hook)
     hook.wait_until_ready(record)
