@@ -6,12 +6,14 @@ starts, and the submitting environment. Nothing here starts or writes anything.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from airflow_streaming.application_source import driver_argument, is_fetched, local_path
 from airflow_streaming.exceptions import ApplicationNotFoundError, JavaNotFoundError
@@ -85,16 +87,25 @@ def redacting_log_options(spec: StreamSpec, environ: dict[str, str] | os._Enviro
     return f"{current} -Dlog4j2.configurationFile={DRIVER_LOG4J2.as_uri()}".strip()
 
 
+def _longest_call(storage: object) -> tuple[float, Any] | None:
+    """``(seconds, settings)``: how long one call to a WebHDFS control storage may hang - its connect and read
+    timeouts at each NameNode; ``None`` for a storage without such settings (local or mounted files)."""
+    settings = getattr(storage, "settings", None)
+    if settings is None:
+        return None
+    return (settings.connect_timeout + settings.read_timeout) * max(1, len(settings.hosts)), settings
+
+
 def lease_ttl_problem(spec: StreamSpec, storage: object) -> str | None:
     """Why the spec's own ``lease_ttl`` cannot be honoured on its control storage, ``None`` when it can (or when
-    the spec keeps the default). A driver stops itself once its lease went half a ttl unrenewed, and a renewal
-    of a lease on WebHDFS may hang for the connection's connect and read timeouts at each NameNode: a call still
-    in flight past half the ttl (a dropped route that heals late) could renew a lease the driver has given up.
-    So half the ttl must exceed the longest such call."""
-    settings = getattr(storage, "settings", None)
-    if spec.lease_ttl is None or settings is None:
+    the spec keeps the default, which :func:`lease_ttl` lengthens as needed). A driver stops itself once its
+    lease went half a ttl unrenewed, and a renewal of a lease on WebHDFS may hang for the connection's connect
+    and read timeouts at each NameNode: a call still in flight past half the ttl (a dropped route that heals
+    late) could renew a lease the driver has given up. So half the ttl must exceed the longest such call."""
+    longest = _longest_call(storage)
+    if spec.lease_ttl is None or longest is None:
         return None
-    worst = (settings.connect_timeout + settings.read_timeout) * max(1, len(settings.hosts))
+    worst, settings = longest
     if spec.lease_ttl / 2 > worst:
         return None
     return (f"half of it ({spec.lease_ttl / 2:g}s) must exceed the longest call to the control storage, {worst:g}s "
@@ -103,10 +114,18 @@ def lease_ttl_problem(spec: StreamSpec, storage: object) -> str | None:
             f"{2 * worst:g}s, or lower the connection's 'connect_timeout'/'timeout' extras")
 
 
-def lease_ttl(spec: StreamSpec) -> float:
-    """The driver lease's ttl: the spec's ``lease_ttl``, by default long enough for a NameNode failover and at
-    least 12 heartbeats."""
-    return spec.lease_ttl if spec.lease_ttl is not None else max(120.0, 12 * spec.heartbeat_interval)
+def lease_ttl(spec: StreamSpec, storage: object = None) -> float:
+    """The driver lease's ttl: the spec's ``lease_ttl``; by default long enough for a NameNode failover and at
+    least 12 heartbeats - ``max(120, 12 x heartbeat)`` - and, on a WebHDFS ``storage`` whose longest call
+    (:func:`lease_ttl_problem`'s rule) reaches half of that, the next 10 s above twice that call (170 s for
+    two NameNodes at the default 10 s + 30 s timeouts)."""
+    if spec.lease_ttl is not None:
+        return spec.lease_ttl
+    ttl = max(120.0, 12 * spec.heartbeat_interval)
+    longest = _longest_call(storage)
+    if longest is not None and ttl / 2 <= longest[0]:
+        ttl = float(math.floor(2 * longest[0] / 10) * 10 + 10)
+    return ttl
 
 
 class PlanningMixin:
@@ -167,7 +186,7 @@ class PlanningMixin:
             "--control-dir", spec.control_dir, "--checkpoint", spec.checkpoint_location,
             *self.application_argument(),
             "--trigger-seconds", str(spec.trigger_interval), "--heartbeat-seconds", str(spec.heartbeat_interval),
-            "--lease-ttl", str(lease_ttl(spec)),
+            "--lease-ttl", str(lease_ttl(spec, self.storage.unguarded)),
             *(["--standby"] if standby else []),
             *(["--failover", *self.master_word_args()] if standby and failover else []),
             *(["--gate-only", *([] if gate else ["--gate-no-dry-run"])] if gate is not None else []),

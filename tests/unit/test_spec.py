@@ -667,6 +667,26 @@ def test_a_lease_ttl_shorter_than_twice_the_control_storages_longest_call_is_ref
     assert lease_ttl_problem(StreamSpec.from_dict(make(lease_ttl=41)), two) is None
 
 
+def test_the_default_lease_ttl_grows_above_twice_the_control_storages_longest_call() -> None:
+    """The default ttl (``max(120, 12 x heartbeat)``) obeys the rule an explicit one must obey: with two NameNodes
+    at the default 10 s + 30 s timeouts one call may hang 80 s, more than the default's half (60 s): 170 s then."""
+    import types
+
+    from airflow_streaming.control.webhdfs_connection import WebHdfsSettings
+    from airflow_streaming.hooks.planning import lease_ttl, lease_ttl_problem
+
+    default = StreamSpec.from_dict(make())
+    one = types.SimpleNamespace(settings=WebHdfsSettings(hosts=("nn",)))
+    two = types.SimpleNamespace(settings=WebHdfsSettings(hosts=("nn1", "nn2")))
+    short = types.SimpleNamespace(settings=WebHdfsSettings(hosts=("nn1", "nn2"), connect_timeout=3, read_timeout=7))
+    assert lease_ttl(default) == lease_ttl(default, object()) == lease_ttl(default, one) == 120.0
+    assert lease_ttl(default, two) == 170.0 and 170.0 / 2 > 80
+    assert lease_ttl(default, short) == 120.0
+    assert lease_ttl(StreamSpec.from_dict(make(heartbeat_interval="20s")), two) == 240.0  # 12 heartbeats already
+    assert lease_ttl(StreamSpec.from_dict(make(lease_ttl=81)), two) == 81.0  # the spec's own: refused, not changed
+    assert lease_ttl_problem(StreamSpec.from_dict(make(lease_ttl=81)), two) is not None
+
+
 def test_the_hooks_preflight_refuses_such_a_lease_ttl_naming_the_field(tmp_path) -> None:
     from airflow_streaming.hooks.streaming_job import SparkStreamHook
     from airflow_streaming.spec import SpecError
@@ -675,3 +695,23 @@ def test_the_hooks_preflight_refuses_such_a_lease_ttl_naming_the_field(tmp_path)
                                      checkpoint_location=str(tmp_path / "ckpt")))
     with pytest.raises(SpecError, match=r"^lease_ttl: half of it \(30s\) must exceed .* 40s"):
         SparkStreamHook(spec).preflight()  # before anything is written or started: port 9 is never asked
+
+
+def test_the_driver_is_started_with_the_storage_aware_default_ttl(tmp_path, monkeypatch) -> None:
+    """The ttl a driver gets on its command line is :func:`lease_ttl` of its hook's own control storage."""
+    import dataclasses
+
+    from airflow_streaming.hooks.streaming_job import SparkStreamHook
+
+    spec = StreamSpec.from_dict(make(control_location="webhdfs://127.0.0.1:9/ctl", master="local[1]",
+                                     checkpoint_location=str(tmp_path / "ckpt")))
+    hook = SparkStreamHook(spec)
+    storage = hook.storage.unguarded
+
+    def ttl() -> str:
+        args = hook.launch_plan("r1").runtime_args
+        return args[args.index("--lease-ttl") + 1]
+
+    assert ttl() == "120.0"  # one NameNode: a call hangs at most 40 s, under the default's half
+    monkeypatch.setattr(storage, "settings", dataclasses.replace(storage.settings, hosts=("nn1", "nn2")))
+    assert ttl() == "170.0"
