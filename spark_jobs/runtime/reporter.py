@@ -416,7 +416,9 @@ class StatusReporter:
         while not self._stop.wait(0.5):
             unrenewed = time.monotonic() - self._lease_ok_at
             if not self._lease_gone and unrenewed > self.lease.ttl / 2:
-                self._give_up_lease(unrenewed, "The storage has not answered the renewal (the watchdog's word).")
+                self._give_up_lease(unrenewed, (
+                    "No renewal has completed (the watchdog's word): the storage has not answered, or the reporter's "
+                    "loop is stuck - other hosts cannot tell which."))
 
     def _run(self) -> None:
         next_heartbeat = 0.0
