@@ -8,7 +8,6 @@ when it is out of date.
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,19 +45,52 @@ def _spanned(state: dict[str, object]) -> bool:
     return not state.get("restart_finished") or state.get("status") in (None, RunStatus.FINISHED)
 
 
-def _states(prefix: dict[str, object], rest: list[str]) -> Iterator[dict[str, object]]:
-    """Every spanned state that extends ``prefix`` over the dimensions ``rest``."""
-    switch = "restart_finished" in rest
-    others = [n for n in rest if n != "restart_finished"]
-    for values in itertools.product(*(AXES[n] for n in others)):
-        state = {**prefix, **dict(zip(others, values))}
-        if not switch:
-            if _spanned(state):
-                yield state
+class _Unread(BaseException):  # not an Exception: nothing in decide() may catch it
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class _Partial:
+    """An observation and a policy in one, with only some dimensions fixed: reading another one raises
+    :class:`_Unread` (the ``run_id``, ``step`` and ``detail`` of the table's states read as :func:`_decide`'s)."""
+
+    __slots__ = ("values",)
+    _OTHERS = {"run_id": "R", "step": None, "detail": ""}
+
+    def __init__(self, values: dict[str, object]) -> None:
+        self.values = values
+
+    def __getattr__(self, name: str) -> object:
+        if name in self.values:
+            return self.values[name]
+        if name in AXES:
+            raise _Unread(name)
+        return self._OTHERS[name]
+
+
+def _paths(prefix: dict[str, object]) -> Iterator[tuple[dict[str, object], Decision]]:
+    """``(the dimensions it read, decision)`` for every way :func:`decide` can go over the spanned states that
+    extend ``prefix``: it is run with the dimensions it has read so far fixed, and each one it reads next is
+    split on (all of its values). decide() is pure, so a path stands for every state that agrees with it on
+    what it read: together they cover every state, exactly, in ~1,500 calls instead of one per state (~8 M)."""
+    stack = [dict(prefix)]
+    while stack:
+        values = stack.pop()
+        partial = _Partial(values)
+        try:
+            d = decide(partial, partial)  # type: ignore[arg-type]  # reads attributes only (checked below)
+        except _Unread as unread:
+            stack.extend({**values, unread.name: v} for v in reversed(AXES[unread.name]))
             continue
-        yield {**state, "restart_finished": False}
-        if state["status"] == RunStatus.FINISHED:
-            yield {**state, "restart_finished": True}
+        if not _spanned(values):
+            continue
+        # The same on a real observation and policy (one of the path's states): a decide() that did more
+        # than read attributes (an isinstance, a replace) would fail here instead of making a wrong table.
+        real = _decide({**{n: AXES[n][0] for n in AXES}, **values})
+        if _key(real) != _key(d):
+            raise RuntimeError(f"decide() is not a function of the dimensions it reads: {values}: {real} != {d}")
+        yield values, d
 
 
 def state_count() -> int:
@@ -81,8 +113,7 @@ def rows() -> list[tuple[dict[str, object], Decision]]:
     def walk(prefix: dict[str, object]) -> None:
         rest = [n for n in names if n not in prefix]
         decisions = {}
-        for state in _states(prefix, rest):
-            d = _decide(state)
+        for _, d in _paths(prefix):
             decisions.setdefault(_key(d), d)
             if len(decisions) > 1:
                 break
