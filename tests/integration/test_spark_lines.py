@@ -1,6 +1,6 @@
 """The driver side on another Spark line: deploy, health, graceful stop, checkpoint reading and the gate.
 
-For each release in ``AIRFLOW_STREAMING_TEST_SPARK_LINES`` (comma-separated; default ``4.1.1``; each a
+For each release in ``AIRFLOW_STREAMING_TEST_SPARK_LINES`` (comma-separated; none by default; each a
 runtime built once on this host, ``airflow_streaming.spark_runtime``), one stateful stream runs the bundled
 ``device_signals`` on that release and the provider's Airflow side (on the installed Spark) watches it:
 
@@ -11,9 +11,11 @@ runtime built once on this host, ``airflow_streaming.spark_runtime``), one state
 - a restart on the same release continues from the next batch, and the sink holds every closed window
   exactly once.
 
-The suite's two lines are checked elsewhere too (3.5 and the installed 4.x: ``test_spark_runtime_upgrade.py``);
-this module adds a third in every run (4.1) and is how the support matrix's other lines were checked by hand
-(docs/spark-runtimes.md).
+The suite's two lines are checked elsewhere (3.5 and the installed 4.x: ``test_spark_runtime_upgrade.py``,
+``test_spark_runtimes.py``); this module is how the support matrix's other lines (4.0, 4.1) are checked, by
+hand (docs/spark-runtimes.md): ``AIRFLOW_STREAMING_TEST_SPARK_LINES=4.0.1,4.1.1 ./scripts/test.sh
+tests/integration/test_spark_lines.py``. Not in every run since 2026-11-28: a third line cost the suite ~3
+minutes and a runtime build, and the suite no longer fitted CI's time limit.
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ import stream_actions
 
 pytestmark = pytest.mark.spark
 
-#: The suite checks one more line than its two (3.5 and the installed 4.x); by hand, any: 4.0.1,4.1.1,3.5.7.
-LINES = [v.strip() for v in os.environ.get("AIRFLOW_STREAMING_TEST_SPARK_LINES", "4.1.1").split(",") if v.strip()]
+#: The lines to check besides the suite's two (3.5 and the installed 4.x), by hand: any of 4.0.1,4.1.1,3.5.7.
+LINES = [v.strip() for v in os.environ.get("AIRFLOW_STREAMING_TEST_SPARK_LINES", "").split(",") if v.strip()]
 
 
-@pytest.mark.parametrize("release", LINES)
+@pytest.mark.parametrize("release", LINES or [pytest.param(None, marks=pytest.mark.skip(
+    reason="by hand: AIRFLOW_STREAMING_TEST_SPARK_LINES=4.0.1,4.1.1 (docs/spark-runtimes.md)"))])
 def test_a_stateful_stream_on_this_line_is_watched_stopped_read_and_gated(streams, release):
     from airflow_streaming.spark_runtime import line_of, resolve_runtime
 
