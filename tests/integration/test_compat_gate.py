@@ -103,8 +103,11 @@ with DAG("{dag_id}", schedule=None, start_date=datetime(2026, 1, 1)):
 
 
 @pytest.mark.airflow
-@pytest.mark.parametrize("application, version, passes", [("device_signals_v2", "v2", True),
-                                                          ("events_etl", "v3", False)])
+@pytest.mark.parametrize("application, version, passes", [
+    ("device_signals_v2", "v2", True),
+    pytest.param("events_etl", "v3", False, marks=pytest.mark.long(
+        covered_by="tests/integration/test_compat_gate.py::"
+                   "test_upgrade_operator_refuses_an_incompatible_version_and_touches_nothing"))])
 def test_operator_gates_the_task_under_airflow_dags_test(signals, airflow_db, tmp_path, application, version, passes):
     args = signals["args"] if application.startswith("device_signals") else [
         "--input", str(signals["root"] / "in"), "--output", str(signals["root"] / "etl"),

@@ -113,6 +113,7 @@ def prepare_standby(hook) -> str:
     return standby.run_id
 
 
+@pytest.mark.long(covered_by="bench/cross_host_bench.py --smoke")
 def test_a_client_driver_on_another_host_killed_is_taken_over_on_the_masters_word(streams, tmp_path):
     with standalone_cluster(cluster_dir(tmp_path), cores=2, memory="3g") as cluster:
         hook, fed, out, b = active_and_standby(streams, cluster, "xhost")

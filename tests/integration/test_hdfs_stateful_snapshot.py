@@ -66,6 +66,7 @@ def state_files(root: str) -> set[str]:
             for f in fs if _DATA.match(f)}
 
 
+@pytest.mark.long(covered_by="tests/integration/test_hdfs_upgrade_rollback.py::test_upgrade_rollback_with_control_and_checkpoint_on_webhdfs")
 def test_stateful_hdfs_checkpoint_snapshot_rollback_and_restart(nn, streams, tmp_path):
     inp, sink = streams.path("input", "signals"), "/out/signals"
     spec = streams.spec(

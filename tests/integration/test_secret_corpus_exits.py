@@ -101,7 +101,10 @@ def leaks_in(text: str) -> list[str]:
     return [f"{s[:4]}..." for s in SECRETS if s in text]
 
 
-@pytest.fixture(params=["local", "standalone-cluster"])
+@pytest.fixture(params=[pytest.param("local", marks=pytest.mark.long(
+    covered_by="tests/integration/test_secrets_off_command_line.py::"
+               "test_the_secret_corpus_reaches_the_driver_but_no_proc_file_of_its_processes_nor_its_log")),
+    "standalone-cluster"])
 def target(request, tmp_path):
     """The target's spec fields; the standalone cluster (master with REST, a worker) is stopped by pid."""
     if request.param == "local":

@@ -34,6 +34,7 @@ def _status(ctl: Path) -> dict | None:
         return None
 
 
+@pytest.mark.long(covered_by="tests/integration/test_spark_runtime_upgrade.py::test_stateful_stream_moves_from_spark_35_to_4x_keeps_state_rolls_back_to_its_old_runtime_and_refuses_a_downgrade")
 def test_launcher_runs_a_stateful_bundled_job_on_spark_35_and_stops_it_gracefully(tmp_path):
     rt = runtime(SPARK_35)
     ctl, ckpt, inp, out = tmp_path / "ctl", tmp_path / "ckpt", tmp_path / "in", tmp_path / "out"

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.spark
 POLICY = RestartPolicy(max_attempts=3, backoff_initial_s=1, backoff_max_s=5)
 
 
+@pytest.mark.long(covered_by="tests/integration/test_kill_and_replay.py::test_stop_timeout_kills_then_restart_replays_the_batch_exactly_once")
 def test_driver_killed_mid_batch_is_restarted_from_its_checkpoint_exactly_once(streams):
     inp, out = streams.path("input", "sup"), streams.path("output", "sup")
     spec = streams.spec("sup", "events_etl", ["--input", inp, "--output", out, "--quarantine",
