@@ -198,7 +198,6 @@ def test_a_driver_cut_from_the_control_storage_stops_itself_and_the_supervisor_r
     _cut_from_the_control_storage(partitioned, streams, monkeypatch, heal="after_resume")
 
 
-@pytest.mark.long(covered_by="tests/integration/test_partition_trials.py::test_a_driver_cut_from_the_control_storage_stops_itself_and_the_supervisor_restarts_it")
 def test_d_a_partition_that_heals_in_the_middle_of_the_takeover(partitioned, streams, monkeypatch):
     _cut_from_the_control_storage(partitioned, streams, monkeypatch, heal="mid_takeover")
 

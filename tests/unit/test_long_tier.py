@@ -77,7 +77,7 @@ def check_covered_by(covered_by: str | None) -> str | None:
 def test_every_long_mark_names_a_suite_test_or_bench_smoke_that_exists():
     files = sorted(TESTS.rglob("test_*.py"))
     marks = [(f, line, covered) for f in files for line, covered in long_marks(f)]
-    assert len(marks) >= 8, marks  # the tier as of this writing; fewer means this scan stopped finding them
+    assert len(marks) >= 7, marks  # the tier as of this writing; fewer means this scan stopped finding them
     problems = [f"{f.relative_to(ROOT)}:{line}: {why}" for f, line, covered in marks
                 if (why := check_covered_by(covered))]
     assert problems == [], "\n".join(problems)
@@ -91,8 +91,8 @@ def test_the_check_refuses_what_would_let_a_kind_leave_the_suite(tmp_path):
     assert "expected" in check_covered_by("test_soak.py")
     assert "through its smoke" in check_covered_by("bench/cross_host_bench.py")
     assert "has no smoke" in check_covered_by("bench/harness.py --smoke")
-    long_test = ("tests/integration/test_partition_trials.py::"
-                 "test_d_a_partition_that_heals_in_the_middle_of_the_takeover")
+    long_test = ("tests/integration/test_hdfs_stateful_snapshot.py::"
+                 "test_stateful_hdfs_checkpoint_snapshot_rollback_and_restart")
     assert "itself in the long tier" in check_covered_by(long_test)
     assert check_covered_by(f"{here}::test_every_long_mark_names_a_suite_test_or_bench_smoke_that_exists") is None
     # A bare mark, and one whose covered_by is not a literal, are found and refused.
