@@ -11,6 +11,8 @@ Every reason carries the numbers behind it. Plain Python: no Airflow, no Spark.
 from __future__ import annotations
 
 import functools
+import math
+import operator
 import statistics
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -128,9 +130,23 @@ def _num(value: Any) -> float | None:
     return f if f == f else None  # NaN -> None
 
 
-def _progress(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _progress(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[float]]:
+    """Every query's reports, oldest first (by timestamp, then batch id), and each one's timestamp (0.0: none),
+    read once for the verdict's windows."""
     items = [p for q in doc.get("queries") or [] for p in (q.get("recent_progress") or []) if isinstance(p, dict)]
-    return sorted(items, key=lambda p: (_ts(p) or 0.0, p.get("batchId", 0)))
+    keyed = sorted([(_ts(p) or 0.0, p.get("batchId", 0), p) for p in items], key=operator.itemgetter(0, 1))
+    return [k[2] for k in keyed], [k[0] for k in keyed]
+
+
+def _since(progress: list[dict[str, Any]], stamps: list[float], start: float) -> list[dict[str, Any]]:
+    """The reports stamped at or after ``start``."""
+    return [p for p, ts in zip(progress, stamps) if ts >= start]
+
+
+def _mean(values: list[float]) -> float:
+    """``statistics.fmean`` of a non-empty list (the same ``math.fsum(values) / len(values)``, without its
+    counting iterator: a verdict takes two means a poll, a triggerer a thousand polls a few seconds)."""
+    return math.fsum(values) / len(values)
 
 
 def _round(x: float | None, digits: int = 2) -> float | None:
@@ -169,7 +185,7 @@ def evaluate(
     exit_info = doc.get("exit") or {}
     error = doc.get("last_exception") or {}
     heartbeat_age = now - float(doc.get("heartbeat_at") or 0.0)
-    progress = _progress(doc)
+    progress, stamps = _progress(doc)
     metrics = _metrics(doc, progress, now)
     metrics["heartbeat_age_s"] = _round(heartbeat_age)
     metrics["trigger_interval_s"] = trigger_interval
@@ -207,7 +223,10 @@ def evaluate(
         reason = Reason("HEARTBEAT_MISSING", f"no heartbeat for {heartbeat_age:.0f}s (limit {hb_timeout:.0f}s)",
                         {"heartbeat_age_s": _round(heartbeat_age), "limit_s": hb_timeout})
         return verdict(HealthState.STALLED if driver_alive else HealthState.UNKNOWN, reason)
-    warnings = tuple(_warnings(progress, metrics, t, now, trigger_interval)) + _storage_warning(doc, now, t, trigger_interval)
+    window = t.window(trigger_interval)
+    recent = _since(progress, stamps, now - window)
+    warnings = tuple(_warnings(recent or progress[-t.min_batches:], metrics, t)) + _storage_warning(
+        doc, now, t, trigger_interval)
     # Per query: a trigger active with no batch of that query completed for too long. Checked before
     # "starting", so a first batch that hangs is STALLED, not "starting" forever.
     stall_after = t.stall_after(trigger_interval)
@@ -233,13 +252,10 @@ def evaluate(
     if state in ("STARTING", None) or not doc.get("ready"):
         return verdict(HealthState.UNKNOWN, Reason("STARTING", "driver starting: no progress reported yet"))
 
-    window = t.window(trigger_interval)
-
-    recent = [p for p in progress if (_ts(p) or 0.0) >= now - window]
     with_data = [p for p in recent if (_num(p.get("numInputRows")) or 0) > 0]
     if with_data and len(with_data) >= t.min_batches:
-        input_rate = statistics.fmean(_num(p.get("inputRowsPerSecond")) or 0.0 for p in with_data)
-        processed_rate = statistics.fmean(_num(p.get("processedRowsPerSecond")) or 0.0 for p in with_data)
+        input_rate = _mean([_num(p.get("inputRowsPerSecond")) or 0.0 for p in with_data])
+        processed_rate = _mean([_num(p.get("processedRowsPerSecond")) or 0.0 for p in with_data])
         durations = [(_num((p.get("durationMs") or {}).get("triggerExecution")) or 0.0) / 1000 for p in with_data]
         median_duration = statistics.median(durations)
         reasons = []
@@ -295,11 +311,10 @@ def _storage_warning(doc: dict[str, Any], now: float, t: HealthThresholds, trigg
                    {"count": errors.get("count"), "seconds_ago": _round(now - at)}),)
 
 
-def _warnings(progress: list[dict[str, Any]], metrics: dict[str, Any], t: HealthThresholds, now: float,
-              trigger_interval: float) -> list[Reason]:
+def _warnings(recent: list[dict[str, Any]], metrics: dict[str, Any], t: HealthThresholds) -> list[Reason]:
+    """The warnings over ``recent``: the reports of the verdict's window, or the newest ``min_batches`` when
+    the window holds none."""
     out: list[Reason] = []
-    window = t.window(trigger_interval)
-    recent = [p for p in progress if (_ts(p) or 0.0) >= now - window] or progress[-t.min_batches:]
     if len(recent) >= 2:
         first_rows = sum(int(op.get("numRowsTotal") or 0) for op in recent[0].get("stateOperators") or [])
         last_rows = sum(int(op.get("numRowsTotal") or 0) for op in recent[-1].get("stateOperators") or [])

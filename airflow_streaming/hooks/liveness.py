@@ -144,7 +144,7 @@ class LivenessMixin:
         alive: bool | None = None
         liveness_note = None
         try:
-            record = self.driver_record()
+            record = self._polled_driver_record()
         except (ControlFileError, StorageError) as exc:
             record = None
             unreadable = unreadable or f"driver record: {exc}"
@@ -175,6 +175,21 @@ class LivenessMixin:
         if verdict.stream is None:
             verdict = dataclasses.replace(verdict, stream=self.spec.name)
         return verdict
+
+    def _polled_driver_record(self) -> DriverRecord | None:
+        """``driver.json`` for a health poll: read at every poll, parsed again only when its bytes changed (the
+        hook of a watched stream is reused across its polls, :func:`~airflow_streaming.spec_hooks.hook_for`,
+        and a record changes once a run). Errors as for :meth:`driver_record`."""
+        path = self.paths.driver
+        raw = self._read("driver.json", lambda: self.storage.read_bytes(path))
+        if raw is None:
+            return None
+        kept = self.__dict__.get("_polled_record")
+        if kept is not None and kept[0] == path and kept[1] == raw:
+            return kept[2]
+        record = DriverRecord.from_json(path, raw)
+        self.__dict__["_polled_record"] = (path, raw, record)
+        return record
 
     def cluster_app_state(self, app_id: str | None) -> Any:
         """The standalone master's view of the stream's application (``None`` if not applicable/reachable)."""

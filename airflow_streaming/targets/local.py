@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +33,8 @@ import psutil
 
 from airflow_streaming import run_as, secret_handoff
 from airflow_streaming.control.contract import DriverRecord
-from airflow_streaming.control.process import ProcessIdentity, has_token, process_start_time, settled_cmdline
+from airflow_streaming.control.process import (START_TIME_TOLERANCE_S, ProcessIdentity, has_token, process_start_time,
+                                               settled_cmdline)
 from airflow_streaming.exceptions import ApplicationNotFoundError
 from airflow_streaming.properties_file import forget_properties_file
 from airflow_streaming.pyspark_install import spark_submit_missing
@@ -98,6 +100,38 @@ def _running(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+class _VerifiedDrivers:
+    """The recorded spark-submit processes :meth:`LocalTarget.state` has proven to be a stream's driver, by
+    ``(pid, recorded start time, run id, stream, control directory)``: while a process with that pid and start
+    time lives it is the same process (a recycled pid has another start time), so a later poll needs only its
+    start time (one read of ``/proc/<pid>/stat``), not its command line again. An observation only: a kill
+    proves the identity anew (:meth:`LocalTarget.kill`). Bounded (oldest first out), shared by the threads of
+    a triggerer's polls."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._known: dict[tuple[Any, ...], None] = {}
+        self._lock = threading.Lock()
+
+    def seen(self, key: tuple[Any, ...]) -> bool:
+        return key in self._known
+
+    def add(self, key: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._known[key] = None
+            while len(self._known) > self._size:
+                del self._known[next(iter(self._known))]
+
+
+_VERIFIED = _VerifiedDrivers()
+
+
+def _same_process(pid: int, start_time: float | None) -> bool:
+    """Whether ``pid`` still runs the process that started at ``start_time`` (seconds after boot)."""
+    actual = process_start_time(pid)
+    return actual is not None and start_time is not None and abs(actual - start_time) < START_TIME_TOLERANCE_S
 
 
 class LocalTarget(DriverTarget):
@@ -205,9 +239,13 @@ class LocalTarget(DriverTarget):
         identity = record.local_identity()
         why = "no spark-submit pid recorded"
         if identity is not None:
+            known = (identity.pid, identity.start_time, record.run_id, self.stream, self.paths.root)
+            if _VERIFIED.seen(known) and _same_process(identity.pid, identity.start_time):
+                return DriverState(Liveness.ALIVE, f"spark-submit pid {identity.pid} of run {record.run_id} is alive")
             ok, why, cmdline = identity.check_cmdline()  # one read of /proc for both questions
             problem = self.command_problem(record.run_id, cmdline or []) if ok else None
             if ok and problem is None:
+                _VERIFIED.add(known)
                 return DriverState(Liveness.ALIVE, f"spark-submit pid {identity.pid} of run {record.run_id} is alive")
         # The JVM or the Python driver may outlive spark-submit (and still hold the lease).
         refused: list[str] = []

@@ -40,3 +40,37 @@ def test_unreadable_status_document_is_unknown_with_the_reason(hook, content, ex
 def test_no_status_yet_is_unknown(hook):
     verdict = hook.health()
     assert verdict.state.value == "UNKNOWN" and verdict.reasons[0].code == "NO_STATUS"
+
+
+def test_a_polls_driver_record_is_parsed_again_only_when_its_bytes_change(hook, monkeypatch):
+    """Issue 37: a watched stream's hook parses ``driver.json`` once per content, not once a poll; a new
+    record, or garbage in its place, is never served from the previous parse."""
+    import socket
+    import time
+
+    from airflow_streaming.control import contract
+    from airflow_streaming.control.contract import DriverRecord
+
+    def write(run_id: str) -> None:
+        record = DriverRecord(run_id=run_id, stream="s1", version="v1", application="events_etl",
+                              host=socket.gethostname(), command="spark-submit", log_path="", submitted_at=time.time(),
+                              checkpoint_location=hook.spec.checkpoint_location, handle={})
+        with open(hook.paths.driver, "wb") as fh:
+            fh.write(record.to_json())
+
+    parses: list[str] = []
+    real = DriverRecord.from_json.__func__
+    monkeypatch.setattr(DriverRecord, "from_json", classmethod(lambda cls, path, data: parses.append(path)
+                                                                or real(cls, path, data)))
+    write("run-1")
+    for _ in range(3):
+        hook.health()
+    assert len(parses) == 1
+    assert hook._polled_driver_record().run_id == "run-1" and len(parses) == 1
+    write("run-2")
+    assert hook._polled_driver_record().run_id == "run-2" and len(parses) == 2
+    assert contract.read_driver_record(hook.storage, hook.paths).run_id == "run-2"  # the plain read agrees
+    with open(hook.paths.driver, "wb") as fh:
+        fh.write(b'{"run_id": ')
+    verdict = hook.health()
+    assert verdict.state.value == "UNKNOWN" and "driver record" in verdict.reasons[0].message, verdict

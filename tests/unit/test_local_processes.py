@@ -167,3 +167,41 @@ def test_a_process_inside_execve_is_still_alive_and_still_the_runs(tmp_path, exe
         checks += 1
     assert exec_chain.poll() is None, "the chain ended during the test: nothing was checked mid-exec"
     print(f"{checks} checks; {empty_reads} raw reads of the command line were empty")
+
+
+def test_a_verified_driver_is_rechecked_by_its_start_time_only_and_never_outlives_its_process(run_process,
+                                                                                             monkeypatch):
+    """Issue 37: a watched stream's liveness reads the recorded process's command line once; later polls read its
+    start time only. A pid and start time proven to be this stream's driver name the same process while it lives;
+    another stream's record naming that pid, a recycled pid (another start time) and a dead process are each
+    checked in full, never taken from what was proven before."""
+    import airflow_streaming.targets.local as local
+
+    target = LocalTarget(LocalStorage(), ControlPaths(f"{CONTROL}/{STREAM}"), {})
+    record = record_of(run_process, process_start_time(run_process.pid))
+    reads: list[int] = []
+    real = local.ProcessIdentity.check_cmdline
+    monkeypatch.setattr(local.ProcessIdentity, "check_cmdline", lambda self: reads.append(self.pid) or real(self))
+    assert target.state(record).liveness == Liveness.ALIVE and reads == [run_process.pid]
+    for _ in range(3):
+        assert target.state(record).liveness == Liveness.ALIVE
+    assert reads == [run_process.pid], "the command line was read again for a process already proven"
+
+    # Another stream's target asking about the same process (a copied record) proves it anew, and refuses it.
+    other = LocalTarget(LocalStorage(), ControlPaths(f"{CONTROL}/other"), {})
+    assert other.state(record).liveness == Liveness.UNKNOWN and len(reads) == 2
+
+    # The pid recycled: the start time read now differs from the recorded one, so the full check runs.
+    recorded = record.handle["start_time"]
+    monkeypatch.setattr(local, "process_start_time", lambda pid: recorded + 7 if pid == run_process.pid
+                        else process_start_time(pid))
+    assert not local._same_process(run_process.pid, recorded)
+    target.state(record)
+    assert len(reads) == 3, "a pid whose start time changed was taken from what was proven before"
+    monkeypatch.undo()
+
+    # The process gone: GONE at the next poll, though it was proven before.
+    for p in [*psutil.Process(run_process.pid).children(recursive=True), psutil.Process(run_process.pid)]:
+        p.kill()
+    run_process.wait(10)
+    assert target.state(record).liveness == Liveness.GONE
