@@ -42,6 +42,10 @@ PROJECT = str(Path(__file__).resolve().parents[1])
 DRIVER_KILL_POINTS = ("before_write", "after_write", "committed")
 UPGRADE_STEPS = ("PLANNED", "CHECKED", "STOPPING", "STOPPED", "SNAPSHOTTED", "STARTING", "PROBATION")
 ROLLBACK_STEPS = ("ROLLING_BACK", "RESTORED", "RESTARTING_OLD")
+#: Not a recorded step: the task killed right after the new driver's submission, before its driver record
+#: (failpoint ``hook.submitted``; the record says STARTING). The narrowest point of an upgrade (stop 30's CI):
+#: the resumed task must adopt that driver - not submit a second one, not lose sight of it.
+SUBMITTED = "SUBMITTED"
 
 
 class DriverMonitor:
@@ -260,14 +264,25 @@ def task_kill_trials(streams: Any, steps: list[str], fault_file: Path) -> dict[s
         for i, step in enumerate(steps):
             target = "v3" if step in ROLLBACK_STEPS else ("v2" if current == "v1" else "v1")
             trial = Trial(i + 1, f"SIGKILL of the upgrade task {current}->{target} right after recording {step}")
-            write_faults(fault_file, [{"point": "runner.step", "match": f"upgrade:{step};", "action": "kill",
-                                       "once": str(fault_file.parent / f"task-kill-{i}-{step}")}])
+            once = str(fault_file.parent / f"task-kill-{i}-{step}")
+            write_faults(fault_file, [{"point": "hook.submitted", "action": "kill", "once": once}
+                                      if step == SUBMITTED else
+                                      {"point": "runner.step", "match": f"upgrade:{step};", "action": "kill", "once": once}])
             killed = run_task(desired, name, "upgrade", target, env)
             write_faults(fault_file, [])
             record = json.loads(Path(hook.paths.root, "lifecycle.json").read_text())
             trial.detail = {"from": current, "to": target, "killed_returncode": killed.returncode,
                             "recorded_step_at_kill": record["step"], "action_id": record["id"]}
-            if killed.returncode != -signal.SIGKILL or record["step"] != step:
+            at_kill = "STARTING" if step == SUBMITTED else step
+            if step == SUBMITTED:  # after the submission, before the record: the new run lives, unrecorded
+                recorded = hook.driver_record()
+                trial.detail.update(submitted_run=record.get("new_run_id"),
+                                    recorded_run=recorded.run_id if recorded else None,
+                                    submitted_alive=bool(record.get("new_run_id")
+                                                         and hook.processes_of_run(record["new_run_id"])))
+            if killed.returncode != -signal.SIGKILL or record["step"] != at_kill or (
+                    step == SUBMITTED and (not trial.detail["submitted_alive"]
+                                           or trial.detail["recorded_run"] == trial.detail["submitted_run"])):
                 trial.outcome = f"the kill did not happen at {step} (exit {killed.returncode}, step {record['step']})"
                 results.append(trial)
                 continue
@@ -280,6 +295,10 @@ def task_kill_trials(streams: Any, steps: list[str], fault_file: Path) -> dict[s
                                 same_action=final["id"] == record["id"])
             ok = final["step"] == expected and final["id"] == record["id"] and \
                 resumed.returncode == (1 if expected == "ROLLED_BACK" else 0)
+            if step == SUBMITTED:  # adopted: the run submitted before the kill is the one recorded and running
+                trial.detail.update(adopted=final.get("new_run_id") == record.get("new_run_id")
+                                    == hook.driver_record().run_id)
+                ok = ok and trial.detail["adopted"]
             trial.outcome = f"resumed to {final['step']}" if ok else f"UNEXPECTED: {final['step']} " \
                 f"(exit {resumed.returncode}: {resumed.stderr[-500:]})"
             if final["step"] == "SUCCEEDED":

@@ -138,7 +138,15 @@ def _last_counts(out: Path) -> int:
     return sum(json.loads(line)["n"] for f in batches[-1].glob("*.json") for line in f.read_text().splitlines() if line)
 
 
-@pytest.mark.parametrize("pair", RUNTIME_PAIRS, ids=[p.name for p in RUNTIME_PAIRS])
+#: A downgrade refused is also test_spark_runtime_upgrade.py's (on a stateful stream, through the lifecycle): the
+#: corpus's own downgrade case runs in the long tier.
+_DOWNGRADE = pytest.mark.long(covered_by="tests/integration/test_spark_runtime_upgrade.py::"
+                                         "test_stateful_stream_moves_from_spark_35_to_4x_keeps_state_rolls_back_to_its_"
+                                         "old_runtime_and_refuses_a_downgrade")
+
+
+@pytest.mark.parametrize("pair", [pytest.param(p, marks=_DOWNGRADE) if p.name.startswith("checkpoint_format_2")
+                                  else p for p in RUNTIME_PAIRS], ids=[p.name for p in RUNTIME_PAIRS])
 def test_verdict_agrees_with_spark_across_runtimes(tmp_path, pair: RuntimePair):
     """v1 on one Spark line, then the gate (with its dry run) and the oracle in v2's line: the gate's
     verdict agrees with what v2's Spark does, and when Spark refuses, the gate reports Spark's own error."""

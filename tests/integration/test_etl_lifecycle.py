@@ -16,6 +16,8 @@ import stream_actions
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.long(covered_by="tests/integration/test_kill_and_replay.py::"
+                           "test_stop_timeout_kills_then_restart_replays_the_batch_exactly_once")
 def test_deploy_stop_restart_is_exactly_once(streams):
     spec = streams.etl_spec()
     hook = streams.hook(spec)

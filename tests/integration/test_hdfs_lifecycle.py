@@ -43,6 +43,8 @@ def processed_all(hook, run_id: str, ids: set[str], output: str) -> bool:
     return doc is not None and doc.run_id == run_id and set(read_etl_output(output).event_ids) >= ids
 
 
+@pytest.mark.long(covered_by="tests/integration/test_hdfs_upgrade_rollback.py::"
+                           "test_upgrade_rollback_with_control_and_checkpoint_on_webhdfs")
 def test_stream_with_control_files_and_checkpoint_on_webhdfs(nn, streams):
     spec = streams.etl_spec(
         control_location=f"{nn.uri}/control", checkpoint_location=f"{nn.uri}/checkpoints/etl",

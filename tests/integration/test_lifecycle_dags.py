@@ -83,6 +83,8 @@ def kill_when(streams, cmd: list[str], env: dict, steps: set[str]) -> dict:
     return record_of(streams)
 
 
+@pytest.mark.long(covered_by="tests/integration/test_soak.py::"
+                           "test_upgrade_task_killed_at_named_steps_resumes_with_one_driver_exactly_once")
 def test_killed_upgrade_and_rollback_tasks_resume_with_one_driver_at_all_times(streams, airflow_db):
     env = {**os.environ, "AIRFLOW_STREAMING_DESIRED_STATE": desired_state(streams, "v1")}
     hook = streams.hook(streams.spec("signals", "device_signals", []))  # for cleanup and inspection
