@@ -154,6 +154,8 @@ def test_a_client_driver_on_another_host_killed_is_taken_over_on_the_masters_wor
             kill_group(b["pid"])
 
 
+@pytest.mark.long(covered_by="tests/integration/test_partition_standby.py::"
+                           "test_c_a_standby_cut_from_the_active_drivers_host_never_takes_over")
 def test_without_the_masters_word_a_standby_waits_for_the_lease(streams, tmp_path):
     with standalone_cluster(cluster_dir(tmp_path), cores=2, memory="3g") as cluster:
         hook, fed, out, b = active_and_standby(streams, cluster, "xhostnw")
