@@ -33,7 +33,7 @@ import psutil
 
 from airflow_streaming import run_as, secret_handoff
 from airflow_streaming.control.contract import DriverRecord
-from airflow_streaming.control.process import (START_TIME_TOLERANCE_S, ProcessIdentity, has_token, process_start_time,
+from airflow_streaming.control.process import (ProcessIdentity, has_token, process_alive, process_start_time,
                                                settled_cmdline)
 from airflow_streaming.exceptions import ApplicationNotFoundError
 from airflow_streaming.properties_file import forget_properties_file
@@ -126,12 +126,6 @@ class _VerifiedDrivers:
 
 
 _VERIFIED = _VerifiedDrivers()
-
-
-def _same_process(pid: int, start_time: float | None) -> bool:
-    """Whether ``pid`` still runs the process that started at ``start_time`` (seconds after boot)."""
-    actual = process_start_time(pid)
-    return actual is not None and start_time is not None and abs(actual - start_time) < START_TIME_TOLERANCE_S
 
 
 class LocalTarget(DriverTarget):
@@ -240,7 +234,7 @@ class LocalTarget(DriverTarget):
         why = "no spark-submit pid recorded"
         if identity is not None:
             known = (identity.pid, identity.start_time, record.run_id, self.stream, self.paths.root)
-            if _VERIFIED.seen(known) and _same_process(identity.pid, identity.start_time):
+            if _VERIFIED.seen(known) and process_alive(identity.pid, identity.start_time):
                 return DriverState(Liveness.ALIVE, f"spark-submit pid {identity.pid} of run {record.run_id} is alive")
             ok, why, cmdline = identity.check_cmdline()  # one read of /proc for both questions
             problem = self.command_problem(record.run_id, cmdline or []) if ok else None

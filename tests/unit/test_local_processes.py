@@ -192,10 +192,12 @@ def test_a_verified_driver_is_rechecked_by_its_start_time_only_and_never_outlive
     assert other.state(record).liveness == Liveness.UNKNOWN and len(reads) == 2
 
     # The pid recycled: the start time read now differs from the recorded one, so the full check runs.
+    import airflow_streaming.control.process as process
+
     recorded = record.handle["start_time"]
-    monkeypatch.setattr(local, "process_start_time", lambda pid: recorded + 7 if pid == run_process.pid
+    monkeypatch.setattr(process, "process_start_time", lambda pid: recorded + 7 if pid == run_process.pid
                         else process_start_time(pid))
-    assert not local._same_process(run_process.pid, recorded)
+    assert not process.process_alive(run_process.pid, recorded)
     target.state(record)
     assert len(reads) == 3, "a pid whose start time changed was taken from what was proven before"
     monkeypatch.undo()
