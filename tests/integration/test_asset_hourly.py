@@ -176,6 +176,8 @@ def recorded(root: Path) -> list[dict[str, Any]]:
     return sorted((json.loads(line) for line in lines), key=lambda r: datetime.fromisoformat(r["timestamp"]))
 
 
+@pytest.mark.long(covered_by="tests/integration/test_asset_completeness.py::"
+                           "test_one_downstream_run_per_closed_hour_across_a_triggerer_restart")
 def test_one_run_per_closed_hour_with_its_counts_across_a_kill_and_an_upgrade(airflow_stack: AirflowStack, root,  # noqa: F811
                                                                               registry, spec):
     started, marks = time.monotonic(), {}

@@ -145,8 +145,22 @@ _DOWNGRADE = pytest.mark.long(covered_by="tests/integration/test_spark_runtime_u
                                          "old_runtime_and_refuses_a_downgrade")
 
 
-@pytest.mark.parametrize("pair", [pytest.param(p, marks=_DOWNGRADE) if p.name.startswith("checkpoint_format_2")
-                                  else p for p in RUNTIME_PAIRS], ids=[p.name for p in RUNTIME_PAIRS])
+#: The join across runtimes is a second trial of what the aggregation's pair runs (the gate's verdict and Spark's in
+#: v2's line on a stateful checkpoint of v1's line): the long tier's.
+_SECOND_STATEFUL = pytest.mark.long(covered_by="tests/integration/test_spark_runtime_upgrade.py::"
+                                               "test_stateful_stream_moves_from_spark_35_to_4x_keeps_state_rolls_back_to_"
+                                               "its_old_runtime_and_refuses_a_downgrade")
+
+
+def _runtime_pair(pair: RuntimePair):
+    if pair.name.startswith("checkpoint_format_2"):
+        return pytest.param(pair, marks=_DOWNGRADE)
+    if pair.name.startswith("join_"):
+        return pytest.param(pair, marks=_SECOND_STATEFUL)
+    return pair
+
+
+@pytest.mark.parametrize("pair", [_runtime_pair(p) for p in RUNTIME_PAIRS], ids=[p.name for p in RUNTIME_PAIRS])
 def test_verdict_agrees_with_spark_across_runtimes(tmp_path, pair: RuntimePair):
     """v1 on one Spark line, then the gate (with its dry run) and the oracle in v2's line: the gate's
     verdict agrees with what v2's Spark does, and when Spark refuses, the gate reports Spark's own error."""

@@ -66,6 +66,8 @@ def drive(call, control_dir: str, on_wait=None) -> tuple[Any, list[dict[str, Any
             resume = event.payload["holders"]
 
 
+@pytest.mark.long(covered_by="tests/integration/test_real_airflow.py::"
+                           "test_lifecycle_through_the_rest_api_on_real_airflow_services")
 def test_deploy_stop_and_upgrade_wait_in_the_trigger_not_in_the_worker(streams):
     spec = streams.etl_spec()
     hook = streams.hook(spec)

@@ -17,6 +17,8 @@ import stream_actions
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.long(covered_by="tests/integration/test_spark_runtime_upgrade.py::"
+                           "test_stateful_stream_moves_from_spark_35_to_4x_keeps_state_rolls_back_to_its_old_runtime_and_refuses_a_downgrade")
 def test_stateful_job_restart_keeps_state_and_is_exactly_once(streams):
     inp, out = streams.path("input", "signals"), streams.path("output", "signals")
     spec = streams.spec("signals", "device_signals",

@@ -63,8 +63,9 @@ RUN: dict[str, list[tuple[str, str | None]]] = {
 COVERED: dict[str, dict[str, str]] = {
     "README.md": {
         "device_signals_hourly_report": "scheduled on an AssetWatcher, which dag.test() does not run: "
-                                        "test_asset_hourly.py runs an hourly watcher of a device_signals stream "
-                                        "on a real scheduler and triggerer"},
+                                        "test_asset_completeness.py runs an hourly watcher on a real scheduler "
+                                        "and triggerer; test_asset_hourly.py (long tier) the same over a real "
+                                        "device_signals stream across a kill and an upgrade"},
     "docs/assets.md": {
         "orders_hourly_report": "scheduled on an AssetWatcher, which dag.test() does not run: "
                                 "test_asset_completeness.py runs the same on a real scheduler and triggerer"},

@@ -72,6 +72,8 @@ def test_deploy_stop_restart_is_exactly_once(streams):
     assert count_quarantined(streams.path("quarantine", "etl")) == sum(b.malformed for b in fed)
 
 
+@pytest.mark.long(covered_by="tests/integration/test_hdfs_upgrade_rollback.py::"
+                           "test_upgrade_rollback_with_control_and_checkpoint_on_webhdfs")
 def test_a_rollback_that_replays_batches_with_other_boundaries_is_exactly_once(streams):
     """v2 reads 1 file per batch and commits ~8 batches before its probation fails; the rollback restores
     v1's checkpoint and v1 (5 files per batch) replays the same input in 2 batches. v2's foreachBatch

@@ -157,6 +157,8 @@ def full_snapshots_dir(streams):
         subprocess.run(["umount", "-l", str(target)], check=False)
 
 
+@pytest.mark.long(covered_by="tests/integration/test_faults.py::"
+                           "test_storage_errors_on_the_control_directory_never_stop_the_stream")
 def test_a_snapshot_on_a_full_disk_restarts_the_old_version_and_says_what_happened(streams, full_snapshots_dir):
     spec = streams.etl_spec()
     hook = streams.hook(spec)

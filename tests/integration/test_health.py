@@ -89,6 +89,8 @@ with DAG("idle_watch", schedule=None, start_date=datetime(2026, 1, 1)):
 """
 
 
+@pytest.mark.long(covered_by="tests/integration/test_health.py::"
+                           "test_falling_behind_is_reported_then_a_sigkilled_driver_is_failed_within_two_polls")
 @pytest.mark.airflow
 def test_idle_stream_stays_idle_past_twice_the_stall_limit_under_the_deferrable_sensor(streams, airflow_db, tmp_path):
     # A stall threshold of 6 s (instead of the default 120 s) lets a 15 s window cover it twice over. Spark

@@ -41,6 +41,7 @@ def prepared(hook, events):
     return result.new_run_id
 
 
+@pytest.mark.long(covered_by="bench/cross_host_bench.py --smoke")
 def test_a_driver_killed_mid_batch_is_taken_over_by_its_hot_standby_exactly_once(streams):
     inp, out = streams.path("input", "hot"), streams.path("output", "hot")
     spec = streams.spec("hot", "events_etl", ["--input", inp, "--output", out, "--quarantine",

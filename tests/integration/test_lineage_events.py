@@ -151,6 +151,8 @@ def receiver() -> Iterator[_Receiver]:
         thread.join(timeout=10)
 
 
+@pytest.mark.long(covered_by="tests/integration/test_lineage_events.py::"
+                           "test_a_refused_deploy_and_a_stop_emit_valid_events_to_a_file_transport")
 @pytest.mark.spark
 def test_a_real_deploy_emits_start_and_complete_with_its_run_to_an_http_receiver(streams, airflow_db, tmp_path,
                                                                                     receiver):

@@ -162,6 +162,8 @@ def test_broken_on_purpose_skipped_or_failed_with_the_reason_and_nothing_changed
     assert not spark.streams.active
 
 
+@pytest.mark.long(covered_by="tests/integration/test_plan_warm_up.py::"
+                           "test_the_last_committed_batch_is_replayed_on_a_copy_and_nothing_is_written")
 def test_the_replay_with_checkpoint_and_control_dir_on_webhdfs(spark, stream, tmp_path, caplog):
     """The same replay with the checkpoint and the control directory on HDFS, against the WebHDFS-protocol
     STAND-IN (tests/webhdfs_standin.py; no real NameNode can run here): the copy goes through the JVM's

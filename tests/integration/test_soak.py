@@ -37,6 +37,8 @@ def fault_file(tmp_path, monkeypatch):
     return path
 
 
+@pytest.mark.long(covered_by="tests/integration/test_soak.py::"
+                           "test_every_phase_a_kill_leaves_no_stream_down_and_the_output_exactly_once")
 @pytest.mark.timeout(max(900, 60 * int(os.environ.get("AIRFLOW_STREAMING_SOAK_TRIALS", "1"))))
 def test_driver_killed_at_named_points_is_recovered_by_the_supervisor_exactly_once(streams, fault_file):
     # The suite: one kill at a named point (the seed's: the supervisor tests kill mid-batch too); the long soak

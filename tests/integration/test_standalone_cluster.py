@@ -51,6 +51,8 @@ def _launch_commands(work: Path) -> str:
     return "".join(p.read_text(errors="replace").split("\n", 1)[0] for p in work.glob("driver-*/stderr"))
 
 
+@pytest.mark.long(covered_by="tests/integration/test_two_hosts.py::"
+                           "test_every_operation_from_a_host_that_cannot_see_the_driver")
 def test_cluster_mode_deploy_stop_restart_kill_find_is_exactly_once(standalone_cluster, streams, tmp_path):
     # standalone_cluster first: pytest tears it down last, after the streams fixture has cleaned up.
     cluster = standalone_cluster

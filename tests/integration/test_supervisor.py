@@ -211,6 +211,8 @@ def sink(batch, batch_id):
 '''
 
 
+@pytest.mark.long(covered_by="tests/integration/test_supervisor.py::"
+                           "test_deterministic_failure_is_not_retried_and_gives_up_once")
 def test_attempts_exhausted_give_up_and_a_healthy_period_resets_the_counter(streams, tmp_path):
     app, flag, src = tmp_path / "flaky.py", tmp_path / "sink-down", streams.path("in")
     app.write_text(FLAKY)

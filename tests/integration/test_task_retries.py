@@ -110,6 +110,8 @@ CONFIG_DOWN = ("from pyspark.sql import SparkSession\n"
                "raise RuntimeError('cannot reach the config service at cfg.internal:8443')\n")
 
 
+@pytest.mark.long(covered_by="tests/integration/test_task_retries.py::"
+                           "test_permanent_failures_are_not_retried_and_transient_ones_are")
 @pytest.mark.spark
 @pytest.mark.airflow
 def test_a_deterministic_start_failure_is_not_retried_a_transient_one_is(streams, airflow_db, tmp_path):

@@ -66,6 +66,8 @@ def windows_in_files(files: list[str], column: str | None = None) -> set[str]:
     return found
 
 
+@pytest.mark.long(covered_by="tests/integration/test_spark_runtime_upgrade.py::"
+                           "test_stateful_stream_moves_from_spark_35_to_4x_keeps_state_rolls_back_to_its_old_runtime_and_refuses_a_downgrade")
 def test_gate_refuses_incompatible_then_compatible_upgrade_carries_state_exactly_once(streams):
     feeder, v1, hook, r1 = start_v1(streams)
     out = streams.path("output", "signals")
@@ -107,6 +109,8 @@ def test_gate_refuses_incompatible_then_compatible_upgrade_carries_state_exactly
     assert straddling in {w for w, _ in expected}
 
 
+@pytest.mark.long(covered_by="tests/integration/test_hdfs_upgrade_rollback.py::"
+                           "test_upgrade_rollback_with_control_and_checkpoint_on_webhdfs")
 def test_v2_failing_on_first_batch_rolls_back_to_v1_from_the_snapshot(streams):
     feeder, v1, hook, r1 = start_v1(streams)
     out = streams.path("output", "signals")
@@ -178,6 +182,8 @@ def test_parallel_transition_for_an_incompatible_change_ends_with_only_the_new_s
     json.dumps(record.to_dict())  # the record stays JSON-safe
 
 
+@pytest.mark.long(covered_by="tests/integration/test_own_job.py::"
+                           "test_a_teams_own_job_is_deployed_judged_upgraded_warm_and_failed_over_exactly_once")
 def test_warm_start_prepares_the_new_driver_first_and_still_rolls_back(streams):
     """Warm start: the new version is prepared (JVM, session, planned query) beside v1, the compatibility
     gate runs inside that prepared driver, and v1 is stopped only once it passed (PREPARING -> CHECKED ->
