@@ -138,29 +138,13 @@ def _last_counts(out: Path) -> int:
     return sum(json.loads(line)["n"] for f in batches[-1].glob("*.json") for line in f.read_text().splitlines() if line)
 
 
-#: A downgrade refused is also test_spark_runtime_upgrade.py's (on a stateful stream, through the lifecycle): the
-#: corpus's own downgrade case runs in the long tier.
-_DOWNGRADE = pytest.mark.long(covered_by="tests/integration/test_spark_runtime_upgrade.py::"
-                                         "test_stateful_stream_moves_from_spark_35_to_4x_keeps_state_rolls_back_to_its_"
-                                         "old_runtime_and_refuses_a_downgrade")
-
-
-#: The join across runtimes is a second trial of what the aggregation's pair runs (the gate's verdict and Spark's in
-#: v2's line on a stateful checkpoint of v1's line): the long tier's.
-_SECOND_STATEFUL = pytest.mark.long(covered_by="tests/integration/test_spark_runtime_upgrade.py::"
-                                               "test_stateful_stream_moves_from_spark_35_to_4x_keeps_state_rolls_back_to_"
-                                               "its_old_runtime_and_refuses_a_downgrade")
-
-
-def _runtime_pair(pair: RuntimePair):
-    if pair.name.startswith("checkpoint_format_2"):
-        return pytest.param(pair, marks=_DOWNGRADE)
-    if pair.name.startswith("join_"):
-        return pytest.param(pair, marks=_SECOND_STATEFUL)
-    return pair
-
-
-@pytest.mark.parametrize("pair", [_runtime_pair(p) for p in RUNTIME_PAIRS], ids=[p.name for p in RUNTIME_PAIRS])
+#: The runtime pairs (3.5 -> 4.x aggregation and join, a 4.x checkpoint read by 3.5) are the long tier's: the suite's
+#: trial of the gate answering in another Spark line on a stateful checkpoint, Spark then resuming it, and a
+#: downgrade refused is test_spark_runtime_upgrade.py's (through the lifecycle, on a stateful stream).
+@pytest.mark.long(covered_by="tests/integration/test_spark_runtime_upgrade.py::"
+                             "test_stateful_stream_moves_from_spark_35_to_4x_keeps_state_rolls_back_to_its_"
+                             "old_runtime_and_refuses_a_downgrade")
+@pytest.mark.parametrize("pair", RUNTIME_PAIRS, ids=[p.name for p in RUNTIME_PAIRS])
 def test_verdict_agrees_with_spark_across_runtimes(tmp_path, pair: RuntimePair):
     """v1 on one Spark line, then the gate (with its dry run) and the oracle in v2's line: the gate's
     verdict agrees with what v2's Spark does, and when Spark refuses, the gate reports Spark's own error."""

@@ -104,7 +104,9 @@ with DAG("{dag_id}", schedule=None, start_date=datetime(2026, 1, 1)):
 
 @pytest.mark.airflow
 @pytest.mark.parametrize("application, version, passes", [
-    ("device_signals_v2", "v2", True),
+    pytest.param("device_signals_v2", "v2", True, marks=pytest.mark.long(
+        covered_by="tests/integration/test_compat_gate.py::"
+                   "test_upgrade_operator_refuses_an_incompatible_version_and_touches_nothing")),
     pytest.param("events_etl", "v3", False, marks=pytest.mark.long(
         covered_by="tests/integration/test_compat_gate.py::"
                    "test_upgrade_operator_refuses_an_incompatible_version_and_touches_nothing"))])

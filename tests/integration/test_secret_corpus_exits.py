@@ -101,10 +101,13 @@ def leaks_in(text: str) -> list[str]:
     return [f"{s[:4]}..." for s in SECRETS if s in text]
 
 
-@pytest.fixture(params=[pytest.param("local", marks=pytest.mark.long(
+_CORPUS_IN_THE_SUITE = pytest.mark.long(
     covered_by="tests/integration/test_secrets_off_command_line.py::"
-               "test_the_secret_corpus_reaches_the_driver_but_no_proc_file_of_its_processes_nor_its_log")),
-    "standalone-cluster"])
+               "test_the_secret_corpus_reaches_the_driver_but_no_proc_file_of_its_processes_nor_its_log")
+
+
+@pytest.fixture(params=[pytest.param("local", marks=_CORPUS_IN_THE_SUITE),
+                        pytest.param("standalone-cluster", marks=_CORPUS_IN_THE_SUITE)])
 def target(request, tmp_path):
     """The target's spec fields; the standalone cluster (master with REST, a worker) is stopped by pid."""
     if request.param == "local":

@@ -37,8 +37,8 @@ def fault_file(tmp_path, monkeypatch):
     return path
 
 
-@pytest.mark.long(covered_by="tests/integration/test_soak.py::"
-                           "test_every_phase_a_kill_leaves_no_stream_down_and_the_output_exactly_once")
+@pytest.mark.long(covered_by="tests/integration/test_kill_and_replay.py::"
+                           "test_stop_timeout_kills_then_restart_replays_the_batch_exactly_once")
 @pytest.mark.timeout(max(900, 60 * int(os.environ.get("AIRFLOW_STREAMING_SOAK_TRIALS", "1"))))
 def test_driver_killed_at_named_points_is_recovered_by_the_supervisor_exactly_once(streams, fault_file):
     # The suite: one kill at a named point (the seed's: the supervisor tests kill mid-batch too); the long soak
@@ -71,6 +71,8 @@ def test_upgrade_task_killed_at_named_steps_resumes_with_one_driver_exactly_once
 PHASE_TRIALS = int(os.environ.get("AIRFLOW_STREAMING_PHASE_TRIALS", "1"))
 
 
+@pytest.mark.long(covered_by="tests/integration/test_supervisor.py::"
+                           "test_driver_killed_while_starting_is_restarted_within_two_passes_exactly_once")
 @pytest.mark.timeout(max(900, 150 * PHASE_TRIALS))  # the long soak (./scripts/soak.sh): ~35 s a trial
 def test_every_phase_a_kill_leaves_no_stream_down_and_the_output_exactly_once(streams):
     """kill -9 at a random moment of a random phase (startup, a supervisor's restart, the supervising

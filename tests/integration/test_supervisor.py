@@ -146,6 +146,8 @@ with DAG("supervise_test", schedule=None, start_date=datetime(2026, 1, 1)):
 """
 
 
+@pytest.mark.long(covered_by="tests/integration/test_notifiers.py::"
+                           "test_notifier_as_on_failure_callback_in_a_dag_run")
 @pytest.mark.airflow
 def test_supervisor_dag_notifies_a_real_webhook_once_per_state_change(streams, tmp_path, airflow_db):
     """A driver that crashes at start (deterministic), supervised by the DAG run twice: exactly one

@@ -178,19 +178,8 @@ def _streams_frame(page: Any) -> Any:
     return frame
 
 
-def test_the_plugin_api_refuses_requests_without_a_valid_session_or_token(airflow_stack: AirflowStack):
-    for path in ("/streaming/api/streams", f"/streaming/api/streams/{STREAM}"):
-        anonymous = airflow_stack.api("GET", path, user=None, expect=None)
-        assert anonymous.status_code == 401, anonymous.text
-        forged = airflow_stack.api("GET", path, user=None, headers={"Authorization": "Bearer not-a-jwt"}, expect=None)
-        assert forged.status_code in (401, 403), forged.text
-        cookie = airflow_stack.api("GET", path, user=None, headers={"Cookie": "_token=garbage"}, expect=None)
-        assert cookie.status_code in (401, 403), cookie.text
-        assert STREAM not in anonymous.text + forged.text + cookie.text
-    body = airflow_stack.api("GET", "/streaming/api/streams", user="viewer")
-    assert {"streams", "errors", "settings"} <= set(body)
-
-
+@pytest.mark.long(covered_by="tests/integration/test_ui_many_streams.py::"
+                           "test_search_filters_and_paging_in_the_browser")
 def test_streams_dashboard_in_the_real_airflow_ui(airflow_stack: AirflowStack, stream: dict[str, Any], browser: Any):
     hook: SparkStreamHook = stream["hook"]
     started = time.monotonic()

@@ -65,6 +65,24 @@ def _wait(page: Any, condition: str) -> None:
                            f"const info = document.querySelector('#page-info').textContent; return {condition}; }}")
 
 
+def test_the_plugin_api_refuses_requests_without_a_valid_session_or_token(airflow_stack: AirflowStack):
+    """No session, a forged bearer token or a garbage cookie: 401/403 and no stream's name in the answer; a signed-in
+    viewer gets the overview. (Here, on this module's real api-server, rather than beside a live driver in
+    test_ui.py, whose dashboard test is in the long tier.)"""
+    stream = "fleet-0001"
+    for path in ("/streaming/api/streams", f"/streaming/api/streams/{stream}"):
+        anonymous = airflow_stack.api("GET", path, user=None, expect=None)
+        assert anonymous.status_code == 401, anonymous.text
+        forged = airflow_stack.api("GET", path, user=None, headers={"Authorization": "Bearer not-a-jwt"}, expect=None)
+        assert forged.status_code in (401, 403), forged.text
+        cookie = airflow_stack.api("GET", path, user=None, headers={"Cookie": "_token=garbage"}, expect=None)
+        assert cookie.status_code in (401, 403), cookie.text
+        assert "fleet-0" not in anonymous.text + forged.text + cookie.text
+    body = airflow_stack.api("GET", "/streaming/api/streams", user="admin")
+    assert {"streams", "errors", "settings"} <= set(body)
+    assert body["streams"] and all(row["name"].startswith("fleet-") for row in body["streams"])
+
+
 def test_search_filters_and_paging_in_the_browser(airflow_stack: AirflowStack, browser: Any):
     page = browser.new_page(viewport={"width": 1500, "height": 1200})
     page.set_default_timeout(60_000)
