@@ -7,6 +7,7 @@ import os
 import stat
 import shutil
 import tempfile
+import time
 
 from airflow_streaming import faults
 from airflow_streaming.control.storage import ControlStorage, StorageError, TreeEntry, describe_os_error
@@ -34,6 +35,23 @@ class LocalStorage(ControlStorage):
             if exc.errno in _ABSENT:
                 return None
             raise describe_os_error(path, exc, "read") from exc
+
+    #: A file whose inode changed (``st_ctime``) less than this many seconds ago has no identity yet: the
+    #: kernel stamps times with a coarse clock (a few ms), so two writes in one tick could leave the same
+    #: size and times behind (git's "racy" files). Spark's checkpoint files are read again long after that.
+    SETTLED_S = 2.0
+
+    def file_identity(self, path: str) -> tuple[int, int, int, int, int] | None:
+        """``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)``: a write changes the times, a rename into
+        place the inode's ctime, a new file its inode or ctime (an inode number freed and used again comes
+        back with a new ctime). ``None`` when absent, unreadable or changed less than :attr:`SETTLED_S` ago."""
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            return None
+        if not stat.S_ISREG(st.st_mode) or time.time() - st.st_ctime < self.SETTLED_S:
+            return None
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def _temp(self, path: str, data: bytes) -> str:
         directory = os.path.dirname(path)

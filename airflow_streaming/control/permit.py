@@ -168,6 +168,9 @@ class GuardedStorage(ControlStorage):
     def list_dir(self, path: str) -> list[str]:
         return self.inner.list_dir(path)
 
+    def file_identity(self, path: str) -> Any:
+        return self.inner.file_identity(path)
+
     def list_tree(self, path: str) -> list[TreeEntry]:
         return self.inner.list_tree(path)
 

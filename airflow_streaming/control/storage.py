@@ -25,6 +25,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Hashable
 from typing import NamedTuple
 from urllib.parse import urlparse
 
@@ -114,6 +115,13 @@ class ControlStorage(abc.ABC):
     def list_dir(self, path: str) -> list[str]:
         """Sorted names (not paths) of the entries of directory ``path``; ``[]`` when it does not exist or
         is a file (a file has no entries)."""
+
+    def file_identity(self, path: str) -> Hashable | None:
+        """A value that is different for every file ever written at ``path`` (a rewrite, a replace, a delete and
+        a new file of the same name), so that what was parsed from the file can be kept while the identity
+        stays the same; ``None`` when the storage cannot vouch for that cheaply (no such file, a file too fresh
+        to tell, a backend without identities): the caller then reads the file. Never raises."""
+        return None
 
     def makedirs(self, path: str) -> None:  # noqa: B027 - optional for object stores
         """Create a directory and its parents (a no-op for stores without directories)."""

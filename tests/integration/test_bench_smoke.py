@@ -152,6 +152,11 @@ SMOKES = {
         r"events in every run: True; raw ",
     )),
     # The per-batch lease check (no Spark: local files and the WebHDFS stand-in, in one process).
+    "committed_read_bench.py": Smoke(False, 120, (
+        rf"^full read of 32 batches: {NUMBER} ms CPU with what is kept \(1 files read\), {NUMBER} ms without "
+        r"\(65 files read\), ratio ",
+        rf"^at {NUMBER} full reads a second \(1,000 streams, a period a minute each\): {NUMBER} % of a core, against ",
+    )),
     "lease_check_bench.py": Smoke(False, 120, (
         rf"^local: lease check {NUMBER} ms per batch \(bare read {NUMBER} ms, ratio {NUMBER}\); {NUMBER} % of a ",
         rf"^webhdfs: lease check {NUMBER} ms per batch \(bare read {NUMBER} ms, ratio {NUMBER}\); {NUMBER} % of a ",

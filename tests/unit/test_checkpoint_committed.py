@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import time
 
 import pytest
 
@@ -11,7 +13,7 @@ from airflow_streaming.checkpoint.committed import progress_counts, read_committ
 from airflow_streaming.checkpoint.logs import CheckpointError
 from airflow_streaming.completeness import CommittedBatch
 from airflow_streaming.control.local import LocalStorage
-from airflow_streaming.control.storage import StorageError
+from airflow_streaming.control.storage import ControlStorage, StorageError
 
 QUERY = "6f1c2d3e-0000-4000-8000-000000000037"
 
@@ -138,3 +140,98 @@ def test_an_epoch_earliest_event_time_is_no_earliest_event():
     counts = progress_counts([report(0, "1970-01-01T00:00:00.000Z"), report(1, "2026-01-01T00:00:05.000Z")])
     assert counts[0].first_event_ms is None and counts[0].input_rows == 10
     assert counts[1].first_event_ms == 1767225605000
+
+
+# What an earlier read parsed is used again only while the storage vouches for the file (its identity).
+
+SETTLE = 0.1
+
+
+@pytest.fixture
+def settled(monkeypatch):
+    """Files count as settled 0.05 s after their last change (LocalStorage.SETTLED_S is 2 s): these tests
+    change files and read them again within a second, sleeping SETTLE after each change."""
+    monkeypatch.setattr(LocalStorage, "SETTLED_S", 0.05)
+
+
+def rewrite(path, data: bytes) -> None:
+    """Replace ``path`` the way Spark puts a file in place: a temporary file, then a rename over it."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def test_a_second_read_uses_what_the_first_parsed_and_sees_the_same(tmp_path, settled):
+    ckpt = build(tmp_path / "c", {i: 1000 * i for i in range(10)}, range(9))
+    time.sleep(SETTLE)
+    first = read_committed(LocalStorage(), ckpt, last=3)
+    again = read_committed(LocalStorage(), ckpt, last=3)
+    assert first.files_read == 5 and again.files_read == 0  # three offsets files and two commits, then none
+    assert again.batches == first.batches and again.skipped == []
+
+
+def test_a_file_written_in_the_last_seconds_is_read_every_time(tmp_path):
+    ckpt = build(tmp_path / "c", {0: 0, 1: 10}, [0, 1])
+    assert LocalStorage.SETTLED_S >= 1
+    assert read_committed(LocalStorage(), ckpt).files_read == read_committed(LocalStorage(), ckpt).files_read == 4
+
+
+def test_a_rewritten_or_restored_file_is_read_again(tmp_path, settled):
+    root = tmp_path / "c"
+    ckpt = build(root, {0: 0, 1: 10, 2: 20}, [0, 1, 2])
+    time.sleep(SETTLE)
+    assert [(b.watermark_ms, b.committed) for b in read_committed(LocalStorage(), ckpt).batches] == \
+        [(0, True), (10, True), (20, True)]
+    rewrite(root / "offsets" / "0", offsets(7))  # replaced by a rename, the same size
+    with open(root / "offsets" / "1", "r+b") as fh:  # overwritten in place, the same size
+        fh.write(offsets(11))
+    time.sleep(SETTLE)
+    read = read_committed(LocalStorage(), ckpt)
+    assert [b.watermark_ms for b in read.batches] == [7, 11, 20] and read.files_read == 2
+    # A snapshot restored over it: every file deleted and written again (inode numbers may come back).
+    shutil.rmtree(root)
+    build(root, {0: 1, 1: 12, 2: 23}, [0, 1], {"commits/2": b"v1\n"})
+    time.sleep(SETTLE)
+    read = read_committed(LocalStorage(), ckpt)
+    assert [(b.watermark_ms, b.committed) for b in read.batches] == [(1, True), (12, True), (23, False)]
+    assert read.files_read == 6 and "truncated commit file" in read.skipped[0]
+
+
+def test_garbage_is_never_kept(tmp_path, settled):
+    ckpt = build(tmp_path / "c", {0: 0, 1: 10}, [0, 1], {"offsets/1": b"v1\n{garbage"})
+    time.sleep(SETTLE)
+    for _ in range(2):
+        read = read_committed(LocalStorage(), ckpt)
+        assert [b.batch_id for b in read.batches] == [0] and "batch 1 left out" in read.skipped[0]
+    assert read.files_read == 1  # offsets/1 again; offsets/0 and commits/0 from the first read
+
+
+class _NoIdentities(LocalStorage):
+    """A storage that cannot vouch for a file (the base class's answer, as WebHDFS gives today)."""
+
+    file_identity = ControlStorage.file_identity
+
+
+def test_a_storage_without_identities_is_read_every_time(tmp_path, settled):
+    ckpt = build(tmp_path / "c", {0: 0, 1: 10}, [0, 1])
+    time.sleep(SETTLE)
+    assert [read_committed(_NoIdentities(), ckpt).files_read for _ in range(2)] == [4, 4]
+
+
+def test_local_file_identity(tmp_path, settled):
+    storage, path = LocalStorage(), tmp_path / "f"
+    assert storage.file_identity(str(path)) is None  # absent
+    assert storage.file_identity(str(tmp_path)) is None  # a directory
+    path.write_bytes(b"one")
+    assert storage.file_identity(str(path)) is None  # too fresh to vouch for
+    time.sleep(SETTLE)
+    first = storage.file_identity(str(path))
+    assert first is not None and storage.file_identity(str(path)) == first
+    rewrite(path, b"two")
+    time.sleep(SETTLE)
+    second = storage.file_identity(str(path))
+    assert second not in (None, first)
+    path.write_bytes(b"six")
+    time.sleep(SETTLE)
+    assert storage.file_identity(str(path)) not in (None, first, second)
