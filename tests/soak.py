@@ -296,8 +296,9 @@ def task_kill_trials(streams: Any, steps: list[str], fault_file: Path) -> dict[s
             ok = final["step"] == expected and final["id"] == record["id"] and \
                 resumed.returncode == (1 if expected == "ROLLED_BACK" else 0)
             if step == SUBMITTED:  # adopted: the run submitted before the kill is the one recorded and running
-                trial.detail.update(adopted=final.get("new_run_id") == record.get("new_run_id")
-                                    == hook.driver_record().run_id)
+                now_recorded = hook.driver_record()  # None: no driver recorded after the resume (not adopted)
+                trial.detail.update(adopted=now_recorded is not None
+                                    and final.get("new_run_id") == record.get("new_run_id") == now_recorded.run_id)
                 ok = ok and trial.detail["adopted"]
             trial.outcome = f"resumed to {final['step']}" if ok else f"UNEXPECTED: {final['step']} " \
                 f"(exit {resumed.returncode}: {resumed.stderr[-500:]})"
