@@ -15,7 +15,7 @@ place: what an earlier read parsed from one (its watermark; that it is a commit)
 storage vouches it is the same file (:meth:`~airflow_streaming.control.storage.ControlStorage.file_identity`:
 on a local file system one ``stat``, ~4 us, against ~35 us to read and parse it). A file the storage cannot
 vouch for (a rewrite, a restored snapshot's copy, a file written in the last seconds, a storage without
-identities) is read. Nothing that failed to parse is kept.
+identities, a network file system that may answer `stat` from a cache) is read. Nothing that failed to parse is kept.
 
 Bad files never raise: a batch whose offsets file is missing, unreadable or not what Spark writes
 (empty, cut short, garbage) is left out, and a commit file in that state does not count as a commit

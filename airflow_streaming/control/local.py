@@ -44,12 +44,16 @@ class LocalStorage(ControlStorage):
     def file_identity(self, path: str) -> tuple[int, int, int, int, int] | None:
         """``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)``: a write changes the times, a rename into
         place the inode's ctime, a new file its inode or ctime (an inode number freed and used again comes
-        back with a new ctime). ``None`` when absent, unreadable or changed less than :attr:`SETTLED_S` ago."""
+        back with a new ctime). ``None`` when absent, unreadable, changed less than :attr:`SETTLED_S` ago, or
+        on a file system not known to answer ``stat`` with the file's current attributes
+        (:func:`attributes_current`: a network file system may answer from an attribute cache for seconds
+        after a rename over the file, while a read revalidates)."""
         try:
             st = os.stat(path)
         except (OSError, ValueError):
             return None
-        if not stat.S_ISREG(st.st_mode) or time.time() - st.st_ctime < self.SETTLED_S:
+        if not stat.S_ISREG(st.st_mode) or time.time() - st.st_ctime < self.SETTLED_S \
+                or not attributes_current(st.st_dev):
             return None
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
@@ -208,3 +212,34 @@ def _unlink_quietly(path: str) -> None:
 
 
 __all__ = ["LocalStorage", "StorageError"]
+
+
+#: File systems whose ``stat`` answers with the file's current attributes (disk and memory file systems of
+#: this kernel); any other (nfs, cifs, fuse, 9p, ...) is not known to, and gets no file identities.
+LOCAL_FILE_SYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs", "ramfs"})
+_FS_TYPES: dict[int, str | None] = {}
+
+
+def mount_types(mountinfo: str) -> dict[int, str]:
+    """Device number (``st_dev``) -> file system type, from the text of ``/proc/self/mountinfo``. Pure."""
+    types: dict[int, str] = {}
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        try:
+            major, minor = (int(n) for n in fields[2].split(":"))
+            types[os.makedev(major, minor)] = fields[fields.index("-", 6) + 1]
+        except (IndexError, ValueError):
+            continue
+    return types
+
+
+def attributes_current(device: int) -> bool:
+    """Whether the file system of ``device`` is one of :data:`LOCAL_FILE_SYSTEMS` (``/proc/self/mountinfo``,
+    read once per device; not known: ``False``)."""
+    if device not in _FS_TYPES:
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+                _FS_TYPES[device] = mount_types(fh.read()).get(device)
+        except OSError:
+            _FS_TYPES[device] = None
+    return _FS_TYPES[device] in LOCAL_FILE_SYSTEMS

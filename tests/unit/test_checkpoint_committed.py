@@ -12,7 +12,7 @@ import pytest
 from airflow_streaming.checkpoint.committed import progress_counts, read_committed
 from airflow_streaming.checkpoint.logs import CheckpointError
 from airflow_streaming.completeness import CommittedBatch
-from airflow_streaming.control.local import LocalStorage
+from airflow_streaming.control.local import LOCAL_FILE_SYSTEMS, LocalStorage, attributes_current, mount_types
 from airflow_streaming.control.storage import ControlStorage, StorageError
 
 QUERY = "6f1c2d3e-0000-4000-8000-000000000037"
@@ -235,3 +235,15 @@ def test_local_file_identity(tmp_path, settled):
     path.write_bytes(b"six")
     time.sleep(SETTLE)
     assert storage.file_identity(str(path)) not in (None, first, second)
+
+
+def test_only_a_file_system_known_to_keep_its_attributes_current_gives_identities():
+    mountinfo = ("27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard\n"
+                 "40 27 0:45 / /mnt/ckpt rw,relatime shared:1 - nfs4 server:/export rw,vers=4.2\n"
+                 "41 27 0:46 / /mnt/fuse rw - fuse.sshfs host:/x rw\n"
+                 "garbage line\n")
+    types = mount_types(mountinfo)
+    assert types == {os.makedev(254, 0): "ext4", os.makedev(0, 45): "nfs4", os.makedev(0, 46): "fuse.sshfs"}
+    assert [t in LOCAL_FILE_SYSTEMS for t in types.values()] == [True, False, False]
+    assert attributes_current(os.stat(__file__).st_dev)  # this machine's tests run on a local file system
+    assert not attributes_current(os.makedev(4095, 4095))  # not mounted: not known
