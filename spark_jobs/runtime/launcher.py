@@ -312,6 +312,21 @@ class Driver:
                 return describe_exception(exc)
         return self.reporter.doc.last_exception
 
+    @staticmethod
+    def _trigger_interval(query: Any) -> float | None:
+        """The interval of the processing-time trigger the job started ``query`` with (``None``: another
+        trigger, or not known)."""
+        from spark_jobs.runtime.writer_capture import trigger_of
+
+        try:
+            trigger = trigger_of(str(query.id))
+        except Exception:  # noqa: BLE001 - a query gone meanwhile: stopped as before
+            return None
+        if not trigger or trigger.get("kind") != "processing_time":
+            return None
+        interval = trigger.get("interval_s")
+        return float(interval) if isinstance(interval, (int, float)) and not isinstance(interval, bool) else None
+
     def _graceful_stop(self) -> None:
         from spark_jobs.runtime.graceful_stop import stop_at_batch_boundary
 
@@ -324,7 +339,7 @@ class Driver:
                 stop_at_batch_boundary(query, self.abort)
         self.reporter.set_state(contract.STOPPING)
         for query in list(self.spark.streams.active):
-            stop_at_batch_boundary(query, self.abort)
+            stop_at_batch_boundary(query, self.abort, self._trigger_interval(query))
         self.graceful_done = not self.abort.is_set()
 
     def _run_script(self) -> int:
