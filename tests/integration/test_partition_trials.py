@@ -193,7 +193,6 @@ def partitioned(tmp_path, monkeypatch):
         yield a_ip, b_ip, b, nn, stack
 
 
-@pytest.mark.long(covered_by="bench/partition_failover_bench.py --smoke")
 def test_a_driver_cut_from_the_control_storage_stops_itself_and_the_supervisor_restarts_it(partitioned, streams,
                                                                                           monkeypatch):
     _cut_from_the_control_storage(partitioned, streams, monkeypatch, heal="after_resume")
