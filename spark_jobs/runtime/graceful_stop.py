@@ -23,6 +23,9 @@ POLL_SECONDS = 0.005
 #: a firing can arrive after it: the trigger plans a batch (its offsets logged) that the stop then cancels, a
 #: planned, uncommitted batch that Spark replays on restart - not a stop at a boundary (seen once in a suite run,
 #: 2026-11-28: ``test_parallel_transition...``, ``last_planned=35, last_committed=34`` after a graceful stop).
+#: Not covered: a query falling behind (a batch longer than the interval) starts its next batch as soon as one
+#: ends, off the grid; and the default trigger (interval 0) polls for data every few ms. There a stop can still
+#: cancel a batch just planned (Spark replays it on restart; the stop's ``clean`` reports it).
 GUARD_S = 0.5
 
 
