@@ -10,8 +10,9 @@ dead? This module answers it from what the standby has already gathered - it rea
 - whether the driver record also puts the run on this host (local target);
 - how long the standby ITSELF has seen the lease's bytes unchanged (:class:`~.takeover.LeaseWatch`);
 - the cluster manager's word when the run has one (:class:`Word`: the standalone master's state of the
-  driver submission or of the application, and which id it names) and the ids the run recorded
-  (:class:`RunIds`: the submission id of its driver record, the application id of its status document).
+  driver submission or of the application, or the YARN ResourceManager's state of the application, and which
+  id it names) and the ids the run recorded (:class:`RunIds`: the submission id of its driver record, the
+  application id of its status document, the YARN application id of its driver record).
 
 The answer (:func:`decide`) is a :class:`Decision`: ``PROVEN_DEAD`` with the proof (take over now),
 ``ALIVE`` (never take over), or ``WAIT`` (no proof yet). The proofs, strongest first:
@@ -28,7 +29,14 @@ The answer (:func:`decide`) is a :class:`Decision`: ``PROVEN_DEAD`` with the pro
    driver cut off from the master is not a dead process; it has no executors left from this master,
    and once the lease moved, its lease check before each batch's write (``spark_jobs/runtime/lease_check.py``)
    stops it from committing.
-4. ``LEASE_EXPIRED`` - no word, only the lease: stale by its content (the holder here gone; elsewhere not
+4. ``YARN_APPLICATION_ENDED`` - the YARN ResourceManager says the application THE RUN'S DRIVER RECORD names
+   (the id the submission read from ``spark-submit``'s output, a record of the ``yarn`` target) is FINISHED,
+   FAILED or KILLED: the RM ended its application master's container, in which a cluster-mode driver runs.
+   An application the RM does not know (404: an RM restarted without its state store) is no proof. As with
+   ``APPLICATION_ENDED``, a driver whose NodeManager lost the RM may outlive its application (the RM fails
+   an attempt of a lost node; the NodeManager kills its containers only once it hears of it): once the lease
+   moved, its next renewal or its lease check before a ``foreachBatch`` write stops it.
+5. ``LEASE_EXPIRED`` - no word, only the lease: stale by its content (the holder here gone; elsewhere not
    renewed for its ttl) and seen unchanged by the standby itself for the lease's ttl. This is exactly the
    rule before proof-of-death existed (its own clock, so a forged ``renewed_at`` cannot shorten it).
 
@@ -59,6 +67,7 @@ class Proof(enum.Enum):
     PROCESS_GONE = "process_gone"
     SUBMISSION_ENDED = "submission_ended"
     APPLICATION_ENDED = "application_ended"
+    YARN_APPLICATION_ENDED = "yarn_application_ended"
     LEASE_EXPIRED = "lease_expired"
 
 
@@ -82,12 +91,16 @@ class WordKind(enum.Enum):
     """A driver submission (``GET /v1/submissions/status/<id>``): standalone cluster mode."""
     APPLICATION = "application"
     """An application (the master's ``/json/``): a client-mode driver on any host."""
+    YARN_APPLICATION = "yarn_application"
+    """A YARN application (the ResourceManager's ``GET /ws/v1/cluster/apps/<id>``): YARN cluster mode."""
 
 
 #: Driver states a worker reports once the driver process exited (Spark's ``DriverState``).
 SUBMISSION_EXITED = frozenset({"FINISHED", "KILLED", "FAILED"})
 #: Application states of the master's completed applications (Spark's ``ApplicationState``).
 APPLICATION_ENDED = frozenset({"FINISHED", "KILLED", "FAILED"})
+#: Final states of a YARN application (the ResourceManager's ``YarnApplicationState``).
+YARN_APPLICATION_ENDED = frozenset({"FINISHED", "FAILED", "KILLED"})
 #: The master's own state in ``/json/`` (``status``) in which its word counts.
 MASTER_ALIVE = "ALIVE"
 
@@ -116,6 +129,15 @@ class RunIds:
 
     submission_id: str | None = None
     app_id: str | None = None
+    yarn_app_id: str | None = None
+    """The YARN application id of a ``yarn`` target's driver record (its ``handle``), read by the submission."""
+
+
+def recorded_id(kind: WordKind, ids: RunIds) -> str | None:
+    """The id of ``ids`` that a word of ``kind`` must name to say anything about the run."""
+    if kind is WordKind.SUBMISSION:
+        return ids.submission_id
+    return ids.yarn_app_id if kind is WordKind.YARN_APPLICATION else ids.app_id
 
 
 @dataclass(frozen=True)
@@ -130,19 +152,22 @@ def word_proof(word: Word | None, ids: RunIds) -> tuple[Proof | None, str]:
     proof, and why not)."""
     if word is None:
         return None, "no word from the cluster manager"
+    who = "the ResourceManager" if word.kind is WordKind.YARN_APPLICATION else "the master"
     if not word.answered:
-        return None, f"the master did not answer about {word.kind.value} {word.subject}"
-    recorded = ids.submission_id if word.kind is WordKind.SUBMISSION else ids.app_id
+        return None, f"{who} did not answer about {word.kind.value} {word.subject}"
+    recorded = recorded_id(word.kind, ids)
     if not recorded or word.subject != recorded:
-        return None, (f"the master's word is about {word.kind.value} {word.subject}, not the one the run recorded "
+        return None, (f"{who}'s word is about {word.kind.value} {word.subject}, not the one the run recorded "
                       f"({recorded or 'none'})")
     if word.master_status is not None and word.master_status != MASTER_ALIVE:
-        return None, f"the master is {word.master_status}, not {MASTER_ALIVE}: its word is not final"
-    said = f"the master says {word.kind.value} {word.subject} is {word.state or 'unknown to it'}"
+        return None, f"{who} is {word.master_status}, not {MASTER_ALIVE}: its word is not final"
+    said = f"{who} says {word.kind.value} {word.subject} is {word.state or 'unknown to it'}"
     if word.kind is WordKind.SUBMISSION and word.state in SUBMISSION_EXITED:
         return Proof.SUBMISSION_ENDED, said
     if word.kind is WordKind.APPLICATION and word.completed and word.state in APPLICATION_ENDED:
         return Proof.APPLICATION_ENDED, said
+    if word.kind is WordKind.YARN_APPLICATION and word.state in YARN_APPLICATION_ENDED:
+        return Proof.YARN_APPLICATION_ENDED, said
     return None, said
 
 
@@ -175,5 +200,5 @@ def decide(holder: Holder, run_alive_here: bool, record_local_here: bool, lease_
                                          f"{ttl:.0f}s ({said})", Proof.LEASE_EXPIRED)
 
 
-__all__ = ["APPLICATION_ENDED", "MASTER_ALIVE", "SUBMISSION_EXITED", "Decision", "Holder", "Proof", "RunIds",
-           "Verdict", "Word", "WordKind", "decide", "word_proof"]
+__all__ = ["APPLICATION_ENDED", "MASTER_ALIVE", "SUBMISSION_EXITED", "YARN_APPLICATION_ENDED", "Decision", "Holder",
+           "Proof", "RunIds", "Verdict", "Word", "WordKind", "decide", "recorded_id", "word_proof"]

@@ -215,12 +215,17 @@ class PlanningMixin:
         """The hot standby's ``--master-rest-url`` / ``--master-ui-url``: the standalone master of the stream's
         own (resolved) spec and connection, whose word proves a crashed driver on another host dead (public
         URLs, no secret). The REST server only in cluster mode (client-mode runs record no submission); the
-        first master of an HA list. None for other masters."""
+        first master of an HA list. On YARN, ``--yarn-rm-url``: the ResourceManagers the YARN target asks (the
+        spec's ``cluster.resourcemanager_url`` or ``yarn-site.xml``), all of them, in order. None for other
+        masters."""
         from airflow_streaming.hooks.spark_master import master_ui_url
         from airflow_streaming.targets import target_settings
 
         spec = self.resolved_spec
         master = spec.master or ""
+        if master == "yarn":
+            rms = getattr(self.target, "rm_urls", None) or []
+            return ["--yarn-rm-url", ",".join(rms)] if rms else []
         if not master.startswith("spark://"):
             return []
         rest_urls = getattr(self.target, "rest_urls", None) or []

@@ -82,6 +82,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              "spec and connection (never from a control file): its word proves a driver dead")
     parser.add_argument("--master-ui-url", default=None,
                         help="with --failover: the standalone master's web UI (its /json/), as --master-rest-url")
+    parser.add_argument("--yarn-rm-url", default=None,
+                        help="with --failover: the YARN ResourceManagers' web addresses (comma-separated, HA in "
+                             "order), from the stream's own spec or yarn-site.xml (never from a control file): "
+                             "their word that the run's application ended proves its driver dead")
     parser.add_argument("--gate-only", action="store_true",
                         help="run the compatibility gate of this application against --checkpoint, write the answer "
                              "to gate-report.json in the control directory and exit (touches nothing else)")

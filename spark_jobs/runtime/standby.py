@@ -77,15 +77,23 @@ class Standby:
         self.storage.write_atomic(self.paths.standby, json.dumps(doc).encode())
 
     def master_word(self) -> Any:
-        """The standalone master's word about a crashed run (``standalone_word.PacedWord``: at most once a second,
-        backing off while the master does not answer), asked at the master this driver was LAUNCHED with
-        (``--master-rest-url`` / ``--master-ui-url``, from the stream's spec and connection; never from a control
-        file, which could name a fake master); ``None`` without one (only the lease then decides)."""
+        """The cluster manager's word about a crashed run (``standalone_word.PacedWord``: at most once a second,
+        backing off while it does not answer), asked at the cluster manager this driver was LAUNCHED with (the
+        standalone master's ``--master-rest-url`` / ``--master-ui-url``, or YARN's ``--yarn-rm-url``, from the
+        stream's spec and connection; never from a control file, which could name a fake one); ``None`` without
+        one (only the lease then decides)."""
         rest, ui = getattr(self.ns, "master_rest_url", None), getattr(self.ns, "master_ui_url", None)
-        if not (rest or ui):
+        rms = [u.strip() for u in (getattr(self.ns, "yarn_rm_url", None) or "").split(",") if u.strip()]
+        if not (rest or ui or rms):
             return None
         from airflow_streaming.control.standalone_word import PacedWord, StandaloneWord
 
+        if rms:
+            from airflow_streaming.control.yarn_word import YarnWord
+
+            log.info("hot standby: a crashed run on another host is taken over on the word of the YARN "
+                     "ResourceManager at %s", ", ".join(rms))
+            return PacedWord(YarnWord(rms))
         log.info("hot standby: a crashed run on another host is taken over on the word of the master at %s",
                  ", ".join(u for u in (rest, ui) if u))
         return PacedWord(StandaloneWord(rest, ui))

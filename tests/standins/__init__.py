@@ -33,11 +33,13 @@ class StandInServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 owner.requests.append((self.command, self.path, dict(self.headers.items()), body))
-                status, payload, content_type = owner.handle(
+                status, payload, content_type, *extra = owner.handle(
                     self.command, parsed.path, {k: v[-1] for k, v in parse_qs(parsed.query).items()},
                     dict(self.headers.items()), body)
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
+                for name, value in (extra[0] if extra else {}).items():  # e.g. a redirect's Location
+                    self.send_header(name, value)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -72,5 +74,6 @@ class StandInServer:
         self.close()
 
     def handle(self, method: str, path: str, query: dict[str, str], headers: dict[str, str],
-               body: bytes) -> tuple[int, Any, str]:
+               body: bytes) -> tuple[Any, ...]:
+        """``(status, payload, content type)``, and optionally a dict of more headers."""
         raise NotImplementedError

@@ -16,20 +16,27 @@ import pytest
 from airflow_streaming.control import contract, takeover
 from airflow_streaming.control.contract import ControlPaths, DriverRecord, Lease
 from airflow_streaming.control.death_proof import (
-    Decision, Holder, Proof, RunIds, Verdict, Word, WordKind, decide, word_proof,
+    Decision, Holder, Proof, RunIds, Verdict, Word, WordKind, decide, recorded_id, word_proof,
 )
 from airflow_streaming.control.local import LocalStorage
 from airflow_streaming.control.process import process_start_time
 
 TTL = 120.0
 SUBMISSION, APP = "driver-20261127120000-0001", "app-20261127120001-0001"
+YARN_APP = "application_1700000000000_0001"
 STATES = (None, "SUBMITTED", "RUNNING", "RELAUNCHING", "WAITING", "FINISHED", "KILLED", "FAILED", "ERROR", "UNKNOWN")
 MASTER_STATUSES = (None, "ALIVE", "STANDBY", "RECOVERING", "COMPLETING_RECOVERY")
 SUBJECTS = (SUBMISSION, APP, "driver-20261127120000-0002", "app-20261127120001-0002", "")
+#: The ResourceManager's application states (``YarnApplicationState``), and None: an id the RM does not know.
+YARN_STATES = (None, "NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED", "FAILED", "KILLED")
+YARN_SUBJECTS = (YARN_APP, "application_1700000000000_0002", APP, SUBMISSION, "")
 WORDS = (None,) + tuple(Word(kind, subject, answered, state, completed, status) for kind, subject, answered, state,
-                        completed, status in itertools.product(WordKind, SUBJECTS, (True, False), STATES, (True, False),
-                                                               MASTER_STATUSES))
-IDS = tuple(RunIds(s, a) for s, a in itertools.product((None, SUBMISSION), (None, APP)))
+                        completed, status in itertools.product((WordKind.SUBMISSION, WordKind.APPLICATION), SUBJECTS,
+                                                               (True, False), STATES, (True, False), MASTER_STATUSES)) \
+    + tuple(Word(WordKind.YARN_APPLICATION, subject, answered, state, completed, status) for subject, answered, state,
+            completed, status in itertools.product(YARN_SUBJECTS, (True, False), YARN_STATES, (True, False),
+                                                   (None, "STANDBY")))
+IDS = tuple(RunIds(s, a, y) for s, a, y in itertools.product((None, SUBMISSION), (None, APP), (None, YARN_APP)))
 LEASE_AGES = (0.0, TTL - 1, TTL, TTL + 1, 10 * TTL)
 SEEN = (0.0, TTL - 1, TTL, 10 * TTL)
 
@@ -48,17 +55,44 @@ def before_proof_of_death(holder: Holder, run_alive_here: bool, record_local_her
 
 
 def names_the_run(word: Word, ids: RunIds) -> bool:
-    recorded = ids.submission_id if word.kind is WordKind.SUBMISSION else ids.app_id
+    recorded = {WordKind.SUBMISSION: ids.submission_id, WordKind.APPLICATION: ids.app_id,
+                WordKind.YARN_APPLICATION: ids.yarn_app_id}[word.kind]
+    assert recorded == recorded_id(word.kind, ids)
     return bool(recorded) and word.subject == recorded
+
+
+def word_proofs() -> list[tuple[Word | None, RunIds, Proof | None]]:
+    """Every (word, ids) with the proof the word gives, its own invariants checked once (not once per holder)."""
+    out = []
+    for word, ids in itertools.product(WORDS, IDS):
+        proof, said = word_proof(word, ids)
+        assert said
+        if proof is not None:  # a word is proof only when it names exactly this run, from a master that is ALIVE
+            assert word is not None and word.answered and names_the_run(word, ids)
+            assert word.master_status in (None, "ALIVE")
+            assert word.state in ("FINISHED", "KILLED", "FAILED")
+            assert proof is {WordKind.SUBMISSION: Proof.SUBMISSION_ENDED, WordKind.APPLICATION: Proof.APPLICATION_ENDED,
+                             WordKind.YARN_APPLICATION: Proof.YARN_APPLICATION_ENDED}[word.kind]
+            if word.kind is WordKind.APPLICATION:
+                assert word.completed
+        # Fail closed: every other word is no proof.
+        if word is None or not word.answered or not names_the_run(word, ids) or word.state in (
+                None, "UNKNOWN", "ERROR", "RUNNING", "SUBMITTED", "RELAUNCHING", "WAITING", "NEW", "NEW_SAVING",
+                "ACCEPTED") \
+                or word.master_status not in (None, "ALIVE"):
+            assert proof is None, (word, ids)
+        out.append((word, ids, proof))
+    return out
 
 
 def test_the_rule_over_every_combination_of_its_inputs():
     seen_proofs: set[Proof] = set()
     checked = 0
+    pairs = word_proofs()
     for holder, alive_here, local_here, age, seen in itertools.product(Holder, (False, True), (False, True),
                                                                         LEASE_AGES, SEEN):
         before = before_proof_of_death(holder, alive_here, local_here, age, TTL, seen)
-        for word, ids in itertools.product(WORDS, IDS):
+        for word, ids, proof in pairs:
             d = decide(holder, alive_here, local_here, age, TTL, seen, word, ids)
             checked += 1
             assert isinstance(d, Decision) and d.reason
@@ -70,19 +104,6 @@ def test_the_rule_over_every_combination_of_its_inputs():
                 assert d.verdict is Verdict.ALIVE, (holder, alive_here, word, d)
                 continue
             assert d.verdict is not Verdict.ALIVE
-            proof, _ = word_proof(word, ids)
-            if proof is not None:  # a word is proof only when it names exactly this run, from a master that is ALIVE
-                assert word is not None and word.answered and names_the_run(word, ids)
-                assert word.master_status in (None, "ALIVE")
-                if word.kind is WordKind.SUBMISSION:
-                    assert word.state in ("FINISHED", "KILLED", "FAILED")
-                else:
-                    assert word.completed and word.state in ("FINISHED", "KILLED", "FAILED")
-            # Fail closed: every other word is no proof.
-            if word is None or not word.answered or not names_the_run(word, ids) or word.state in (
-                    None, "UNKNOWN", "ERROR", "RUNNING", "SUBMITTED", "RELAUNCHING", "WAITING") \
-                    or word.master_status not in (None, "ALIVE"):
-                assert proof is None, (word, ids)
             if proof is None:  # without a word's proof only the lease decides, exactly as before
                 assert (d.verdict is Verdict.PROVEN_DEAD) == before, (holder, local_here, age, seen, word, ids, d)
                 if d.verdict is Verdict.PROVEN_DEAD:

@@ -161,3 +161,26 @@ def test_the_hot_standby_is_launched_with_the_master_of_its_own_spec(tmp_path):
     hook = SparkStreamHook(spec_under(tmp_path, master="spark://m1.example:7077", deploy_mode="client"))
     plain = hook.launch_plan(ACTIVE).runtime_args  # the active driver asks no master
     assert "--master-ui-url" not in plain
+
+
+def test_a_yarn_hot_standby_asks_every_rm_of_its_own_spec_never_one_a_record_names(tmp_path):
+    import threading
+
+    from airflow_streaming.control.yarn_word import YarnWord
+    from spark_jobs.runtime.standby import Standby
+
+    args = failover_args(tmp_path, master="yarn", deploy_mode="cluster",
+                         cluster={"resourcemanager_url": "http://rm1.example:8088, http://rm2.example:8088/"})
+    assert args[args.index("--yarn-rm-url") + 1] == "http://rm1.example:8088,http://rm2.example:8088"
+    assert "--master-ui-url" not in args and "--master-rest-url" not in args
+    ns = parse_args(args)
+    standby = Standby(ns, LocalStorage(), ControlPaths(ns.control_dir), False, threading.Event())
+    word = standby.master_word()
+    assert isinstance(word, PacedWord) and isinstance(word.word, YarnWord)
+    assert word.word.rm_urls == ["http://rm1.example:8088", "http://rm2.example:8088"]
+    hook = SparkStreamHook(spec_under(tmp_path, master="yarn", deploy_mode="cluster",
+                                      cluster={"resourcemanager_url": "http://rm1.example:8088"}))
+    assert "--yarn-rm-url" not in hook.launch_plan(ACTIVE).runtime_args  # the active driver asks no one
+    plain = Standby(parse_args(failover_args(tmp_path)), LocalStorage(), ControlPaths(ns.control_dir), False,
+                    threading.Event())
+    assert plain.master_word() is None  # local[2]: only the lease decides
