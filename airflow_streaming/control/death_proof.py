@@ -10,9 +10,10 @@ dead? This module answers it from what the standby has already gathered - it rea
 - whether the driver record also puts the run on this host (local target);
 - how long the standby ITSELF has seen the lease's bytes unchanged (:class:`~.takeover.LeaseWatch`);
 - the cluster manager's word when the run has one (:class:`Word`: the standalone master's state of the
-  driver submission or of the application, or the YARN ResourceManager's state of the application, and which
-  id it names) and the ids the run recorded (:class:`RunIds`: the submission id of its driver record, the
-  application id of its status document, the YARN application id of its driver record).
+  driver submission or of the application, the YARN ResourceManager's state of the application, or the
+  Kubernetes API server's phase of the driver pod, and which id it names) and the ids the run recorded
+  (:class:`RunIds`: the submission id of its driver record, the application id of its status document, the
+  YARN application id or the driver pod of its driver record).
 
 The answer (:func:`decide`) is a :class:`Decision`: ``PROVEN_DEAD`` with the proof (take over now),
 ``ALIVE`` (never take over), or ``WAIT`` (no proof yet). The proofs, strongest first:
@@ -36,7 +37,12 @@ The answer (:func:`decide`) is a :class:`Decision`: ``PROVEN_DEAD`` with the pro
    ``APPLICATION_ENDED``, a driver whose NodeManager lost the RM may outlive its application (the RM fails
    an attempt of a lost node; the NodeManager kills its containers only once it hears of it): once the lease
    moved, its next renewal or its lease check before a ``foreachBatch`` write stops it.
-5. ``LEASE_EXPIRED`` - no word, only the lease: stale by its content (the holder here gone; elsewhere not
+5. ``POD_ENDED`` - the Kubernetes API server says the driver pod THE RUN'S DRIVER RECORD names
+   (``<namespace>/<pod>``, a record of the ``kubernetes`` target) is in phase ``Succeeded`` or ``Failed``:
+   the kubelet reports these once every container of the pod terminated, and they are final. A pod the API
+   server does not know (404) is no proof: a force-deleted pod's containers may still run on its node. A pod
+   on a node the control plane lost keeps its last phase (Running), so a partitioned driver gives no proof.
+6. ``LEASE_EXPIRED`` - no word, only the lease: stale by its content (the holder here gone; elsewhere not
    renewed for its ttl) and seen unchanged by the standby itself for the lease's ttl. This is exactly the
    rule before proof-of-death existed (its own clock, so a forged ``renewed_at`` cannot shorten it).
 
@@ -68,6 +74,7 @@ class Proof(enum.Enum):
     SUBMISSION_ENDED = "submission_ended"
     APPLICATION_ENDED = "application_ended"
     YARN_APPLICATION_ENDED = "yarn_application_ended"
+    POD_ENDED = "pod_ended"
     LEASE_EXPIRED = "lease_expired"
 
 
@@ -93,6 +100,8 @@ class WordKind(enum.Enum):
     """An application (the master's ``/json/``): a client-mode driver on any host."""
     YARN_APPLICATION = "yarn_application"
     """A YARN application (the ResourceManager's ``GET /ws/v1/cluster/apps/<id>``): YARN cluster mode."""
+    KUBE_POD = "kube_pod"
+    """A driver pod, ``<namespace>/<name>`` (``GET /api/v1/namespaces/<ns>/pods/<name>``): Kubernetes cluster mode."""
 
 
 #: Driver states a worker reports once the driver process exited (Spark's ``DriverState``).
@@ -101,6 +110,8 @@ SUBMISSION_EXITED = frozenset({"FINISHED", "KILLED", "FAILED"})
 APPLICATION_ENDED = frozenset({"FINISHED", "KILLED", "FAILED"})
 #: Final states of a YARN application (the ResourceManager's ``YarnApplicationState``).
 YARN_APPLICATION_ENDED = frozenset({"FINISHED", "FAILED", "KILLED"})
+#: Final phases of a Kubernetes pod (``PodPhase``): every container terminated.
+POD_ENDED = frozenset({"Succeeded", "Failed"})
 #: The master's own state in ``/json/`` (``status``) in which its word counts.
 MASTER_ALIVE = "ALIVE"
 
@@ -131,13 +142,14 @@ class RunIds:
     app_id: str | None = None
     yarn_app_id: str | None = None
     """The YARN application id of a ``yarn`` target's driver record (its ``handle``), read by the submission."""
+    kube_pod: str | None = None
+    """``<namespace>/<pod>`` of a ``kubernetes`` target's driver record (its ``handle``), named by the submission."""
 
 
 def recorded_id(kind: WordKind, ids: RunIds) -> str | None:
     """The id of ``ids`` that a word of ``kind`` must name to say anything about the run."""
-    if kind is WordKind.SUBMISSION:
-        return ids.submission_id
-    return ids.yarn_app_id if kind is WordKind.YARN_APPLICATION else ids.app_id
+    return {WordKind.SUBMISSION: ids.submission_id, WordKind.APPLICATION: ids.app_id,
+            WordKind.YARN_APPLICATION: ids.yarn_app_id, WordKind.KUBE_POD: ids.kube_pod}[kind]
 
 
 @dataclass(frozen=True)
@@ -152,7 +164,8 @@ def word_proof(word: Word | None, ids: RunIds) -> tuple[Proof | None, str]:
     proof, and why not)."""
     if word is None:
         return None, "no word from the cluster manager"
-    who = "the ResourceManager" if word.kind is WordKind.YARN_APPLICATION else "the master"
+    who = {WordKind.YARN_APPLICATION: "the ResourceManager", WordKind.KUBE_POD: "the API server"}.get(word.kind,
+                                                                                                   "the master")
     if not word.answered:
         return None, f"{who} did not answer about {word.kind.value} {word.subject}"
     recorded = recorded_id(word.kind, ids)
@@ -168,6 +181,8 @@ def word_proof(word: Word | None, ids: RunIds) -> tuple[Proof | None, str]:
         return Proof.APPLICATION_ENDED, said
     if word.kind is WordKind.YARN_APPLICATION and word.state in YARN_APPLICATION_ENDED:
         return Proof.YARN_APPLICATION_ENDED, said
+    if word.kind is WordKind.KUBE_POD and word.state in POD_ENDED:
+        return Proof.POD_ENDED, said
     return None, said
 
 
@@ -200,5 +215,5 @@ def decide(holder: Holder, run_alive_here: bool, record_local_here: bool, lease_
                                          f"{ttl:.0f}s ({said})", Proof.LEASE_EXPIRED)
 
 
-__all__ = ["APPLICATION_ENDED", "MASTER_ALIVE", "SUBMISSION_EXITED", "YARN_APPLICATION_ENDED", "Decision", "Holder",
-           "Proof", "RunIds", "Verdict", "Word", "WordKind", "decide", "recorded_id", "word_proof"]
+__all__ = ["APPLICATION_ENDED", "MASTER_ALIVE", "POD_ENDED", "SUBMISSION_EXITED", "YARN_APPLICATION_ENDED", "Decision",
+           "Holder", "Proof", "RunIds", "Verdict", "Word", "WordKind", "decide", "recorded_id", "word_proof"]

@@ -171,9 +171,13 @@ def _holder(lease: Lease) -> Holder:
 def _run_ids(storage: ControlStorage, paths: ControlPaths, record: contract.DriverRecord) -> death_proof.RunIds:
     """The cluster manager's ids the run recorded: the submission id of its driver record, the application id
     of its status document (only while that document names the run), the YARN application id of a ``yarn``
-    target's driver record. An unreadable status names none."""
+    target's driver record, the driver pod of a ``kubernetes`` one. An unreadable status names none."""
     submission = record.handle.get("submission_id")
     yarn_app = record.handle.get("app_id") if record.target == "yarn" else None
+    namespace, pod = (record.handle.get("namespace"), record.handle.get("pod")) if record.target == "kubernetes" \
+        else (None, None)
+    kube_pod = f"{namespace}/{pod}" if isinstance(namespace, str) and isinstance(pod, str) and namespace and pod \
+        else None
     app_id = None
     try:
         doc = contract.json_object_or_none(storage.read_bytes(paths.status) or b"")
@@ -182,7 +186,7 @@ def _run_ids(storage: ControlStorage, paths: ControlPaths, record: contract.Driv
     if doc is not None and doc.get("run_id") == record.run_id and isinstance(doc.get("app_id"), str):
         app_id = doc["app_id"]
     return death_proof.RunIds(submission if isinstance(submission, str) and submission else None, app_id or None,
-                              yarn_app if isinstance(yarn_app, str) and yarn_app else None)
+                              yarn_app if isinstance(yarn_app, str) and yarn_app else None, kube_pod)
 
 
 def take_over(storage: ControlStorage, paths: ControlPaths, judgement: Judgement, me: str, version: str,

@@ -216,8 +216,8 @@ class PlanningMixin:
         own (resolved) spec and connection, whose word proves a crashed driver on another host dead (public
         URLs, no secret). The REST server only in cluster mode (client-mode runs record no submission); the
         first master of an HA list. On YARN, ``--yarn-rm-url``: the ResourceManagers the YARN target asks (the
-        spec's ``cluster.resourcemanager_url`` or ``yarn-site.xml``), all of them, in order. None for other
-        masters."""
+        spec's ``cluster.resourcemanager_url`` or ``yarn-site.xml``), all of them, in order. On Kubernetes,
+        ``--kube-api-server``: the API server the Kubernetes target asks. None for other masters."""
         from airflow_streaming.hooks.spark_master import master_ui_url
         from airflow_streaming.targets import target_settings
 
@@ -226,6 +226,9 @@ class PlanningMixin:
         if master == "yarn":
             rms = getattr(self.target, "rm_urls", None) or []
             return ["--yarn-rm-url", ",".join(rms)] if rms else []
+        if master.startswith("k8s://"):
+            api = getattr(self.target, "api_server", None)
+            return ["--kube-api-server", api] if api else []
         if not master.startswith("spark://"):
             return []
         rest_urls = getattr(self.target, "rest_urls", None) or []

@@ -86,6 +86,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="with --failover: the YARN ResourceManagers' web addresses (comma-separated, HA in "
                              "order), from the stream's own spec or yarn-site.xml (never from a control file): "
                              "their word that the run's application ended proves its driver dead")
+    parser.add_argument("--kube-api-server", default=None,
+                        help="with --failover: the Kubernetes API server, from the stream's own spec (never from a "
+                             "control file), asked with this pod's own service account: its word that the run's "
+                             "driver pod ended proves the driver dead")
     parser.add_argument("--gate-only", action="store_true",
                         help="run the compatibility gate of this application against --checkpoint, write the answer "
                              "to gate-report.json in the control directory and exit (touches nothing else)")

@@ -79,15 +79,22 @@ class Standby:
     def master_word(self) -> Any:
         """The cluster manager's word about a crashed run (``standalone_word.PacedWord``: at most once a second,
         backing off while it does not answer), asked at the cluster manager this driver was LAUNCHED with (the
-        standalone master's ``--master-rest-url`` / ``--master-ui-url``, or YARN's ``--yarn-rm-url``, from the
-        stream's spec and connection; never from a control file, which could name a fake one); ``None`` without
-        one (only the lease then decides)."""
+        standalone master's ``--master-rest-url`` / ``--master-ui-url``, YARN's ``--yarn-rm-url`` or Kubernetes'
+        ``--kube-api-server``, from the stream's spec and connection; never from a control file, which could name
+        a fake one); ``None`` without one (only the lease then decides)."""
         rest, ui = getattr(self.ns, "master_rest_url", None), getattr(self.ns, "master_ui_url", None)
         rms = [u.strip() for u in (getattr(self.ns, "yarn_rm_url", None) or "").split(",") if u.strip()]
-        if not (rest or ui or rms):
+        api = getattr(self.ns, "kube_api_server", None)
+        if not (rest or ui or rms or api):
             return None
         from airflow_streaming.control.standalone_word import PacedWord, StandaloneWord
 
+        if api:
+            from airflow_streaming.control.kube_word import KubeWord
+
+            log.info("hot standby: a crashed run on another host is taken over on the word of the Kubernetes API "
+                     "server at %s", api)
+            return PacedWord(KubeWord(api))
         if rms:
             from airflow_streaming.control.yarn_word import YarnWord
 
