@@ -162,3 +162,47 @@ def test_the_word_is_about_the_application_the_record_names_never_one_a_status_o
     judged = takeover.judge_takeover(storage, paths, STANDBY, "v1", watch=takeover.LeaseWatch(),
                                      word=YarnWord([rm.url]))
     assert judged.act == "wait" and len(rm.requests) == before, judged
+
+
+def test_a_hot_standby_submitted_to_yarn_by_the_product_takes_over_on_the_rms_word(tmp_path, rm, monkeypatch):
+    """Through the product's own submissions (the YARN target, a STAND-IN spark-submit that registers the
+    application with the RM stand-in): the active run and its hot standby are two YARN applications; the
+    standby's driver arguments (what the AM would run) name the RM; the RM says the active application was
+    KILLED; the standby, built from exactly those arguments, takes over at once although the lease is fresh."""
+    import threading
+
+    from airflow_streaming.hooks.streaming_job import SparkStreamHook
+    from airflow_streaming.spec import StreamSpec
+    from spark_jobs.runtime.launcher import parse_args
+    from spark_jobs.runtime.standby import Standby
+    from standins import fake_spark_submit
+    import stream_actions
+
+    record_file = fake_spark_submit.put_first_on_path(tmp_path, monkeypatch, FAKE_YARN_RM=rm.url)
+    spec = StreamSpec(name="etl", application="events_etl", checkpoint_location=str(tmp_path / "ckpt"),
+                      control_location=str(tmp_path / "ctl"), master="yarn", deploy_mode="cluster", hot_standby=True,
+                      application_args=["--input", "/in", "--output", "/out", "--quarantine", "/q"],
+                      cluster={"resourcemanager_url": rm.url})
+    hook = SparkStreamHook(spec)
+    active = stream_actions.submit(hook)
+    standby = stream_actions.prepare_hot_standby(hook)
+    assert active.target == standby.target == "yarn" and active.handle["app_id"] != standby.handle["app_id"]
+    argv = json.loads(record_file.read_text().splitlines()[-1])["argv"]
+    runtime = argv[argv.index(next(a for a in argv if a.endswith("spark_jobs/launch.py"))) + 1:]
+    assert runtime[runtime.index("--yarn-rm-url") + 1] == rm.url and "--failover" in runtime
+    ns = parse_args(runtime)
+    assert ns.run_id == standby.run_id
+    now = time.time()  # the active driver (in its AM container, on a NodeManager) took its lease
+    hook.storage.unguarded.write_atomic(hook.paths.lease, Lease(active.run_id, 4242, 1.0, "nodemanager-3", now, now,
+                                                      TTL).to_json())
+    the_standby = Standby(ns, hook.storage.unguarded, hook.paths, False, threading.Event())
+    word = the_standby.master_word()
+    judge = lambda: takeover.judge_takeover(hook.storage.unguarded, hook.paths, ns.run_id, ns.version,  # noqa: E731
+                                            watch=takeover.LeaseWatch(), word=word)
+    rm.set_state(active.handle["app_id"], "RUNNING")
+    assert judge().act == "wait"
+    rm.set_state(active.handle["app_id"], "KILLED", "KILLED", "killed by a NodeManager's OOM")
+    word.next_at = 0.0  # the paced word asks again at its next second; the test does not wait for it
+    judged = judge()
+    assert judged.act == "take_over" and "yarn_application_ended" in judged.reason \
+        and active.handle["app_id"] in judged.reason, judged
