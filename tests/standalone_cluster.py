@@ -61,9 +61,30 @@ class Cluster:
     work_dir: Path
     host: str = "127.0.0.1"
     procs: list[subprocess.Popen] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    log_dir: Path | None = None
 
     def stop_master(self) -> None:
         stop_process(self.procs[0])
+
+    def add_worker(self, cores: int, memory: str, host_name: str | None = None) -> None:
+        """One more worker (its own work directory and log), registered before this returns. ``host_name``: the
+        worker runs in a UTS namespace of its own with that host name (``unshare --uts``), so the drivers and
+        executors it starts are on "another host" for ``socket.gethostname()`` (network and PIDs shared)."""
+        k = len(self.procs)
+        spark_class = os.path.join(os.path.dirname(sys.executable), "spark-class")
+        argv = [spark_class, "org.apache.spark.deploy.worker.Worker", self.master,
+                *([] if self.host == "127.0.0.1" else ["--host", self.host]),
+                "--cores", str(cores), "--memory", memory, "--webui-port", str(free_port(self.host))]
+        if host_name:  # hostname(1) changes this namespace only; exec keeps the worker's pid the one we stop
+            argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host_name, *argv]
+        work = self.work_dir if k == 1 else self.work_dir.with_name(f"{self.work_dir.name}-{k}")
+        log_dir = self.log_dir or self.work_dir.parent
+        alive = (self.master_json() or {}).get("aliveworkers", 0)
+        self.procs.append(subprocess.Popen(
+            argv, env={**self.env, "SPARK_WORKER_DIR": str(work)}, start_new_session=True,
+            stdout=open(log_dir / ("worker.log" if k == 1 else f"worker-{k}.log"), "wb"), stderr=subprocess.STDOUT))
+        wait_for(lambda: (self.master_json() or {}).get("aliveworkers") == alive + 1, 90, f"worker {k}")
 
     def master_json(self) -> dict | None:
         return fetch_json(f"{self.ui}/json/")
@@ -79,18 +100,21 @@ def stop_process(proc: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def standalone_cluster(tmp_path: Path, host: str = "127.0.0.1", cores: int = 2, memory: str = "2g") -> Iterator[Cluster]:
+def standalone_cluster(tmp_path: Path, host: str = "127.0.0.1", cores: int = 2, memory: str = "2g",
+                       worker_host_name: str | None = None) -> Iterator[Cluster]:
     """A master with its REST server and one worker (default 2 cores / 2 GiB: a driver and an executor fit),
-    both listening on ``host``. On exit both are killed, and so is every process whose command line
-    mentions ``tmp_path`` (drivers and executors the worker started)."""
+    both listening on ``host``; ``worker_host_name``: the worker in a UTS namespace of that name
+    (:meth:`Cluster.add_worker`, which also adds more workers). On exit all are killed, and so is every process
+    whose command line mentions ``tmp_path`` (drivers and executors the workers started)."""
     spark_class = os.path.join(os.path.dirname(sys.executable), "spark-class")
-    port, ui, rest, worker_ui = free_port(host), free_port(host), free_port(host), free_port(host)
+    port, ui, rest = free_port(host), free_port(host), free_port(host)
     props = tmp_path / "master.properties"
     props.write_text(f"spark.master.rest.enabled true\nspark.master.rest.port {rest}\nspark.ui.killEnabled true\n")
     work = tmp_path / "work"
     env = {**os.environ, "SPARK_LOCAL_IP": host, "SPARK_LOG_DIR": str(tmp_path), "SPARK_WORKER_DIR": str(work),
            "SPARK_DAEMON_JAVA_OPTS": class_archive_option()}  # the master's and worker's JVMs map it too
-    cluster = Cluster(f"spark://{host}:{port}", f"http://{host}:{ui}", f"http://{host}:{rest}", work, host)
+    cluster = Cluster(f"spark://{host}:{port}", f"http://{host}:{ui}", f"http://{host}:{rest}", work, host, env=env,
+                      log_dir=tmp_path)
     try:
         cluster.procs.append(subprocess.Popen(
             [spark_class, "org.apache.spark.deploy.master.Master", "--host", host, "--port", str(port),
@@ -98,12 +122,7 @@ def standalone_cluster(tmp_path: Path, host: str = "127.0.0.1", cores: int = 2, 
             stdout=open(tmp_path / "master.log", "wb"), stderr=subprocess.STDOUT))
         wait_for(lambda: cluster.master_json() is not None, 90, "the master's web UI")
         wait_for(lambda: fetch_json(f"{cluster.rest}/v1/submissions/status/none") is not None, 60, "the REST server")
-        cluster.procs.append(subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master,
-             *([] if host == "127.0.0.1" else ["--host", host]),  # loopback: exactly as before the extraction
-             "--cores", str(cores), "--memory", memory, "--webui-port", str(worker_ui)], env=env,
-            start_new_session=True, stdout=open(tmp_path / "worker.log", "wb"), stderr=subprocess.STDOUT))
-        wait_for(lambda: (cluster.master_json() or {}).get("aliveworkers") == 1, 90, "the worker")
+        cluster.add_worker(cores, memory, worker_host_name)
         yield cluster
     finally:
         for proc in reversed(cluster.procs):
