@@ -21,15 +21,12 @@ is an unanswered word (``Word.answered`` false), never an exception: no word is 
 
 from __future__ import annotations
 
-import json
 import os
 import ssl
-import urllib.error
-import urllib.request
-from typing import Any
 from urllib.parse import quote
 
 from airflow_streaming.control.death_proof import RunIds, Word, WordKind
+from airflow_streaming.control.word_http import get_json
 
 #: Seconds to wait for the API server's reply.
 TIMEOUT_S = 2.0
@@ -37,23 +34,6 @@ TIMEOUT_S = 2.0
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 #: Another directory of the same shape (``token``, ``ca.crt``), for a non-standard mount and for tests.
 SERVICE_ACCOUNT_DIR_ENV = "AIRFLOW_STREAMING_KUBE_SA_DIR"
-
-
-def _get(url: str, headers: dict[str, str], context: ssl.SSLContext | None, timeout: float) -> tuple[int, Any] | None:
-    """``(HTTP status, JSON body)`` of ``GET url``; ``None`` on any error but an HTTP status with a JSON body."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json", **headers})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:  # noqa: S310 - the spec's API
-            return resp.status, json.load(resp)
-    except urllib.error.HTTPError as exc:
-        try:
-            return exc.code, json.load(exc)
-        except Exception:  # noqa: BLE001 - an error page that is not JSON: no answer
-            return None
-        finally:
-            exc.close()
-    except Exception:  # noqa: BLE001 - any failure to hear the API server is no word
-        return None
 
 
 class KubeWord:
@@ -91,8 +71,8 @@ class KubeWord:
             headers, context = self._credentials()
         except (OSError, ssl.SSLError):  # a CA file that cannot be loaded
             return unanswered
-        reply = _get(f"{self.api_server}/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}",
-                     headers, context, self.timeout)
+        reply = get_json(f"{self.api_server}/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}",
+                         self.timeout, headers, context)
         if reply is None:
             return unanswered
         status, doc = reply

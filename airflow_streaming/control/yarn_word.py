@@ -20,39 +20,19 @@ an exception: no word is no proof.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-from typing import Any
 from urllib.parse import quote
 
 from airflow_streaming.control.death_proof import RunIds, Word, WordKind
+from airflow_streaming.control.word_http import get_json
 
 #: Seconds to wait for one ResourceManager's reply.
 TIMEOUT_S = 2.0
 
 
-def _get(url: str, timeout: float) -> tuple[int, Any] | None:
-    """``(HTTP status, JSON body)`` of ``GET url``; ``None`` on any error but an HTTP status with a JSON body."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - the operator's RM URL
-            return resp.status, json.load(resp)
-    except urllib.error.HTTPError as exc:
-        try:
-            return exc.code, json.load(exc)
-        except Exception:  # noqa: BLE001 - an error page that is not JSON: no answer
-            return None
-        finally:
-            exc.close()
-    except Exception:  # noqa: BLE001 - any failure to hear the RM is no word
-        return None
-
-
 def yarn_application_word(rm_url: str, app_id: str, timeout: float = TIMEOUT_S) -> Word:
     """What the ResourceManager at ``rm_url`` says about application ``app_id``."""
     unanswered = Word(WordKind.YARN_APPLICATION, app_id, answered=False)
-    reply = _get(f"{rm_url.rstrip('/')}/ws/v1/cluster/apps/{quote(app_id, safe='')}", timeout)
+    reply = get_json(f"{rm_url.rstrip('/')}/ws/v1/cluster/apps/{quote(app_id, safe='')}", timeout)
     if reply is None:
         return unanswered
     status, doc = reply
