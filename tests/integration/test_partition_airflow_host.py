@@ -67,7 +67,7 @@ from spark_jobs.outputs import read_etl_output
 from standalone_cluster import class_archive_conf, standalone_cluster
 from streams import wait_for
 from test_partition_standby import HOST_C, POLICY, three_hosts  # noqa: F401 - three_hosts is the fixture
-from test_partition_trials import QUIET, Cut, commit_times, committed_by, processes_of
+from test_partition_trials import QUIET, Cut, committed_by, processes_of, settled_commits
 from test_two_hosts import HOST_B, _ip
 
 pytestmark = pytest.mark.spark
@@ -222,9 +222,8 @@ def test_b_airflows_host_cut_from_the_drivers_host_and_the_master_restarts_nothi
     passes_after, watches_after = list(passes), list(watches)
 
     # ---- one driver all along: every commit by it (its log), none missing, some during the cut
-    commits = commit_times(checkpoint)
+    commits, (active_log,) = settled_commits(checkpoint, hook.driver_log_path(active))
     assert sorted(commits) == list(range(len(commits))), sorted(commits)  # no gap
-    active_log = Path(hook.driver_log_path(active)).read_text(errors="replace")
     by_active = committed_by(active_log, checkpoint)
     assert by_active == set(commits), (sorted(by_active), sorted(commits))
     during_cut = sorted(i for i, at in commits.items() if cut_at <= at <= healed_at)

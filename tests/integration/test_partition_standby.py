@@ -57,7 +57,7 @@ from airflow_streaming.lifecycle.stored import read_history
 from spark_jobs.event_generator import generate_events
 from spark_jobs.outputs import read_etl_output
 from streams import wait_for
-from test_partition_trials import QUIET, Cut, commit_times, committed_by, processes_of
+from test_partition_trials import QUIET, Cut, committed_by, processes_of, settled_commits
 from test_two_hosts import AGENT, HOST_B, REPO, HostB, _free_subnet, _host_b, _ip, _nsenter_ip
 from webhdfs_standin import WebHdfsStandIn
 
@@ -267,10 +267,9 @@ def test_c_a_standby_cut_from_the_active_drivers_host_never_takes_over(three_hos
     assert (lease.run_id, lease.host) == (active, HOST_B) and hook.driver_record().run_id == active, lease
 
     # ---- one committing driver all along: which driver wrote which commit (its log), and when (the file)
-    commits = commit_times(checkpoint)
+    commits, (active_log, standby_log) = settled_commits(checkpoint, hook.driver_log_path(active),
+                                                         hook.driver_log_path(standby))
     assert sorted(commits) == list(range(len(commits))), sorted(commits)  # no gap
-    active_log = Path(hook.driver_log_path(active)).read_text(errors="replace")
-    standby_log = Path(hook.driver_log_path(standby)).read_text(errors="replace")
     by_active, by_standby = committed_by(active_log, checkpoint), committed_by(standby_log, checkpoint)
     assert by_active == set(commits) and by_standby == set(), (by_active, by_standby, sorted(commits))
     during_cut = sorted(i for i, at in commits.items() if cut_at <= at <= healed_at)

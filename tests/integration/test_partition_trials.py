@@ -156,6 +156,22 @@ def commit_times(checkpoint: Path) -> dict[int, float]:
     return {int(p.name): p.stat().st_mtime for p in (checkpoint / "commits").iterdir() if p.name.isdigit()}
 
 
+def settled_commits(checkpoint: Path, *logs: str, timeout: float = 60) -> tuple[dict[int, float], list[str]]:
+    """The commit files and the drivers' logs (paths) read once they agree: every commit a log shows written is
+    a file, and every file is in a log. A running driver logs a commit before its file is renamed into place
+    and may commit a trailing batch after its output is read, so one read of each, at two moments, can
+    disagree (seen in the long run: trial c, batch 3 in the log, not yet a file). After ``timeout`` (a commit
+    nobody logged: what the trials look for) what was read last is returned, for the caller's checks."""
+    deadline = time.monotonic() + timeout
+    while True:
+        texts = [Path(log).read_text(errors="replace") for log in logs]
+        commits = commit_times(checkpoint)
+        logged = set().union(*(committed_by(text, checkpoint) for text in texts))
+        if logged == set(commits) or time.monotonic() > deadline:
+            return commits, texts
+        time.sleep(0.2)
+
+
 WRITE_OPS = ("CREATE", "APPEND", "DELETE", "RENAME")
 
 
