@@ -15,8 +15,12 @@ from typing import Any
 
 def get_json(url: str, timeout: float, headers: dict[str, str] | None = None,
              context: ssl.SSLContext | None = None) -> tuple[int, Any] | None:
-    """``(HTTP status, JSON body)`` of ``GET url``; ``None`` on any error but an HTTP status with a JSON body."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json", **(headers or {})})
+    """``(HTTP status, JSON body)`` of ``GET url``; ``None`` on any error but an HTTP status with a JSON body.
+    A redirect is followed (a standby ResourceManager's to the active one), but ``headers`` (credentials) are
+    sent to ``url`` only, never to where it redirects."""
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    for name, value in (headers or {}).items():
+        request.add_unredirected_header(name, value)
     try:
         with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:  # noqa: S310 - configured URLs
             return resp.status, json.load(resp)

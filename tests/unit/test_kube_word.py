@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import ssl
 import threading
 import time
 
@@ -192,3 +193,31 @@ def test_a_kubernetes_hot_standby_asks_the_api_server_of_its_own_spec_with_its_o
                                         cluster={"image": "example/spark:4.2", "runtime_path": "/opt/streams"})).launch_plan(ACTIVE).runtime_args
     assert "--kube-api-server" not in active  # the active driver asks no one
     assert json.dumps(args).count(TOKEN) == 0
+
+
+
+class RedirectingApi(StandInServer):
+    """A STAND-IN API server over TLS that redirects every request (307) to ``target``."""
+
+    def __init__(self, target: str, tls: tuple[str, str]):
+        super().__init__()
+        self.target = target
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.scheme = "https"
+
+    def handle(self, method, path, query, headers, body):
+        return 307, b"", "text/plain", {"Location": f"{self.target}{path}"}
+
+
+def test_the_token_never_follows_a_redirect(api, sa_dir, tls):
+    """urllib follows a GET's redirect; the standby's token goes to the configured API server only."""
+    driver_pod(api, "Failed")
+    with RedirectingApi(api.url, tls) as hop:
+        before = len(api.requests)
+        word = KubeWord(hop.url, sa_dir).pod(NS, POD)
+        assert hop.requests[-1][2].get("Authorization") == f"Bearer {TOKEN}"  # the configured server got it
+        followed = api.requests[before:]
+        assert followed and all("Authorization" not in h for _, _, h, _ in followed), followed  # not the next
+        assert not word.answered  # the redirect's target refused the unauthenticated ask (401): no word
