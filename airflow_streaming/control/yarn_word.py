@@ -14,8 +14,9 @@ The RMs asked are the ones the standby was LAUNCHED with (``--yarn-rm-url``: the
 RM redirects a REST call to the active one (urllib follows it) or does not answer, and the next one is asked.
 
 Every error - a refused connection, a timeout (short: the standby asks at every look), a 5xx, a reply that
-is not the expected JSON, an ``app`` about another id - is an unanswered word (``Word.answered`` false), never
-an exception: no word is no proof.
+is not the expected JSON - is an unanswered word (``Word.answered`` false), never an exception: no word is no
+proof. A reply about another application is an answer about THAT id (the word's ``subject``), which
+:func:`~.death_proof.word_proof` never takes as proof about the recorded one.
 """
 
 from __future__ import annotations
