@@ -346,8 +346,12 @@ class Driver:
             for query in list(self.spark.streams.active):
                 stop_at_batch_boundary(query, self.abort)
         self.reporter.set_state(contract.STOPPING)
+        try:
+            tracker = self.spark.sparkContext.statusTracker()  # tells when a batch is past its planning
+        except Exception:  # noqa: BLE001 - without it, a batch in flight is waited for until it ends
+            tracker = None
         for query in list(self.spark.streams.active):
-            stop_at_batch_boundary(query, self.abort, self._trigger_interval(query))
+            stop_at_batch_boundary(query, self.abort, self._trigger_interval(query), tracker)
         self.graceful_done = not self.abort.is_set()
 
     def _run_script(self) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from airflow_streaming.control import contract
@@ -172,3 +174,67 @@ def test_a_stop_asked_while_the_script_starts_its_query_stops_it_gracefully(stre
 
 def _rows_if_any(sink: str) -> list[str]:
     return _sink_rows(sink) if committed_sink_files(sink) else []
+
+
+HEAVY_BATCH_SCRIPT = '''
+import sys, time
+from pyspark.sql import SparkSession
+
+source, sink, checkpoint, files_per_batch = sys.argv[1:5]
+spark = SparkSession.builder.appName("a-heavy-batch-job").getOrCreate()
+
+
+def enrich_and_write(batch, batch_id):
+    batch.write.mode("overwrite").parquet(f"{sink}/batch={batch_id}")  # idempotent on the batch id
+    time.sleep(1.5)  # a lookup service called per batch: every batch outlasts the 1 s trigger
+
+
+query = (spark.readStream.format("text").option("maxFilesPerTrigger", files_per_batch).load(source).writeStream
+         .foreachBatch(enrich_and_write).option("checkpointLocation", checkpoint)
+         .trigger(processingTime="1 second").start())
+query.awaitTermination()
+'''
+
+
+def test_a_query_whose_batches_outlast_its_trigger_is_stopped_after_its_batch_not_killed(streams, tmp_path):
+    """Every batch of this team's job takes longer than its trigger interval, so Spark starts the next batch as
+    soon as one ends: the query is never idle. Before: the graceful stop waited for an idle moment that never
+    came and the driver was killed at the stop timeout (a suite run, 2026-11-28, on a loaded machine). Now the
+    query is asked to end after the batch in flight: a graceful stop, exit 0, the checkpoint clean (the last
+    planned batch committed), long before the timeout; deployed again, it resumes: every line exactly once."""
+    import pyarrow.dataset as ds
+
+    script = tmp_path / "heavy_batches.py"
+    script.write_text(HEAVY_BATCH_SCRIPT)
+    source, sink, ckpt = streams.path("hin"), streams.path("hout"), streams.path("h-ckpt")
+    fed = generate_events(source, count=240, files=60, run="heavy")  # one file a batch: two minutes of batches
+    spec = streams.spec("heavybatches", str(script), [source, sink, ckpt, "1"], stop_timeout=45)
+    hook = streams.hook(spec)
+
+    def rows() -> list[str]:
+        if not os.path.isdir(sink):
+            return []
+        return ds.dataset(sink, format="parquet", partitioning="hive").to_table(columns=["value"]).column(
+            "value").to_pylist()
+
+    record = stream_actions.submit(hook)
+    hook.wait_until_ready(record)
+    wait_for(lambda: (hook.batch_position(ckpt).last_committed or -1) >= 2, 120, "three committed batches")
+    doc = current_status(hook, record.run_id)
+    took = [p["durationMs"]["triggerExecution"] for p in doc.queries[0].recent_progress if p.get("numInputRows")]
+    assert took and min(took) > 1000, took  # the premise: every batch outlasts the 1 s trigger
+
+    report = stream_actions.stop(hook, kill_on_timeout=False)  # raises if the stop times out
+    assert report.graceful and report.exit_code == contract.EXIT_GRACEFUL and not report.killed, report
+    position = hook.batch_position(ckpt)
+    assert position.clean and position.last_planned == position.last_committed, position
+    assert len(rows()) < fed.valid  # stopped with input left: the restart below has work to do
+
+    # Deployed again with larger batches (the rest in one or two), it resumes from the clean checkpoint.
+    hook = streams.hook(streams.spec("heavybatches", str(script), [source, sink, ckpt, "100"]))
+    again = stream_actions.submit(hook)
+    hook.wait_until_ready(again)
+    wait_for(lambda: len(rows()) >= fed.valid, 120, "the rest of the input after the restart")
+    assert stream_actions.stop(hook, kill_on_timeout=False).graceful
+    got = rows()
+    assert len(got) == len(set(got)) == fed.valid
