@@ -66,7 +66,7 @@ class Standby:
         self._lease_watch: Any = None
         """What this standby has itself seen of the lease (``takeover.LeaseWatch``): its own clock, not lease.json's."""
         self._word: Any = None
-        """The standalone master's word (``standalone_word.PacedWord``), when the launch named the master."""
+        """The standalone master's word (``paced_word.PacedWord``), when the launch named the master."""
 
     def report(self, state: str, error: dict[str, Any] | None = None) -> None:
         """Write the standby document (``PREPARING``, ``READY``, ``FAILED``, ``PROMOTED``, ``EXPIRED``...)."""
@@ -77,7 +77,7 @@ class Standby:
         self.storage.write_atomic(self.paths.standby, json.dumps(doc).encode())
 
     def master_word(self) -> Any:
-        """The cluster manager's word about a crashed run (``standalone_word.PacedWord``: at most once a second,
+        """The cluster manager's word about a crashed run (``paced_word.PacedWord``: at most once a second,
         backing off while it does not answer), asked at the cluster manager this driver was LAUNCHED with (the
         standalone master's ``--master-rest-url`` / ``--master-ui-url``, YARN's ``--yarn-rm-url`` or Kubernetes'
         ``--kube-api-server``, from the stream's spec and connection; never from a control file, which could name
@@ -87,7 +87,8 @@ class Standby:
         api = getattr(self.ns, "kube_api_server", None)
         if not (rest or ui or rms or api):
             return None
-        from airflow_streaming.control.standalone_word import PacedWord, StandaloneWord
+        from airflow_streaming.control.paced_word import PacedWord
+        from airflow_streaming.control.standalone_word import StandaloneWord
 
         if api:
             from airflow_streaming.control.kube_word import KubeWord

@@ -24,7 +24,7 @@ from airflow_streaming.control.contract import ControlPaths, DriverRecord, Lease
 from airflow_streaming.control.death_proof import Proof, RunIds, Word, WordKind, word_proof
 from airflow_streaming.control.kube_word import SERVICE_ACCOUNT_DIR_ENV, KubeWord
 from airflow_streaming.control.local import LocalStorage
-from airflow_streaming.control.standalone_word import PacedWord
+from airflow_streaming.control.paced_word import PacedWord
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from control_fixtures import spec_under
 from spark_jobs.runtime.launcher import parse_args

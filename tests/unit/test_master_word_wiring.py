@@ -1,6 +1,6 @@
 """The standalone master's word wired into the hot standby (issue 36): the standby learns the master from its
 own launch plan (never a control file), asks it only about a holder on another host whose lease is quiet,
-at most once a second and backing off while the master does not answer (``standalone_word.PacedWord``), and
+at most once a second and backing off while the master does not answer (``paced_word.PacedWord``), and
 the word feeds ``takeover.judge_takeover``."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from airflow_streaming.control import contract, takeover
 from airflow_streaming.control.contract import ControlPaths, DriverRecord, Lease
 from airflow_streaming.control.death_proof import RunIds, Word, WordKind
 from airflow_streaming.control.local import LocalStorage
-from airflow_streaming.control.standalone_word import PacedWord
+from airflow_streaming.control.paced_word import PacedWord
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from control_fixtures import spec_under
 from spark_jobs.runtime.launcher import parse_args

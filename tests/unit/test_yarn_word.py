@@ -18,7 +18,7 @@ from airflow_streaming.control import contract, takeover
 from airflow_streaming.control.contract import ControlPaths, DriverRecord, Lease
 from airflow_streaming.control.death_proof import Proof, RunIds, Word, WordKind, word_proof
 from airflow_streaming.control.local import LocalStorage
-from airflow_streaming.control.standalone_word import PacedWord
+from airflow_streaming.control.paced_word import PacedWord
 from airflow_streaming.control.yarn_word import YarnWord, yarn_application_word
 from standins import StandInServer
 from standins.yarn_rm import YarnRmStandIn
