@@ -62,11 +62,14 @@ def stop_at_batch_boundary(query: Any, abort: threading.Event | None = None, int
     waited_from = time.monotonic()
     logged = False
     end = None if abort is not None and abort.is_set() else TriggerEnd.of(query, tracker)
+    looked_for_end = time.monotonic()
     requested = False
     while True:
         if abort is not None and abort.is_set():
             query.stop()
             break
+        if end is None and time.monotonic() - looked_for_end > 1.0:  # e.g. a query still initializing
+            end, looked_for_end = TriggerEnd.of(query, tracker), time.monotonic()
         if requested:
             if end.ended():
                 break

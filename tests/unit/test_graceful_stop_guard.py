@@ -57,3 +57,126 @@ def test_the_loop_waits_past_a_firing_that_is_too_close():
     graceful_stop.stop_at_batch_boundary(query, threading.Event(), interval)
     assert query.cancelled_a_batch is False  # without the interval, this stop would land in the firing's batch
     assert not query.isActive and time.time() - began < 5
+
+
+class _Jvm:
+    """Stand-ins for the JVM side :class:`graceful_stop.TriggerEnd` reads through py4j: the query's
+    ``StreamExecution`` (its class, its state, its thread) and the state objects' classes."""
+
+    class Cls:
+        def __init__(self, name, module=None):
+            self.name, self.module = name, module
+
+        def getName(self):
+            return self.name
+
+        def getClassLoader(self):
+            return self
+
+        def loadClass(self, name):
+            return _Jvm.Cls(name, _Jvm.Obj(name))
+
+        def getField(self, field):
+            assert field == "MODULE$"
+            return self
+
+        def get(self, _none):
+            return self.module
+
+    class Obj:
+        def __init__(self, class_name):
+            self.class_name = class_name
+
+        def getClass(self):
+            return _Jvm.Cls(self.class_name)
+
+
+class _BusyQuery:
+    """A query that is never idle (its batches outlast its trigger): ``isTriggerActive`` is always true; a Spark
+    job of its batch runs in the second half of each batch of ``batch_s``. An end request makes it end when its
+    current batch ends; ``stop()`` would cancel that batch."""
+
+    PACKAGE = "org.apache.spark.sql.execution.streaming.runtime."
+
+    def __init__(self, batch_s: float):
+        self.batch_s, self.began = batch_s, time.monotonic()
+        self.name, self.runId, self.stopped, self.requested_at, self.ended_at = "busy", "run-1", False, None, None
+        self.active_state = _Jvm.Obj(self.PACKAGE + "ACTIVE$")
+        self.state_now = self.active_state
+        query = self
+
+        class State:
+            def get(self):
+                return query.state_now
+
+            def compareAndSet(self, expected, new):
+                if query.state_now is not expected:
+                    return False
+                query.state_now, query.requested_at = new, time.monotonic()
+                in_batch = (query.requested_at - query.began) % query.batch_s
+                query.ended_at = query.requested_at + (query.batch_s - in_batch)  # the batch in flight ends
+                return True
+
+        class Thread:
+            def isAlive(self):
+                return query.ended_at is None or time.monotonic() < query.ended_at
+
+        class Execution:
+            def getClass(self):
+                return _Jvm.Cls(query.PACKAGE + "MicroBatchExecution")
+
+            def state(self):
+                return State()
+
+            def queryExecutionThread(self):
+                return Thread()
+
+        class Jsq:
+            def streamingQuery(self):
+                return Execution()
+
+        self._jsq = Jsq()
+
+    def job_running(self) -> bool:
+        return (time.monotonic() - self.began) % self.batch_s > self.batch_s / 2
+
+    @property
+    def isActive(self):
+        return self.state_now is self.active_state and not self.stopped
+
+    @property
+    def status(self):
+        return {"isTriggerActive": True}
+
+    def stop(self):
+        self.stopped = True
+
+
+class _Tracker:
+    def __init__(self, query):
+        self.query = query
+
+    def getActiveJobsIds(self):
+        return [7] if self.query.job_running() else []
+
+    def getJobIdsForGroup(self, group):
+        assert group == self.query.runId
+        return [5, 6, 7]
+
+
+def test_a_query_never_idle_is_asked_to_end_after_its_batch_never_stopped_inside_it():
+    query = _BusyQuery(batch_s=0.4)
+    graceful_stop.stop_at_batch_boundary(query, threading.Event(), 0.25, _Tracker(query))
+    assert not query.stopped  # never a stop() inside a batch
+    assert query.requested_at is not None and query.state_now.class_name.endswith(".TERMINATED$")
+    assert (query.requested_at - query.began) % query.batch_s >= query.batch_s / 2  # asked while its job ran
+    assert time.monotonic() >= query.ended_at  # returned once the batch in flight had ended
+
+
+def test_a_second_sigterm_while_waiting_for_the_end_stops_at_once():
+    query = _BusyQuery(batch_s=30.0)  # its job runs from 15 s on: the end request never comes before the abort
+    abort = threading.Event()
+    threading.Timer(0.3, abort.set).start()
+    began = time.monotonic()
+    graceful_stop.stop_at_batch_boundary(query, abort, 1.0, _Tracker(query))
+    assert query.stopped and time.monotonic() - began < 5
