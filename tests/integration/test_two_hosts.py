@@ -223,6 +223,27 @@ def exited(pid: int, started: float | None) -> bool:
     return now is None or now != started
 
 
+def describe_process(pid: int, started: float | None, role: str) -> str:
+    """What a process that should have exited is doing: its state, parent, threads, kernel wait channel, and
+    the names of its threads (a Python process's watchdog, a JVM's shutdown hooks)."""
+    if exited(pid, started):
+        return f"{role} {pid}: exited"
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            fields = dict(line.split(":", 1) for line in fh if ":" in line)
+        with open(f"/proc/{pid}/wchan") as fh:
+            wchan = fh.read().strip()
+        threads = []
+        for tid in sorted(os.listdir(f"/proc/{pid}/task"))[:40]:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                stat = fh.read()
+            threads.append(f"{stat[stat.index('(') + 1:stat.rindex(')')]}:{stat[stat.rindex(')') + 2]}")
+        return (f"{role} {pid} alive: state {fields.get('State', '?').strip()}, ppid {fields.get('PPid', '?').strip()}, "
+                f"{fields.get('Threads', '?').strip()} threads, wchan {wchan}, threads {threads}")
+    except OSError as exc:
+        return f"{role} {pid}: {exc}"
+
+
 def test_every_operation_from_a_host_that_cannot_see_the_driver(two_hosts, streams):
     began = time.monotonic()
     env = two_hosts
@@ -380,8 +401,12 @@ def test_every_operation_from_a_host_that_cannot_see_the_driver(two_hosts, strea
     # Not running, as seen from B - although the lease the killed driver held is fresh (ttl >= 120 s).
     assert kill["running_driver"] is None and kill["driver_liveness"] == "GONE", kill
     assert kill["health"] != "HEALTHY", kill
-    wait_for(lambda: exited(doc3.pid, doc3_started) and exited(jvm3.pid, jvm3_started), 60,
-             "the killed driver's processes to exit (seen from A)", interval=0.1)
+    try:
+        wait_for(lambda: exited(doc3.pid, doc3_started) and exited(jvm3.pid, jvm3_started), 60,
+                 "the killed driver's processes to exit (seen from A)", interval=0.1)
+    except AssertionError as exc:  # seen once (2026-11-29, cause not found): say which process stayed, and how
+        raise AssertionError(f"{exc}: {describe_process(doc3.pid, doc3_started, 'driver (Python)')}; "
+                             f"{describe_process(jvm3.pid, jvm3_started, 'driver JVM')}") from None
     kill_gone_s = time.time() - kill["requested_at"]
     kill_killed_s = kill["returned_at"] - kill["requested_at"]
     master = cluster.master_json() or {}
