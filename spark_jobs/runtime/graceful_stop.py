@@ -88,8 +88,11 @@ def stop_at_batch_boundary(query: Any, abort: threading.Event | None = None, int
                 continue
             time.sleep(wait)  # the trigger fires meanwhile; a batch it starts is waited for like any other
             continue
-        if end is not None and end.batch_running():
-            requested = end.request()  # past Spark's last check: the batch commits, and no other one starts
+        if end is not None and (end.batch_running() or time.monotonic() - waited_from > END_PATIENCE_S):
+            # Past Spark's last check: the batch commits, and no other one starts. Past the patience (no job of
+            # the query seen: e.g. a script that sets its own job group), asked anyway: at worst a batch still
+            # planning is cancelled and replayed on restart - never the kill at the stop's timeout.
+            requested = end.request()
             continue
         if not logged and time.monotonic() - waited_from > 2:
             log.info("waiting for the batch in flight of query %s to finish before stopping", query.name)
@@ -102,6 +105,9 @@ def stop_at_batch_boundary(query: Any, abort: threading.Event | None = None, int
 #: How far a firing must still be for an end request to reach the query before it fires (the request is one
 #: py4j call; closer, the loop waits past the firing and handles the batch it starts).
 END_MARGIN_S = 0.03
+
+#: How long a batch in flight is watched for a Spark job of its query before the end is requested without one.
+END_PATIENCE_S = 10.0
 
 #: How often a batch in flight is looked at for its Spark job (two py4j calls each time).
 END_POLL_SECONDS = 0.02

@@ -180,3 +180,19 @@ def test_a_second_sigterm_while_waiting_for_the_end_stops_at_once():
     began = time.monotonic()
     graceful_stop.stop_at_batch_boundary(query, abort, 1.0, _Tracker(query))
     assert query.stopped and time.monotonic() - began < 5
+
+
+class _NoJobsTracker(_Tracker):
+    """A status tracker that never sees a job of the query (a script that sets its own job group)."""
+
+    def getJobIdsForGroup(self, group):
+        return []
+
+
+def test_without_a_job_seen_the_end_is_asked_after_the_patience_never_left_to_the_kill(monkeypatch):
+    monkeypatch.setattr(graceful_stop, "END_PATIENCE_S", 0.5)
+    query = _BusyQuery(batch_s=0.4)
+    began = time.monotonic()
+    graceful_stop.stop_at_batch_boundary(query, threading.Event(), 0.25, _NoJobsTracker(query))
+    assert not query.stopped and query.requested_at is not None
+    assert query.requested_at - began >= 0.5  # only after the patience
