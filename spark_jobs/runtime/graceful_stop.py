@@ -31,6 +31,9 @@ POLL_SECONDS = 0.005
 #: Such queries are now asked to end after their trigger (:class:`TriggerEnd`).
 GUARD_S = 0.5
 
+#: How long after a firing a stop held back by the guard is sent.
+PAST_FIRING_S = 0.05
+
 
 def wait_before_stop(now_s: float, interval_s: float | None) -> float:
     """Seconds to wait before a stop sent at ``now_s`` (epoch seconds) to a query whose processing-time trigger
@@ -41,7 +44,7 @@ def wait_before_stop(now_s: float, interval_s: float | None) -> float:
     interval_ms = max(1, round(interval_s * 1000))
     now_ms = int(now_s * 1000)
     until = (now_ms // interval_ms * interval_ms + interval_ms - now_ms) / 1000
-    return until + 0.05 if until < min(GUARD_S, interval_s / 4) else 0.0
+    return until + PAST_FIRING_S if until < min(GUARD_S, interval_s / 4) else 0.0
 
 
 def stop_at_batch_boundary(query: Any, abort: threading.Event | None = None, interval_s: float | None = None,
@@ -83,7 +86,7 @@ def stop_at_batch_boundary(query: Any, abort: threading.Event | None = None, int
             if wait <= 0:
                 query.stop()
                 break
-            if end is not None and wait > END_MARGIN_S:
+            if end is not None and wait - PAST_FIRING_S > END_MARGIN_S:
                 requested = end.request()  # the coming firing finds the query ended and plans nothing
                 continue
             time.sleep(wait)  # the trigger fires meanwhile; a batch it starts is waited for like any other

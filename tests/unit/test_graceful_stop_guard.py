@@ -196,3 +196,21 @@ def test_without_a_job_seen_the_end_is_asked_after_the_patience_never_left_to_th
     graceful_stop.stop_at_batch_boundary(query, threading.Event(), 0.25, _NoJobsTracker(query))
     assert not query.stopped and query.requested_at is not None
     assert query.requested_at - began >= 0.5  # only after the patience
+
+
+class _IdleQuery(_BusyQuery):
+    """Idle between firings of its 1 s trigger (its batches are instant)."""
+
+    @property
+    def status(self):
+        return {"isTriggerActive": False}
+
+
+def test_an_end_request_is_never_sent_in_the_last_instants_before_a_firing():
+    query = _IdleQuery(batch_s=1.0)
+    to_next = 1.0 - time.time() % 1.0
+    time.sleep(to_next - 0.01 if to_next > 0.01 else to_next + 0.99)  # 10 ms before a firing
+    firing = time.monotonic() + 0.01
+    graceful_stop.stop_at_batch_boundary(query, threading.Event(), 1.0, _Tracker(query))
+    # Too close to reach the query before it fires: the loop waits past the firing, then stops the idle query.
+    assert query.requested_at is None or query.requested_at > firing, (query.requested_at, firing)
