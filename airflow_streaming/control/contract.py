@@ -631,6 +631,39 @@ class StatusDocument:
         )
 
 
+def check_view(path: str, view: Any) -> Any:
+    """``view`` (a :class:`~airflow_streaming.health.view.StatusView`) if its fields are what
+    :meth:`StatusDocument.from_dict` accepts (the same checks, the same messages); :class:`ControlFileError`
+    naming ``path`` otherwise."""
+    require = _require
+    raw = view.__dict__
+    if view.schema != SCHEMA_VERSION:
+        raise ControlFileError(f"{path}: unsupported status schema {view.schema!r}")
+    if view.totals is not None:
+        for key in ("batches", "input_rows", "quarantined_rows"):
+            require(f"{path} totals", view.totals, key, (int,))
+    state = require(path, raw, "state", (str,))
+    if state not in _STATES:
+        raise ControlFileError(f"{path}: unknown state {state!r} (expected one of {', '.join(sorted(_STATES))})")
+    for name in ("app_id", "spark_ui", "master", "checkpoint_location"):
+        require(path, raw, name, (str,), optional=True)
+    for name in ("stream", "version", "run_id", "host"):
+        require(path, raw, name, (str,))
+    require(path, raw, "pid", (int,))
+    require(path, raw, "started_at", _NUMBER)
+    require(path, raw, "heartbeat_at", _NUMBER)
+    require(path, raw, "ready", (bool,), optional=True)
+    for i, query in enumerate(view.queries or ()):
+        where, q = f"{path} queries[{i}]", query.__dict__
+        for name in ("id", "run_id"):
+            require(where, q, name, (str,))
+        require(where, q, "name", (str,), optional=True)
+        require(where, q, "active", (bool,))
+        require(where, q, "last_batch_id", (int,), optional=True)
+        _trigger(where, query.trigger)
+    return view
+
+
 def _int_or_none(value: Any) -> bool:
     return value is None or isinstance(value, int) and not isinstance(value, bool)
 

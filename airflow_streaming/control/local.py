@@ -23,6 +23,8 @@ class LocalStorage(ControlStorage):
     error rule in :mod:`airflow_streaming.control.storage`).
     """
 
+    cheap_exists = True
+
     def describe(self) -> str:
         return "the local file system"
 

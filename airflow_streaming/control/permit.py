@@ -168,6 +168,10 @@ class GuardedStorage(ControlStorage):
     def list_dir(self, path: str) -> list[str]:
         return self.inner.list_dir(path)
 
+    @property
+    def cheap_exists(self) -> bool:  # type: ignore[override]
+        return self.inner.cheap_exists
+
     def file_identity(self, path: str) -> Any:
         return self.inner.file_identity(path)
 

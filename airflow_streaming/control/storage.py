@@ -116,6 +116,11 @@ class ControlStorage(abc.ABC):
         """Sorted names (not paths) of the entries of directory ``path``; ``[]`` when it does not exist or
         is a file (a file has no entries)."""
 
+    #: Whether ``exists`` of one path costs a small fraction of a listing (a local file system: one ``stat``
+    #: against reading and sorting a directory), so that a reader that knows which name comes next may ask
+    #: for it rather than list (a remote store answers each with a request: there a listing is cheaper).
+    cheap_exists: bool = False
+
     def file_identity(self, path: str) -> Hashable | None:
         """A value that is different for every file ever written at ``path`` (a rewrite, a replace, a delete and
         a new file of the same name), so that what was parsed from the file can be kept while the identity

@@ -98,7 +98,12 @@ def job_trigger_interval(doc: dict[str, Any] | None, default: float) -> tuple[fl
     its slowest trigger: a batch that waits for it is not a stall); ``default`` (the spec's) when no query
     reported a trigger with an interval (a driver of an older release, or only ``available_now``/``once``
     queries, which have none)."""
-    intervals = [float(t["interval_s"]) for t in _triggers(doc) if t.get("interval_s") is not None]
+    return interval_of(_triggers(doc), default)
+
+
+def interval_of(triggers: list[dict[str, Any]], default: float) -> tuple[float, str]:
+    """:func:`job_trigger_interval` of the run's valid trigger descriptions (:func:`valid`)."""
+    intervals = [float(t["interval_s"]) for t in triggers if t.get("interval_s") is not None]
     if not intervals:
         return default, "spec"
     return max(intervals), "job"

@@ -5,7 +5,8 @@ above processing rate over the window, or batches longer than the trigger interv
 trigger active with no batch completing for N trigger intervals, or the heartbeat missing while the
 driver is alive); FAILED (query failed, keeping Spark's error class, or the driver exited without a
 graceful stop); STOPPED (graceful); UNKNOWN (no status yet, unreadable, starting, liveness unknown).
-Every reason carries the numbers behind it. Plain Python: no Airflow, no Spark.
+Every reason carries the numbers behind it. The rules read a :class:`~airflow_streaming.health.view.StatusView`
+(the document's fields they need, typed; a parsed document is turned into one). Plain Python: no Airflow, no Spark.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from airflow_streaming.health.job_trigger import job_trigger_interval
+from airflow_streaming.health.job_trigger import interval_of
 from airflow_streaming.health.thresholds import HealthThresholds
+from airflow_streaming.health.view import Report, StatusView, view_of
 
 
 class HealthState(str, Enum):
@@ -104,11 +106,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _ts(progress: dict[str, Any]) -> float | None:
-    try:
-        return _epoch_s(str(progress["timestamp"]))
-    except KeyError:
-        return None
+def _ts(report: Report) -> float | None:
+    return None if report.timestamp is None else _epoch_s(str(report.timestamp))
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -130,15 +129,23 @@ def _num(value: Any) -> float | None:
     return f if f == f else None  # NaN -> None
 
 
-def _progress(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[float]]:
+def _progress(doc: StatusView) -> tuple[list[Report], list[float]]:
     """Every query's reports, oldest first (by timestamp, then batch id), and each one's timestamp (0.0: none),
     read once for the verdict's windows."""
-    items = [p for q in doc.get("queries") or [] for p in (q.get("recent_progress") or []) if isinstance(p, dict)]
-    keyed = sorted([(_ts(p) or 0.0, p.get("batchId", 0), p) for p in items], key=operator.itemgetter(0, 1))
+    items = [p for q in doc.queries or () for p in q.recent_progress or ()]
+    keyed = sorted([(_ts(p) or 0.0, _num(p.batchId) or 0.0, p) for p in items], key=operator.itemgetter(0, 1))
     return [k[2] for k in keyed], [k[0] for k in keyed]
 
 
-def _since(progress: list[dict[str, Any]], stamps: list[float], start: float) -> list[dict[str, Any]]:
+def _duration_ms(report: Report) -> float | None:
+    return None if report.durationMs is None else _num(report.durationMs.triggerExecution)
+
+
+def _state_rows(report: Report) -> int:
+    return sum(int(op.numRowsTotal or 0) for op in report.stateOperators or ())
+
+
+def _since(progress: list[Report], stamps: list[float], start: float) -> list[Report]:
     """The reports stamped at or after ``start``."""
     return [p for p, ts in zip(progress, stamps) if ts >= start]
 
@@ -154,7 +161,7 @@ def _round(x: float | None, digits: int = 2) -> float | None:
 
 
 def evaluate(
-    doc: dict[str, Any] | None,
+    doc: StatusView | dict[str, Any] | None,
     *,
     now: float,
     driver_alive: bool | None,
@@ -164,8 +171,9 @@ def evaluate(
     unreadable: str | None = None,
     liveness_note: str | None = None,
 ) -> HealthVerdict:
-    """Compute the verdict. ``doc`` is the status document as a dict (``None`` if absent);
-    ``unreadable`` explains why it could not be read; ``driver_alive`` is ``None`` when unknown."""
+    """Compute the verdict. ``doc`` is the status document's view, or the document as a dict (``None`` if
+    absent); ``unreadable`` explains why it could not be read; ``driver_alive`` is ``None`` when unknown.
+    ``TypeError``/``ValueError`` for a document whose fields are not what a driver writes."""
     t = thresholds or HealthThresholds()
     if unreadable is not None:
         return HealthVerdict(None, HealthState.UNKNOWN, (Reason("STATUS_UNREADABLE", unreadable),), at=now)
@@ -178,13 +186,15 @@ def evaluate(
                 + (f"; {liveness_note}" if liveness_note else "")),), at=now)
         return HealthVerdict(None, HealthState.UNKNOWN, (Reason("NO_STATUS", "no status document yet"),), at=now)
 
-    stream, run_id = doc.get("stream"), doc.get("run_id")
+    if not isinstance(doc, StatusView):
+        doc = view_of(doc)
+    stream, run_id = doc.stream, doc.run_id
     # Judged by the trigger the job really started its queries with; the spec's only when none is reported.
-    trigger_interval, trigger_source = job_trigger_interval(doc, trigger_interval)
-    state = doc.get("state")
-    exit_info = doc.get("exit") or {}
-    error = doc.get("last_exception") or {}
-    heartbeat_age = now - float(doc.get("heartbeat_at") or 0.0)
+    trigger_interval, trigger_source = interval_of(doc.triggers(), trigger_interval)
+    state = doc.state
+    exit_info = doc.exit or {}
+    error = doc.last_exception or {}
+    heartbeat_age = now - float(doc.heartbeat_at or 0.0)
     progress, stamps = _progress(doc)
     metrics = _metrics(doc, progress, now)
     metrics["heartbeat_age_s"] = _round(heartbeat_age)
@@ -203,8 +213,7 @@ def evaluate(
             + (f" (exit code {exit_info.get('code')})" if exit_info else ""),
             {"error_class": error.get("error_class"), "exit_code": exit_info.get("code")}))
     if state == "STOPPED" and exit_info.get("finished"):
-        kinds = sorted({str(q.get("trigger", {}).get("kind")) for q in doc.get("queries") or []
-                        if isinstance(q, dict) and isinstance(q.get("trigger"), dict)})
+        kinds = sorted({str(q.trigger.get("kind")) for q in doc.queries or () if isinstance(q.trigger, dict)})
         return verdict(HealthState.STOPPED, Reason(
             "FINISHED", "the job finished by itself" + (f" (trigger {', '.join(kinds)})" if kinds else "")
             + ", not by a stop request: a finished run, not a failure; deploy it to run it again",
@@ -230,33 +239,33 @@ def evaluate(
     # Per query: a trigger active with no batch of that query completed for too long. Checked before
     # "starting", so a first batch that hangs is STALLED, not "starting" forever.
     stall_after = t.stall_after(trigger_interval)
-    started_at = float(doc.get("started_at") or now)
-    for query in doc.get("queries") or []:
-        status = query.get("status") or {}
+    started_at = float(doc.started_at or now)
+    for query in doc.queries or ():
+        status = query.status or {}
         # A batch with data in flight: an idle query's trigger is briefly active too, while it only
         # asks its sources for new data (isDataAvailable false) - that must never count as a stall.
-        if not query.get("active", True) or not (status.get("isTriggerActive") and status.get("isDataAvailable")):
+        inactive = query.active is not None and not query.active  # absent: active (a document built by hand)
+        if inactive or not (status.get("isTriggerActive") and status.get("isDataAvailable")):
             continue
-        ends = [(_ts(p) or 0.0) + (_num((p.get("durationMs") or {}).get("triggerExecution")) or 0) / 1000
-                for p in query.get("recent_progress") or [] if isinstance(p, dict)]
+        ends = [(_ts(p) or 0.0) + (_duration_ms(p) or 0) / 1000 for p in query.recent_progress or ()]
         since_batch = now - max(ends, default=started_at)
         if since_batch > stall_after:
             return verdict(HealthState.STALLED, Reason(
-                "NO_BATCH_COMPLETED", f"query {query.get('name') or query.get('id')}: a trigger has been active with "
+                "NO_BATCH_COMPLETED", f"query {query.name or query.id}: a trigger has been active with "
                                       f"no batch completed for {since_batch:.0f}s (limit {stall_after:.0f}s = "
                                       f"{t.stall_trigger_intervals:g} trigger intervals)",
-                {"query": query.get("name") or query.get("id"), "seconds_since_last_batch": _round(since_batch),
+                {"query": query.name or query.id, "seconds_since_last_batch": _round(since_batch),
                  "limit_s": stall_after}), warnings=warnings)
     if state == "STOPPING":
         return verdict(HealthState.UNKNOWN, Reason("STOPPING", "stopping at the next micro-batch boundary"))
-    if state in ("STARTING", None) or not doc.get("ready"):
+    if state in ("STARTING", None) or not doc.ready:
         return verdict(HealthState.UNKNOWN, Reason("STARTING", "driver starting: no progress reported yet"))
 
-    with_data = [p for p in recent if (_num(p.get("numInputRows")) or 0) > 0]
+    with_data = [p for p in recent if (_num(p.numInputRows) or 0) > 0]
     if with_data and len(with_data) >= t.min_batches:
-        input_rate = _mean([_num(p.get("inputRowsPerSecond")) or 0.0 for p in with_data])
-        processed_rate = _mean([_num(p.get("processedRowsPerSecond")) or 0.0 for p in with_data])
-        durations = [(_num((p.get("durationMs") or {}).get("triggerExecution")) or 0.0) / 1000 for p in with_data]
+        input_rate = _mean([_num(p.inputRowsPerSecond) or 0.0 for p in with_data])
+        processed_rate = _mean([_num(p.processedRowsPerSecond) or 0.0 for p in with_data])
+        durations = [(_duration_ms(p) or 0.0) / 1000 for p in with_data]
         median_duration = statistics.median(durations)
         reasons = []
         if processed_rate > 0 and input_rate > t.rate_ratio * processed_rate:
@@ -281,26 +290,25 @@ def evaluate(
                    warnings=warnings)
 
 
-def _metrics(doc: dict[str, Any], progress: list[dict[str, Any]], now: float) -> dict[str, Any]:
-    last = progress[-1] if progress else {}
-    state_rows = sum(int(op.get("numRowsTotal") or 0) for op in last.get("stateOperators") or [])
-    watermark = (last.get("eventTime") or {}).get("watermark")
-    wm_ts = _ts({"timestamp": watermark}) if watermark else None
+def _metrics(doc: StatusView, progress: list[Report], now: float) -> dict[str, Any]:
+    last = progress[-1] if progress else Report()
+    watermark = last.eventTime.watermark if last.eventTime is not None else None
+    wm_ts = _epoch_s(str(watermark)) if watermark else None
     return {
-        "input_rows_per_s": _round(_num(last.get("inputRowsPerSecond"))),
-        "processed_rows_per_s": _round(_num(last.get("processedRowsPerSecond"))),
-        "batch_duration_ms": _num((last.get("durationMs") or {}).get("triggerExecution")),
-        "state_rows": state_rows if last.get("stateOperators") else None,
+        "input_rows_per_s": _round(_num(last.inputRowsPerSecond)),
+        "processed_rows_per_s": _round(_num(last.processedRowsPerSecond)),
+        "batch_duration_ms": _duration_ms(last),
+        "state_rows": _state_rows(last) if last.stateOperators else None,
         "watermark_lag_s": _round(now - wm_ts) if wm_ts and wm_ts > 0 else None,
-        "last_batch_id": last.get("batchId"),
-        "quarantined_rows": (doc.get("totals") or {}).get("quarantined_rows"),
+        "last_batch_id": last.batchId,
+        "quarantined_rows": (doc.totals or {}).get("quarantined_rows"),
     }
 
 
-def _storage_warning(doc: dict[str, Any], now: float, t: HealthThresholds, trigger_interval: float) -> tuple[Reason, ...]:
+def _storage_warning(doc: StatusView, now: float, t: HealthThresholds, trigger_interval: float) -> tuple[Reason, ...]:
     """The driver could not read or write its control files recently (it keeps running; a graceful stop
     request may not reach it until the storage answers again)."""
-    errors = doc.get("storage_errors")
+    errors = doc.storage_errors
     if not isinstance(errors, dict):
         return ()
     at = _num(errors.get("at"))
@@ -311,15 +319,14 @@ def _storage_warning(doc: dict[str, Any], now: float, t: HealthThresholds, trigg
                    {"count": errors.get("count"), "seconds_ago": _round(now - at)}),)
 
 
-def _warnings(recent: list[dict[str, Any]], metrics: dict[str, Any], t: HealthThresholds) -> list[Reason]:
+def _warnings(recent: list[Report], metrics: dict[str, Any], t: HealthThresholds) -> list[Reason]:
     """The warnings over ``recent``: the reports of the verdict's window, or the newest ``min_batches`` when
     the window holds none."""
     out: list[Reason] = []
     if len(recent) >= 2:
-        first_rows = sum(int(op.get("numRowsTotal") or 0) for op in recent[0].get("stateOperators") or [])
-        last_rows = sum(int(op.get("numRowsTotal") or 0) for op in recent[-1].get("stateOperators") or [])
-        no_watermark = not any((p.get("eventTime") or {}).get("watermark") for p in recent)
-        if no_watermark and recent[-1].get("stateOperators") and last_rows - first_rows > t.state_growth_rows:
+        first_rows, last_rows = _state_rows(recent[0]), _state_rows(recent[-1])
+        no_watermark = not any(p.eventTime is not None and p.eventTime.watermark for p in recent)
+        if no_watermark and recent[-1].stateOperators and last_rows - first_rows > t.state_growth_rows:
             out.append(Reason("STATE_GROWING", f"state grew by {last_rows - first_rows} rows in {len(recent)} batches "
                                                "with no watermark: it will grow without bound",
                               {"from_rows": first_rows, "to_rows": last_rows}))
@@ -327,17 +334,17 @@ def _warnings(recent: list[dict[str, Any]], metrics: dict[str, Any], t: HealthTh
     if lag is not None and lag > t.watermark_lag_seconds:
         out.append(Reason("WATERMARK_LAG", f"watermark lags wall clock by {lag:.0f}s (limit {t.watermark_lag_seconds:.0f}s)",
                           {"watermark_lag_s": lag}))
-    dropped = sum(int(op.get("numRowsDroppedByWatermark") or 0) for p in recent for op in p.get("stateOperators") or [])
+    dropped = sum(int(op.numRowsDroppedByWatermark or 0) for p in recent for op in p.stateOperators or ())
     if dropped:
         out.append(Reason("LATE_ROWS_DROPPED", f"{dropped} late rows dropped by the watermark in the window",
                           {"rows": dropped}))
-    behind = [_num((s.get("metrics") or {}).get("maxOffsetsBehindLatest")) for p in recent[-1:] for s in p.get("sources") or []]
+    behind = [_num((s.metrics or {}).get("maxOffsetsBehindLatest")) for p in recent[-1:] for s in p.sources or ()]
     behind = [b for b in behind if b is not None]
     if behind and max(behind) > t.kafka_lag_records:
         out.append(Reason("KAFKA_LAG", f"Kafka source {max(behind):.0f} offsets behind latest (limit {t.kafka_lag_records})",
                           {"max_offsets_behind_latest": max(behind)}))
-    rows = sum(int(p.get("numInputRows") or 0) for p in recent)
-    quarantined = sum(int(m.get("quarantined_rows") or 0) for p in recent for m in (p.get("observedMetrics") or {}).values())
+    rows = sum(int(p.numInputRows or 0) for p in recent)
+    quarantined = sum(int(m.get("quarantined_rows") or 0) for p in recent for m in (p.observedMetrics or {}).values())
     if rows and quarantined / rows > t.quarantine_ratio:
         out.append(Reason("QUARANTINE_RATE", f"{quarantined} of {rows} input rows quarantined in the window "
                                              f"({quarantined / rows:.1%} > {t.quarantine_ratio:.0%})",

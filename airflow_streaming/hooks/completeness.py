@@ -2,9 +2,11 @@
 
 :func:`look` reads what :func:`~airflow_streaming.completeness.closed_periods` needs (the checkpoint's
 newest batches, the status document's progress reports for the counts) and returns the periods closed
-after the cursor. An idle look costs the status document and one listing (the checkpoint's ``commits``):
-when the newest commit did not change since the last look, nothing new can be complete, and nothing else
-is read. A look after new commits first reads only the new commits' ``offsets`` files (usually one): when
+after the cursor. An idle look costs the status document's view (what a health poll of the stream in the same
+round read: :meth:`~airflow_streaming.hooks.streaming_job.SparkStreamHook.status_view`) and finding the
+checkpoint's newest commit - on a local file system two ``stat`` calls (is ``commits/<last seen>`` there, is
+the next one: :func:`_commits_after`), elsewhere the ``commits`` listing: when the newest commit did not
+change since the last look, nothing new can be complete, and nothing else is read. A look after new commits first reads only the new commits' ``offsets`` files (usually one): when
 their watermarks (or, for ``batches:<N>``, their ids) cross no period end since the last full read of
 that checkpoint, nothing new can be complete either and the look stops there (:data:`_SINCE`); only a
 crossing reads the checkpoint's newest batches (~65 files) - at a commit every trigger, that full read
@@ -163,6 +165,31 @@ def _crosses(hook: Any, rule: CompletenessRule, checkpoint: str, location: str, 
     return False
 
 
+#: How many commits past the last one seen :func:`_commits_after` asks for before it lists instead.
+_PROBE_MAX = 8
+
+
+def _commits_after(storage: Any, checkpoint: str, seen: int) -> list[int] | None:
+    """``[seen, seen + 1, ...]``: the commit ``seen`` and those after it, found by asking for each next name
+    (Spark commits batch N + 1 only after N, and keeps its newest commits: ``commits/<seen>`` present and
+    ``commits/<seen + 1>`` absent means nothing was committed since) - on a storage where that costs less
+    than listing ``commits/`` (a local file system: two ``stat`` calls against ~200 names read and sorted at every
+    look). ``None``, and the caller lists, when the storage's ``exists`` is not cheap, ``commits/<seen>`` is
+    gone (a checkpoint restored or replaced: the listing tells what it holds now), or more than
+    :data:`_PROBE_MAX` commits are new."""
+    if not getattr(storage, "cheap_exists", False):
+        return None
+    directory = posixpath.join(checkpoint, "commits")
+    if not storage.exists(posixpath.join(directory, str(seen))):
+        return None
+    found = [seen]
+    for _ in range(_PROBE_MAX + 1):  # up to _PROBE_MAX new ones, and the name after them
+        if not storage.exists(posixpath.join(directory, str(found[-1] + 1))):
+            return found
+        found.append(found[-1] + 1)
+    return None
+
+
 def _remember(location: str, newest: int | None, read: Any) -> None:
     """After a full read: the newest commit and the highest committed watermark it saw."""
     if newest is None or read.skipped:
@@ -229,23 +256,25 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
     commit)`` of a previous look that returned fewer than ``rule.max_events`` events: if the checkpoint's
     newest commit is still that one, nothing more is read (:attr:`Look.unchanged`).
 
-    Reads the status document (the checkpoints of the stream's queries, as its driver recorded them, else
-    the spec's location; the progress reports and, for a period longer than the batches read, the running
-    ``counters`` of the first checkpoint's query, which ``after.counted_through`` continues), the first
-    checkpoint's ``commits`` listing, and only when
-    a commit is new, its newest batches; with several recorded checkpoints, also the newest batches of the
+    Reads the status document's view (the checkpoints of the stream's queries, as its driver recorded them, else
+    the spec's location), the first checkpoint's newest commit (:func:`_commits_after`, else the ``commits``
+    listing), and only when a commit is new and may close a period, the whole status document (the progress
+    reports and, for a period longer than the batches read, the running ``counters`` of the first checkpoint's
+    query, which ``after.counted_through`` continues) and the checkpoint's newest batches; with several recorded checkpoints, also the newest batches of the
     others (a period must be proven by all of them). Raises what the reads raise
     (:class:`ControlFileError`, ``StorageError``, ``CheckpointError``)."""
     from airflow_streaming.hooks.streaming_job import storage_path
 
-    parsed = hook.status_parsed(round_read=True)  # what the health poll of the same round read: shared
-    doc = parsed[1] if parsed is not None else None
-    recorded = sorted({hook._normalized_location(c) for c in (doc.checkpoints() if doc is not None else [])})
+    view = hook.status_view(round_read=True)  # what the health poll of the same round read: shared
+    recorded = sorted({hook._normalized_location(c) for c in (view.checkpoints() if view is not None else [])})
     location = (recorded or [hook.spec.checkpoint_location])[0]
     checkpoint = storage_path(location).rstrip("/") or "/"
-    commits = _batch_ids(hook.checkpoint_storage.list_dir(posixpath.join(checkpoint, "commits")))
+    commits = _commits_after(hook.checkpoint_storage, checkpoint, seen[1]) \
+        if seen is not None and seen[0] == location and seen[1] is not None else None
+    if commits is None:
+        commits = _batch_ids(hook.checkpoint_storage.list_dir(posixpath.join(checkpoint, "commits")))
     newest = commits[-1] if commits else None
-    version = doc.version if doc is not None else hook.spec.version
+    version = view.version if view is not None else hook.spec.version
     others = recorded[1:]
     if not others and (seen == (location, newest) or (
             seen is not None and seen[0] == location and seen[1] is not None and newest is not None
@@ -255,6 +284,8 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
     # status document (recent_progress, then earlier_progress, which the next driver carries over) while its
     # batch is among the query's newest 32, and a period's counts need its batches among those anyway.
     memory = {} if memory is None else memory
+    parsed = hook.status_parsed(round_read=True)  # the whole document: the bytes its view was made of
+    doc = parsed[1] if parsed is not None else None
     earlier, ignored = doc.earlier_reports() if doc is not None else ([], 0)
     remember_progress(memory, [*earlier, *(p for q in (doc.queries if doc is not None else [])
                                            for p in q.recent_progress)])

@@ -126,19 +126,21 @@ class LivenessMixin:
         never FAILED or STOPPED; garbage in the status document likewise. ``status``: the status document
         as the caller has just read and parsed it (a dict, or ``None`` when there is none), so that a
         caller that needs it too does not read and parse ~30 KB twice per poll; by default it is read here."""
-        from airflow_streaming.health.thresholds import HealthThresholds
         from airflow_streaming.health.verdict import HealthState, HealthVerdict, Reason, evaluate
+        from airflow_streaming.control.contract import check_view
+        from airflow_streaming.health.view import view_of
 
         reap_children()
         unreadable = None
         doc = None
-        doc_dict = None
         try:
             if status is _READ_IT:
-                doc_dict, doc = self.status_parsed(round_read=True) or (None, None)  # once a poll round: ~25 KB
+                doc = self.status_view(round_read=True)  # once a poll round, and only what a verdict reads
             elif status is not None:
-                doc_dict = status
-                doc = contract.StatusDocument.from_dict(self.paths.status, doc_dict)  # validates
+                try:
+                    doc = check_view(self.paths.status, view_of(status))  # validates
+                except TypeError as exc:
+                    raise ControlFileError(f"{self.paths.status}: {exc}") from None
         except (ControlFileError, StorageError) as exc:
             unreadable = str(exc)
         alive: bool | None = None
@@ -154,7 +156,7 @@ class LivenessMixin:
             if state.cluster_state is not None or state.gone:
                 liveness_note = state.detail
         if doc is not None and record is not None and doc.run_id != record.run_id:
-            doc = doc_dict = None  # a status of a previous run says nothing about the current submission
+            doc = None  # a status of a previous run says nothing about the current submission
         cluster = self.cluster_app_state(doc.app_id if doc is not None else None)
         if cluster is not None:
             liveness_note = f"standalone master reports app {cluster.app_id} {cluster.state or 'unknown'}"
@@ -164,10 +166,10 @@ class LivenessMixin:
                 alive = True
         try:
             verdict = evaluate(
-                None if doc is None else doc_dict, now=time.time() if now is None else now,
+                doc, now=time.time() if now is None else now,
                 driver_alive=alive, trigger_interval=self.spec.trigger_interval,
                 heartbeat_interval=contract.heartbeat_seconds(self.spec.heartbeat_interval, self.remote_storage),
-                thresholds=thresholds or HealthThresholds.from_mapping(self.spec.health), unreadable=unreadable,
+                thresholds=thresholds or self._health_thresholds(), unreadable=unreadable,
                 liveness_note=liveness_note)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:  # garbage that passed validation
             verdict = HealthVerdict(self.spec.name, HealthState.UNKNOWN, (Reason(
@@ -175,6 +177,16 @@ class LivenessMixin:
         if verdict.stream is None:
             verdict = dataclasses.replace(verdict, stream=self.spec.name)
         return verdict
+
+    def _health_thresholds(self) -> Any:
+        """The spec's :class:`~airflow_streaming.health.thresholds.HealthThresholds` (made once per hook: a
+        watched stream's hook is reused across its polls, and its spec does not change)."""
+        from airflow_streaming.health.thresholds import HealthThresholds
+
+        kept = self.__dict__.get("_thresholds")
+        if kept is None:
+            kept = self.__dict__["_thresholds"] = HealthThresholds.from_mapping(self.spec.health)
+        return kept
 
     def _polled_driver_record(self) -> DriverRecord | None:
         """``driver.json`` for a health poll: read at every poll, parsed again only when its bytes changed (the
