@@ -175,6 +175,16 @@ def worker_triggers(cfg: dict[str, Any]) -> dict[str, Any]:
         await asyncio.sleep(cfg["warmup"])
         out["measure_start"] = time.time()
         rss = []
+        gc_time = [0.0, 0.0]  # seconds in the garbage collector during the window; when the running one began
+
+        def gc_timer(phase: str, info: dict[str, Any]) -> None:
+            if phase == "start":
+                gc_time[1] = time.process_time()
+            else:
+                gc_time[0] += time.process_time() - gc_time[1]
+
+        gc_before = [g["collections"] for g in gc.get_stats()]
+        gc.callbacks.append(gc_timer)
         cpu0, wall0 = time.process_time(), time.monotonic()
         MEASURING[0] = True
         while time.monotonic() - wall0 < cfg["measure"]:
@@ -182,6 +192,9 @@ def worker_triggers(cfg: dict[str, Any]) -> dict[str, Any]:
             await asyncio.sleep(min(1.0, cfg["measure"] - (time.monotonic() - wall0)) or 0.01)
         cpu1, wall1 = time.process_time(), time.monotonic()
         MEASURING[0] = False
+        gc.callbacks.remove(gc_timer)
+        out["gc"] = {"cpu_s": round(gc_time[0], 3),
+                     "collections": [g["collections"] - b for g, b in zip(gc.get_stats(), gc_before)]}
         out.update({"cpu_s": cpu1 - cpu0, "wall_s": wall1 - wall0, "rss_median_kib": statistics.median(rss),
                     "threads": threading.active_count(), "events_before_flips": dict(events)})
         # Ask the writer (the parent) to flip streams, then wait for the events.
@@ -236,7 +249,8 @@ def worker_main(cfg_path: str) -> int:
 
             from airflow_streaming.triggers import poll_rounds
 
-            profiler, rounds, one_at_a_time = cProfile.Profile(), cProfile.Profile(), threading.Lock()
+            # The rounds: CPU time of the thread that runs them (not wall time: a read that waits is not CPU).
+            profiler, rounds, one_at_a_time = cProfile.Profile(), cProfile.Profile(time.thread_time), threading.Lock()
             run_round = poll_rounds._run_round
 
             def profiled_round(calls: Any) -> Any:  # the rounds' threads: where the polls' reads and parses run
@@ -407,6 +421,11 @@ def summarize(runs: dict[str, list[dict[str, Any]]], n: int, poll: float) -> dic
             "latency_polls_median": med(lat) / poll if lat else None,
             "latency_polls_max": max(lat) / poll if lat else None, "flips_detected": len(lat), "flips_missed": missed,
             "unexpected_events": sum(len(r["events_before_flips"]) for r in rs),
+            # The garbage collector's share of the window (a triggerer's heap holds Airflow: a full collection
+            # walks all of it): its CPU and the collections of each generation, per run.
+            "gc_pct_of_cpu_raw": [round(100 * r["gc"]["cpu_s"] / r["cpu_s"], 1) if r.get("gc") and r["cpu_s"] else None
+                                  for r in rs],
+            "gc_collections_raw": [r["gc"]["collections"] if r.get("gc") else None for r in rs],
         }
         if "completeness" in kind:
             clat = [v for r in rs for v in r["completeness_latencies_s"] if v is not None]
