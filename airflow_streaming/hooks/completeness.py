@@ -6,8 +6,8 @@ after the cursor. An idle look costs the status document's view (what a health p
 round read: :meth:`~airflow_streaming.hooks.streaming_job.SparkStreamHook.status_view`) and finding the
 checkpoint's newest commit - on a local file system two ``stat`` calls (is ``commits/<last seen>`` there, is
 the next one: :func:`_commits_after`), elsewhere the ``commits`` listing: when the newest commit did not
-change since the last look, nothing new can be complete, and nothing else is read. A look after new commits first reads only the new commits' ``offsets`` files (usually one): when
-their watermarks (or, for ``batches:<N>``, their ids) cross no period end since the last full read of
+change since the last look, nothing new can be complete, and nothing else is read. A look after new commits
+first reads only the new commits' ``offsets`` files (usually one): when their watermarks (or, for ``batches:<N>``, their ids) cross no period end since the last full read of
 that checkpoint, nothing new can be complete either and the look stops there (:data:`_SINCE`); only a
 crossing reads the checkpoint's newest batches (~65 files) - at a commit every trigger, that full read
 every poll cost ~2 ms a stream, 40 % of a core for 1,000 streams (BENCHMARKS.md, "A thousand streams").
@@ -173,8 +173,8 @@ def _commits_after(storage: Any, checkpoint: str, seen: int) -> list[int] | None
     """``[seen, seen + 1, ...]``: the commit ``seen`` and those after it, found by asking for each next name
     (Spark commits batch N + 1 only after N, and keeps its newest commits: ``commits/<seen>`` present and
     ``commits/<seen + 1>`` absent means nothing was committed since) - on a storage where that costs less
-    than listing ``commits/`` (a local file system: two ``stat`` calls against ~200 names read and sorted at every
-    look). ``None``, and the caller lists, when the storage's ``exists`` is not cheap, ``commits/<seen>`` is
+    than listing ``commits/`` (a local file system: two ``stat`` calls against ~200 names read and sorted at
+    every look). ``None``, and the caller lists, when the storage's ``exists`` is not cheap, ``commits/<seen>`` is
     gone (a checkpoint restored or replaced: the listing tells what it holds now), or more than
     :data:`_PROBE_MAX` commits are new."""
     if not getattr(storage, "cheap_exists", False):
@@ -260,8 +260,8 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
     the spec's location), the first checkpoint's newest commit (:func:`_commits_after`, else the ``commits``
     listing), and only when a commit is new and may close a period, the whole status document (the progress
     reports and, for a period longer than the batches read, the running ``counters`` of the first checkpoint's
-    query, which ``after.counted_through`` continues) and the checkpoint's newest batches; with several recorded checkpoints, also the newest batches of the
-    others (a period must be proven by all of them). Raises what the reads raise
+    query, which ``after.counted_through`` continues) and the checkpoint's newest batches; with several
+    recorded checkpoints, also the newest batches of the others (a period must be proven by all of them). Raises what the reads raise
     (:class:`ControlFileError`, ``StorageError``, ``CheckpointError``)."""
     from airflow_streaming.hooks.streaming_job import storage_path
 

@@ -126,8 +126,8 @@ class LivenessMixin:
         never FAILED or STOPPED; garbage in the status document likewise. ``status``: the status document
         as the caller has just read and parsed it (a dict, or ``None`` when there is none), so that a
         caller that needs it too does not read and parse ~30 KB twice per poll; by default it is read here."""
-        from airflow_streaming.health.verdict import HealthState, HealthVerdict, Reason, evaluate
         from airflow_streaming.control.contract import check_view
+        from airflow_streaming.health.verdict import HealthState, HealthVerdict, Reason, evaluate
         from airflow_streaming.health.view import view_of
 
         reap_children()
