@@ -59,6 +59,19 @@ class LocalStorage(ControlStorage):
             return None
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
+    def directory_identity(self, path: str) -> tuple[int, int, int, int] | None:
+        """``(st_dev, st_ino, st_mtime_ns, st_ctime_ns)`` of a directory: an entry added, removed or renamed
+        changes its times. ``None`` as for :meth:`file_identity` (absent, not a directory, changed less than
+        :attr:`SETTLED_S` ago, a file system not known to answer ``stat`` with current attributes)."""
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            return None
+        if not stat.S_ISDIR(st.st_mode) or time.time() - st.st_ctime < self.SETTLED_S \
+                or not attributes_current(st.st_dev):
+            return None
+        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+
     def _temp(self, path: str, data: bytes) -> str:
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)

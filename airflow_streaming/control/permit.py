@@ -175,6 +175,9 @@ class GuardedStorage(ControlStorage):
     def file_identity(self, path: str) -> Any:
         return self.inner.file_identity(path)
 
+    def directory_identity(self, path: str) -> Any:
+        return self.inner.directory_identity(path)
+
     def list_tree(self, path: str) -> list[TreeEntry]:
         return self.inner.list_tree(path)
 

@@ -128,6 +128,13 @@ class ControlStorage(abc.ABC):
         to tell, a backend without identities): the caller then reads the file. Never raises."""
         return None
 
+    def directory_identity(self, path: str) -> Hashable | None:
+        """A value that changes whenever an entry of directory ``path`` is added, removed or renamed, so that a
+        reader that listed it may know nothing was added since; ``None`` when the storage cannot vouch for that
+        cheaply (no such directory, one changed too recently to tell, a backend without it): the caller then
+        lists. Never raises."""
+        return None
+
     def makedirs(self, path: str) -> None:  # noqa: B027 - optional for object stores
         """Create a directory and its parents (a no-op for stores without directories)."""
 

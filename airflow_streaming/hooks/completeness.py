@@ -4,9 +4,9 @@
 newest batches, the status document's progress reports for the counts) and returns the periods closed
 after the cursor. An idle look costs the status document's view (what a health poll of the stream in the same
 round read: :meth:`~airflow_streaming.hooks.streaming_job.SparkStreamHook.status_view`) and finding the
-checkpoint's newest commit - on a local file system two ``stat`` calls (is ``commits/<last seen>`` there, is
-the next one: :func:`_commits_after`), elsewhere the ``commits`` listing: when the newest commit did not
-change since the last look, nothing new can be complete, and nothing else is read. A look after new commits
+checkpoint's newest commit - on a local file system one ``stat`` (``commits/`` is as it was when last listed;
+else the next names are asked for: :func:`_commits_after`), elsewhere the ``commits`` listing: when the newest
+commit did not change since the last look, nothing new can be complete, and nothing else is read. A look after new commits
 first reads only the new commits' ``offsets`` files (usually one): when their watermarks (or, for ``batches:<N>``, their ids) cross no period end since the last full read of
 that checkpoint, nothing new can be complete either and the look stops there (:data:`_SINCE`); only a
 crossing reads the checkpoint's newest batches (~65 files) - at a commit every trigger, that full read
@@ -168,24 +168,53 @@ def _crosses(hook: Any, rule: CompletenessRule, checkpoint: str, location: str, 
 #: How many commits past the last one seen :func:`_commits_after` asks for before it lists instead.
 _PROBE_MAX = 8
 
+#: Per checkpoint: ``(identity of its commits/ directory taken just before a listing, the newest commit that
+#: listing found)`` (:meth:`~airflow_streaming.control.storage.ControlStorage.directory_identity`); absent when
+#: the storage could not vouch for the directory. Single dict operations (atomic under the GIL); bounded.
+_LISTED: dict[str, tuple[Any, int | None]] = {}
+
+
+def _list_commits(storage: Any, checkpoint: str) -> list[int]:
+    """The ids in ``commits/``, sorted; remembers the directory's identity as it was before the listing (an entry
+    added meanwhile changes it: the next look lists again)."""
+    directory = posixpath.join(checkpoint, "commits")
+    mark = storage.directory_identity(directory)
+    commits = _batch_ids(storage.list_dir(directory))
+    if mark is None:
+        _LISTED.pop(checkpoint, None)
+    else:
+        if len(_LISTED) >= _SINCE_MAX:
+            _LISTED.clear()
+        _LISTED[checkpoint] = (mark, commits[-1] if commits else None)
+    return commits
+
 
 def _commits_after(storage: Any, checkpoint: str, seen: int) -> list[int] | None:
-    """``[seen, seen + 1, ...]``: the commit ``seen`` and those after it, found by asking for each next name
-    (Spark commits batch N + 1 only after N, and keeps its newest commits: ``commits/<seen>`` present and
-    ``commits/<seen + 1>`` absent means nothing was committed since) - on a storage where that costs less
-    than listing ``commits/`` (a local file system: two ``stat`` calls against ~200 names read and sorted at
-    every look). ``None``, and the caller lists, when the storage's ``exists`` is not cheap, ``commits/<seen>`` is
-    gone (a checkpoint restored or replaced: the listing tells what it holds now), or more than
-    :data:`_PROBE_MAX` commits are new."""
+    """``[seen, seen + 1, ...]``: the commit ``seen`` and those after it, without listing ``commits/`` (~200 names
+    read and sorted) - on a storage where a ``stat`` costs less (a local file system). ``None``, and the caller
+    lists (:func:`_list_commits`), whenever that cannot be told for sure.
+
+    - Nothing new: the directory is as it was before the listing that found ``seen`` the newest (its identity:
+      an entry added, removed or renamed changes it). One ``stat``.
+    - New commits: ``commits/<seen>`` is there and so are the next names, ``seen + 1``... up to
+      :data:`_PROBE_MAX` of them (Spark commits batch N + 1 after N). A log with gaps (async progress tracking
+      writes the logs only every interval) may hold a newer one past the first name missing: the next look, whose
+      directory is not the one last listed, asks for the next name, finds none and lists.
+    - ``None``: the storage's ``exists`` is not cheap (a remote store: each is a request), ``commits/<seen>`` is
+      gone (a checkpoint restored or replaced), the directory changed with no next name (a gap, a purge of old
+      entries, a file being written), more than :data:`_PROBE_MAX` are new."""
     if not getattr(storage, "cheap_exists", False):
         return None
     directory = posixpath.join(checkpoint, "commits")
+    listed = _LISTED.get(checkpoint)
+    if listed is not None and listed[1] == seen and storage.directory_identity(directory) == listed[0]:
+        return [seen]
     if not storage.exists(posixpath.join(directory, str(seen))):
         return None
     found = [seen]
     for _ in range(_PROBE_MAX + 1):  # up to _PROBE_MAX new ones, and the name after them
         if not storage.exists(posixpath.join(directory, str(found[-1] + 1))):
-            return found
+            return found if len(found) > 1 else None
         found.append(found[-1] + 1)
     return None
 
@@ -272,7 +301,7 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
     commits = _commits_after(hook.checkpoint_storage, checkpoint, seen[1]) \
         if seen is not None and seen[0] == location and seen[1] is not None else None
     if commits is None:
-        commits = _batch_ids(hook.checkpoint_storage.list_dir(posixpath.join(checkpoint, "commits")))
+        commits = _list_commits(hook.checkpoint_storage, checkpoint)
     newest = commits[-1] if commits else None
     version = view.version if view is not None else hook.spec.version
     others = recorded[1:]
