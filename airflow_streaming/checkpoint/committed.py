@@ -86,16 +86,20 @@ def _event_ms(value: Any) -> int | None:
     return (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
-def progress_counts(progress: Iterable[Mapping[str, Any]], query_id: str | None = None) -> dict[int, BatchCounts]:
+def progress_counts(progress: Iterable[Mapping[str, Any]], query_id: str | None = None,
+                    since: int | None = None) -> dict[int, BatchCounts]:
     """Batch id -> counts from progress reports; with ``query_id``, reports of another query (another
-    checkpoint) are ignored. A later report of a batch id (a replay) replaces an earlier one. Late rows
-    are ``numRowsDroppedByWatermark`` summed over the state operators (0 without any)."""
+    checkpoint) are ignored; with ``since``, reports of batches before it (not asked for: a watch remembers
+    four times the batches a read looks at, and parsing their times was most of a read's cost). A later report
+    of a batch id (a replay) replaces an earlier one. Late rows are ``numRowsDroppedByWatermark`` summed over
+    the state operators (0 without any)."""
     counts: dict[int, BatchCounts] = {}
     for report in progress:
         if not isinstance(report, Mapping):
             continue
         batch = _int(report.get("batchId"))
-        if batch is None or (query_id is not None and report.get("id") not in (None, query_id)):
+        if batch is None or (since is not None and batch < since) \
+                or (query_id is not None and report.get("id") not in (None, query_id)):
             continue
         operators = report.get("stateOperators") or []
         dropped = [_int(op.get("numRowsDroppedByWatermark")) if isinstance(op, Mapping) else None for op in operators]
@@ -170,7 +174,7 @@ def read_committed(storage: ControlStorage, checkpoint: str, last: int = DEFAULT
                 query_id = parse_query_metadata(meta_path, data)
             except CheckpointError as exc:
                 reader.skipped.append(f"{exc} (progress reports not checked against the query id)")
-        counts = progress_counts(progress, query_id)
+        counts = progress_counts(progress, query_id, newest[0] if newest else None)
 
     known = _KNOWN.get(root, {})
     kept: dict[int, tuple[int, Any, int | None]] = {}

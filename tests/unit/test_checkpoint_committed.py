@@ -117,6 +117,10 @@ def test_progress_counts_of_this_query_only(tmp_path):
     t0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
     assert read.batches == [CommittedBatch(0, 0, True, 5, 0, t0 + 250), CommittedBatch(1, 10, True, 8, 3, t0 + 1250),
                             CommittedBatch(2, 20, True, None, None, None)]
+    # Reports of batches older than those read are not parsed (a watch remembers 4x more than a read uses).
+    assert read_committed(LocalStorage(), ckpt, last=2, progress=progress).batches == [
+        CommittedBatch(1, 10, True, 8, 3, t0 + 1250), CommittedBatch(2, 20, True, None, None, None)]
+    assert progress_counts(progress, QUERY, since=1) == {1: (8, 3, t0 + 1250)}
     # No state operator: nothing dropped as late; an operator without the count: unknown.
     assert progress_counts([{"batchId": 4, "numInputRows": 3, "eventTime": {"min": "garbage"}},
                             {"batchId": 5, "stateOperators": [{}]}]) == {4: (3, 0, None), 5: (None, None, None)}
