@@ -38,7 +38,7 @@ from airflow_streaming.checkpoint.logs import CheckpointError, parse_commit, par
 from airflow_streaming.completeness import CommittedBatch
 from airflow_streaming.control.storage import ControlStorage, StorageError
 
-__all__ = ["DEFAULT_LAST", "BatchCounts", "CommittedRead", "progress_counts", "read_committed"]
+__all__ = ["DEFAULT_LAST", "BatchCounts", "CommittedRead", "batch_counts", "progress_counts", "read_committed"]
 
 #: How many of the newest batches are read unless told otherwise. The row counts of a period are
 #: known only when every batch of it (and the one before) is among them.
@@ -86,13 +86,26 @@ def _event_ms(value: Any) -> int | None:
     return (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
+def batch_counts(report: Mapping[str, Any]) -> BatchCounts:
+    """What one progress report tells of its batch (see :func:`progress_counts`)."""
+    operators = report.get("stateOperators") or []
+    dropped = [_int(op.get("numRowsDroppedByWatermark")) if isinstance(op, Mapping) else None for op in operators]
+    late = None if None in dropped else sum(dropped)  # type: ignore[arg-type]
+    event_time = report.get("eventTime")
+    first_event = _event_ms(event_time.get("min")) if isinstance(event_time, Mapping) else None
+    if first_event is not None and first_event <= 0:
+        # Spark counts a row whose event time is null (a malformed line) as the epoch in eventTime.min:
+        # not a real earliest event (it would start a first look at the look-back limit, 48 empty hours).
+        first_event = None
+    return BatchCounts(_int(report.get("numInputRows")), late, first_event)
+
+
 def progress_counts(progress: Iterable[Mapping[str, Any]], query_id: str | None = None,
                     since: int | None = None) -> dict[int, BatchCounts]:
     """Batch id -> counts from progress reports; with ``query_id``, reports of another query (another
-    checkpoint) are ignored; with ``since``, reports of batches before it (not asked for: a watch remembers
-    four times the batches a read looks at, and parsing their times was most of a read's cost). A later report
-    of a batch id (a replay) replaces an earlier one. Late rows are ``numRowsDroppedByWatermark`` summed over
-    the state operators (0 without any)."""
+    checkpoint) are ignored; with ``since``, reports of batches before it (not asked for). A later report of a
+    batch id (a replay) replaces an earlier one. Late rows are ``numRowsDroppedByWatermark`` summed over the
+    state operators (0 without any)."""
     counts: dict[int, BatchCounts] = {}
     for report in progress:
         if not isinstance(report, Mapping):
@@ -101,17 +114,15 @@ def progress_counts(progress: Iterable[Mapping[str, Any]], query_id: str | None 
         if batch is None or (since is not None and batch < since) \
                 or (query_id is not None and report.get("id") not in (None, query_id)):
             continue
-        operators = report.get("stateOperators") or []
-        dropped = [_int(op.get("numRowsDroppedByWatermark")) if isinstance(op, Mapping) else None for op in operators]
-        late = None if any(d is None for d in dropped) else sum(dropped)  # type: ignore[arg-type]
-        event_time = report.get("eventTime")
-        first_event = _event_ms(event_time.get("min")) if isinstance(event_time, Mapping) else None
-        if first_event is not None and first_event <= 0:
-            # Spark counts a row whose event time is null (a malformed line) as the epoch in eventTime.min:
-            # not a real earliest event (it would start a first look at the look-back limit, 48 empty hours).
-            first_event = None
-        counts[batch] = BatchCounts(_int(report.get("numInputRows")), late, first_event)
+        counts[batch] = batch_counts(report)
     return counts
+
+
+def _counted_since(counted: Mapping[tuple[Any, int], BatchCounts], query_id: str | None,
+                   since: int | None) -> dict[int, BatchCounts]:
+    """:func:`progress_counts` of counts already made: ``(query id, batch id) -> counts``."""
+    return {batch: c for (query, batch), c in counted.items()
+            if (since is None or batch >= since) and (query_id is None or query in (None, query_id))}
 
 
 #: What earlier reads parsed, per checkpoint root: batch id -> (hash of the identity of ``offsets/<id>``, its
@@ -151,8 +162,14 @@ class _Reader:
 
 
 def read_committed(storage: ControlStorage, checkpoint: str, last: int = DEFAULT_LAST,
-                   progress: Iterable[Mapping[str, Any]] | None = None) -> CommittedRead:
-    """Read the newest ``last`` planned batches of ``checkpoint`` (a path in ``storage``), read-only."""
+                   progress: Iterable[Mapping[str, Any]] | None = None,
+                   counted: Mapping[tuple[Any, int], BatchCounts] | None = None) -> CommittedRead:
+    """Read the newest ``last`` planned batches of ``checkpoint`` (a path in ``storage``), read-only.
+
+    ``counted``: instead of ``progress``, the counts already made of progress reports (:func:`batch_counts`),
+    ``(query id, batch id) -> counts`` - what a completeness watch remembers across its looks: tuples of
+    numbers, which the garbage collector does not walk, where the reports themselves were five containers
+    each (a thousand watches kept ~600,000 of them, walked at every full collection)."""
     if last < 1:
         raise ValueError(f"last must be at least 1, got {last}")
     root = checkpoint.rstrip("/") or "/"
@@ -166,7 +183,7 @@ def read_committed(storage: ControlStorage, checkpoint: str, last: int = DEFAULT
 
     counts: dict[int, BatchCounts] = {}
     query_id = None
-    if progress is not None:
+    if progress is not None or counted is not None:
         meta_path = posixpath.join(root, "metadata")
         data = reader.read(meta_path, "query metadata")
         if data is not None:
@@ -174,7 +191,9 @@ def read_committed(storage: ControlStorage, checkpoint: str, last: int = DEFAULT
                 query_id = parse_query_metadata(meta_path, data)
             except CheckpointError as exc:
                 reader.skipped.append(f"{exc} (progress reports not checked against the query id)")
-        counts = progress_counts(progress, query_id, newest[0] if newest else None)
+        since = newest[0] if newest else None
+        counts = progress_counts(progress, query_id, since) if counted is None \
+            else _counted_since(counted, query_id, since)
 
     known = _KNOWN.get(root, {})
     kept: dict[int, tuple[int, Any, int | None]] = {}

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_streaming.checkpoint.batches import _batch_ids
-from airflow_streaming.checkpoint.committed import DEFAULT_LAST, read_committed
+from airflow_streaming.checkpoint.committed import DEFAULT_LAST, BatchCounts, batch_counts, read_committed
 from airflow_streaming.checkpoint.logs import parse_offsets
 from airflow_streaming.completeness import (CompletenessRule, CountedThrough, Counters, PeriodEvent, PeriodKey,
                                             closed_periods)
@@ -236,17 +236,20 @@ def _remember(location: str, newest: int | None, read: Any) -> None:
 REMEMBERED_BATCHES = 4 * DEFAULT_LAST
 
 
-def remember_progress(memory: dict[tuple[Any, int], dict[str, Any]], reports: list[dict[str, Any]]) -> None:
-    """Add the counting fields (:func:`~airflow_streaming.control.contract.progress_counting_fields`) of progress
-    ``reports`` to ``memory`` (``(query id, batch id)`` -> report), keeping the newest :data:`REMEMBERED_BATCHES`
-    batch ids; a report that is not one is left out. The status document's ``recent_progress`` holds only the
-    current driver run's newest reports; its ``earlier_progress`` the counting fields of those before (earlier
-    driver runs' too, carried over by each starting driver): fed both, a watch started at any time knows the
-    counts of the newest batches, and what it remembered covers a driver that died before it carried them."""
+def remember_progress(memory: dict[tuple[Any, int], BatchCounts], reports: list[dict[str, Any]]) -> None:
+    """Add what progress ``reports`` tell of their batches to ``memory`` (``(query id, batch id)`` ->
+    :class:`~airflow_streaming.checkpoint.committed.BatchCounts` of the report's counting fields,
+    :func:`~airflow_streaming.control.contract.progress_counting_fields`), keeping the newest
+    :data:`REMEMBERED_BATCHES` batch ids; a report that is not one is left out, a later report of a batch (a
+    replay) replaces the earlier. The status document's ``recent_progress`` holds only the current driver run's
+    newest reports; its ``earlier_progress`` the counting fields of those before (earlier driver runs' too,
+    carried over by each starting driver): fed both, a watch started at any time knows the counts of the newest
+    batches, and what it remembered covers a driver that died before it carried them. Kept as tuples of numbers
+    (not the reports: the garbage collector walks every container a triggerer keeps, at each full collection)."""
     for report in reports:
         fields = progress_counting_fields(report)
         if fields is not None:
-            memory[(fields["id"], fields["batchId"])] = fields
+            memory[(fields["id"], fields["batchId"])] = batch_counts(fields)
     if len(memory) > REMEMBERED_BATCHES:
         for key in sorted(memory, key=lambda k: k[1])[:len(memory) - REMEMBERED_BATCHES]:
             del memory[key]
@@ -279,7 +282,7 @@ def _proven_by_all(hook: Any, rule: CompletenessRule, others: list[str],
 
 
 def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple[str, int | None] | None,
-         memory: dict[tuple[Any, int], dict[str, Any]] | None = None) -> Look:
+         memory: dict[tuple[Any, int], BatchCounts] | None = None) -> Look:
     """The periods of ``rule`` closed after ``after`` in the stream of ``hook`` (a
     :class:`~airflow_streaming.hooks.streaming_job.SparkStreamHook`). ``seen`` is ``(checkpoint, newest
     commit)`` of a previous look that returned fewer than ``rule.max_events`` events: if the checkpoint's
@@ -318,8 +321,7 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
     earlier, ignored = doc.earlier_reports() if doc is not None else ([], 0)
     remember_progress(memory, [*earlier, *(p for q in (doc.queries if doc is not None else [])
                                            for p in q.recent_progress)])
-    read = read_committed(hook.checkpoint_storage, checkpoint, progress=sorted(memory.values(),
-                                                                               key=lambda r: r["batchId"]))
+    read = read_committed(hook.checkpoint_storage, checkpoint, counted=memory)
     entry = doc.counters_of(read.query_id) if doc is not None else None
     counters = None if entry is None else Counters(f"{read.query_id}/{entry['epoch']}", entry["from_batch"],
                                                    entry["through_batch"], entry["input_rows"], entry["late_rows"])
