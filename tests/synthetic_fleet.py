@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from airflow_streaming.completeness import iso_ms as event_iso_ms
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlPaths, DriverRecord, Lease, QueryStatus, StatusDocument
 from airflow_streaming.control.local import LocalStorage
@@ -182,6 +183,9 @@ class FleetStream:
                               "processedRowsPerSecond": source["processedRowsPerSecond"],
                               "observedMetrics": {"quality": {"lines": rows, "quarantined_rows": 0}},
                               "sources": [source], "stateOperators": []})
+        if self.watermark_step_ms:  # the batch's report carries the watermark it ran with (its offsets file's)
+            self.progress[-1]["eventTime"] = {**(t.get("eventTime") or {}),
+                                              "watermark": event_iso_ms(self.watermark_ms + self.watermark_step_ms)}
         del self.progress[:-HISTORY]
         self.doc.totals["batches"] += 1
         self.doc.totals["input_rows"] += rows

@@ -32,6 +32,7 @@ that (garbage, another rule, a period that is not one of the rule's) is a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import posixpath
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_streaming.checkpoint.batches import _batch_ids
-from airflow_streaming.checkpoint.committed import DEFAULT_LAST, BatchCounts, batch_counts, read_committed
+from airflow_streaming.checkpoint.committed import DEFAULT_LAST, BatchCounts, _event_ms, batch_counts, read_committed
 from airflow_streaming.checkpoint.logs import parse_offsets
 from airflow_streaming.completeness import (CompletenessRule, CountedThrough, Counters, PeriodEvent, PeriodKey,
                                             closed_periods)
@@ -135,10 +136,46 @@ class Look:
     the checkpoint's batches were not read."""
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _iso_ms(text: Any) -> int | None:
+    """Epoch ms of a progress report's ``eventTime.watermark`` (``None``: not one). Cached: a report's watermark
+    is seen at every look while the report stays in the status (~20 looks)."""
+    return _event_ms(text) if isinstance(text, str) else None
+
+
+def _reported_watermarks(view: Any, query_ids: set[Any] | None) -> dict[int, int]:
+    """Batch id -> ``eventTime.watermark`` (epoch ms) of the progress reports in the status ``view`` of the
+    queries ``query_ids`` (``None``: the view's only query; with several and no ids, nothing). Spark writes a
+    batch's report after its commit, with the watermark it ran with: its ``offsets`` file's
+    ``batchWatermarkMs`` (``ProgressReporter``: ``formatTimestamp(offsetSeqMetadata.batchWatermarkMs)``)."""
+    queries = (view.queries or []) if view is not None else []
+    if query_ids is None:
+        queries = queries if len(queries) == 1 else []
+    else:
+        queries = [q for q in queries if q.id in query_ids]
+    marks: dict[int, int] = {}
+    for query in queries:
+        for report in query.recent_progress or ():
+            batch = report.batchId
+            if report.eventTime is None or not isinstance(batch, int) or isinstance(batch, bool):
+                continue
+            ms = _iso_ms(report.eventTime.watermark)
+            if ms is not None:
+                marks[batch] = max(ms, marks.get(batch, ms))
+    return marks
+
+
 def _crosses(hook: Any, rule: CompletenessRule, checkpoint: str, location: str, seen_commit: int,
-             commits: list[int]) -> bool:
+             commits: list[int], view: Any, query_ids: set[Any] | None) -> bool:
     """Whether the commits after ``seen_commit`` may close a period the last full read of ``location``
-    could not (``True`` whenever unsure: the caller then reads the checkpoint fully)."""
+    could not (``True`` whenever unsure: the caller then reads the checkpoint fully). A new commit's watermark
+    is its progress report's in the status ``view`` (what the health poll of the round decoded; the reports of
+    ``query_ids``: :func:`_reported_watermarks`), else its ``offsets`` file's.
+
+    A report's watermark only ever decides whether to read: a period is emitted only from what the checkpoint
+    proves. One higher than its batch's (there is none in Spark) costs a full read that finds nothing; one lower
+    (neither) could only hold a look back until a later commit - the status is the driver's, and so is the
+    checkpoint."""
     new = [c for c in commits if c > seen_commit]
     if not new or len(new) > 8:
         return True
@@ -149,7 +186,12 @@ def _crosses(hook: Any, rule: CompletenessRule, checkpoint: str, location: str, 
     if since is None or since[0] != seen_commit or since[1] is None:
         return True
     top = since[1]
+    reported = _reported_watermarks(view, query_ids)
     for batch_id in new:
+        mark = reported.get(batch_id)
+        if mark is not None:
+            top = max(top, mark)
+            continue
         path = posixpath.join(checkpoint, "offsets", str(batch_id))
         try:
             data = hook.checkpoint_storage.read_bytes(path)
@@ -298,7 +340,9 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
     from airflow_streaming.hooks.streaming_job import storage_path
 
     view = hook.status_view(round_read=True)  # what the health poll of the same round read: shared
-    recorded = sorted({hook._normalized_location(c) for c in (view.checkpoints() if view is not None else [])})
+    by_query = {q: hook._normalized_location(str(c)) for q, c in
+                ((view.query_checkpoints or {}).items() if view is not None else ())}
+    recorded = sorted(set(by_query.values()))
     location = (recorded or [hook.spec.checkpoint_location])[0]
     checkpoint = storage_path(location).rstrip("/") or "/"
     commits = _commits_after(hook.checkpoint_storage, checkpoint, seen[1]) \
@@ -310,7 +354,8 @@ def look(hook: Any, rule: CompletenessRule, after: PeriodKey | None, seen: tuple
     others = recorded[1:]
     if not others and (seen == (location, newest) or (
             seen is not None and seen[0] == location and seen[1] is not None and newest is not None
-            and not _crosses(hook, rule, checkpoint, location, seen[1], commits))):
+            and not _crosses(hook, rule, checkpoint, location, seen[1], commits, view,
+                             {q for q, c in by_query.items() if c == location} if by_query else None))):
         return Look(version=version, checkpoint=location, newest_commit=newest, unchanged=True)
     # Only here, not at a look that stops above (~0.25 ms for a full earlier_progress): a report stays in the
     # status document (recent_progress, then earlier_progress, which the next driver carries over) while its

@@ -80,3 +80,82 @@ def test_batch_periods_cross_on_the_last_batch_of_a_period(tmp_path, full_reads)
     s.batch(2, 0)  # the last batch of [0, 3)
     found, seen = step(s, rule, None, seen)
     assert [e.identity for e in found.events] == ["batches:0-2"] and len(full_reads) == 2
+
+
+@pytest.fixture
+def offsets_reads(monkeypatch):
+    """The ``offsets`` files read (paths), in order."""
+    from airflow_streaming.control.local import LocalStorage
+
+    calls: list[str] = []
+    real = LocalStorage.read_bytes
+
+    def counting(self, path):
+        if "/offsets/" in path:
+            calls.append(path)
+        return real(self, path)
+
+    monkeypatch.setattr(LocalStorage, "read_bytes", counting)
+    return calls
+
+
+def test_a_new_commits_watermark_is_read_from_its_report_in_the_status(tmp_path, full_reads, offsets_reads):
+    """Spark writes a batch's progress report after its commit, with the watermark the batch ran with: the gate
+    takes it from the status the health poll decoded, and reads no ``offsets`` file for it."""
+    s, rule = Stream(tmp_path), parse_rule({"period": "hourly"})
+    s.batch(0, hour(0) + 1, reported=hour(0) + 1)
+    found, seen = step(s, rule, None, None)
+    assert len(full_reads) == 1
+    read_by_first_look = len(offsets_reads)
+    for batch in (1, 2):
+        s.batch(batch, hour(0) + 10 * batch, reported=hour(0) + 10 * batch)
+        found, seen = step(s, rule, None, seen)
+        assert found.unchanged and found.newest_commit == batch
+    assert len(offsets_reads) == read_by_first_look and len(full_reads) == 1
+    s.batch(3, hour(1) + 1, reported=hour(1) + 1)  # closes hour 0
+    found, seen = step(s, rule, None, seen)
+    assert [e.batch_id for e in found.events] == [3] and len(full_reads) == 2
+    # A commit whose report is not in the status yet (or has no watermark): its offsets file decides.
+    s.batch(4, hour(2) + 1)
+    found, _ = step(s, rule, found.events[-1].key, seen)
+    assert offsets_reads[-1].endswith("/offsets/4") and [e.batch_id for e in found.events] == [4]
+
+
+def test_a_report_ahead_of_its_batch_costs_a_read_never_an_event(tmp_path, full_reads):
+    """A report's watermark only decides whether to read: a status that claims more than the checkpoint holds
+    (no Spark writes one: a driver's garbage) makes a full read, which finds nothing to emit."""
+    s, rule = Stream(tmp_path), parse_rule({"period": "hourly"})
+    s.batch(0, hour(0) + 1, reported=hour(0) + 1)
+    _, seen = step(s, rule, None, None)
+    s.batch(1, hour(0) + 5, reported=hour(3))
+    found, seen = step(s, rule, None, seen)
+    assert not found.unchanged and found.events == [] and len(full_reads) == 2
+
+
+def test_only_the_reports_of_the_checkpoints_query_count(tmp_path, full_reads, offsets_reads):
+    """A status with several queries (a job with two): the reports of the query whose recorded checkpoint is the
+    one watched give watermarks; another query's report of the same batch id does not."""
+    from test_completeness_trigger import QUERY
+
+    from airflow_streaming.control import contract
+
+    s, rule = Stream(tmp_path), parse_rule({"period": "hourly"})
+
+    def write_status(other_wm):
+        mine = contract.QueryStatus(QUERY, "r1", "s1", True, recent_progress=s.progress)
+        other = contract.QueryStatus("another-query", "r1", "s2", True, recent_progress=[
+            {"id": "another-query", "batchId": b["batchId"], "numInputRows": 1,
+             "eventTime": {"watermark": "2026-01-01T05:00:00.000Z"}} for b in s.progress][-other_wm:])
+        doc = contract.StatusDocument(
+            stream="s1", version="v7", run_id="r1", state=contract.RUNNING, pid=1, host="h", started_at=1.0,
+            heartbeat_at=2.0, queries=[mine, other], query_checkpoints={QUERY: f"file:{s.ckpt}"})
+        contract.write_status(s.hook.storage.unguarded, s.hook.paths, doc)
+
+    s.batch(0, hour(0) + 1, reported=hour(0) + 1)
+    write_status(1)
+    _, seen = step(s, rule, None, None)
+    reads = len(offsets_reads)
+    s.batch(1, hour(0) + 2, reported=hour(0) + 2)
+    write_status(2)
+    found, _ = step(s, rule, None, seen)
+    assert found.unchanged and len(full_reads) == 1 and len(offsets_reads) == reads

@@ -46,10 +46,14 @@ class Stream:
         self.progress: list[dict] = []
         self.cursor = cursor_path(self.hook.paths, parse_rule(RULE))
 
-    def batch(self, batch_id: int, wm: int, rows: int = 10, commit: bool = True) -> None:
+    def batch(self, batch_id: int, wm: int, rows: int = 10, commit: bool = True, reported: int | None = None) -> None:
+        """Plan batch ``batch_id`` with watermark ``wm``, commit it, write its progress report (with
+        ``eventTime.watermark`` = ``reported`` when given: Spark's report carries ``wm``)."""
         (self.ckpt / "offsets" / str(batch_id)).write_bytes(offsets(wm))
         self.progress.append({"id": QUERY, "batchId": batch_id, "numInputRows": rows,
                               "stateOperators": [{"numRowsDroppedByWatermark": 1}]})
+        if reported is not None:
+            self.progress[-1]["eventTime"] = {"watermark": iso_ms(reported)}
         if commit:
             self.commit(batch_id)
         doc = contract.StatusDocument(
