@@ -6,11 +6,13 @@ after the cursor. An idle look costs the status document's view (what a health p
 round read: :meth:`~airflow_streaming.hooks.streaming_job.SparkStreamHook.status_view`) and finding the
 checkpoint's newest commit - on a local file system one ``stat`` (``commits/`` is as it was when last listed;
 else the next names are asked for: :func:`_commits_after`), elsewhere the ``commits`` listing: when the newest
-commit did not change since the last look, nothing new can be complete, and nothing else is read. A look after new commits
-first reads only the new commits' ``offsets`` files (usually one): when their watermarks (or, for ``batches:<N>``, their ids) cross no period end since the last full read of
-that checkpoint, nothing new can be complete either and the look stops there (:data:`_SINCE`); only a
-crossing reads the checkpoint's newest batches (~65 files) - at a commit every trigger, that full read
-every poll cost ~2 ms a stream, 40 % of a core for 1,000 streams (BENCHMARKS.md, "A thousand streams").
+commit did not change since the last look, nothing new can be complete, and nothing else is read. A look after
+new commits first takes only their watermarks - from their progress reports in the status view (Spark's report
+of a batch carries the watermark it ran with), else from their ``offsets`` files: when those (or, for
+``batches:<N>``, their ids) cross no period end since the last full read of that checkpoint, nothing new can be
+complete either and the look stops there (:data:`_SINCE`); only a crossing reads the checkpoint's newest batches
+(~65 files) - at a commit every trigger, that full read every poll cost ~2 ms a stream, 40 % of a core for
+1,000 streams (BENCHMARKS.md, "A thousand streams").
 
 A stream whose driver recorded several checkpoints (a job with several queries) has a period complete only
 when the committed batches of **every** one of them prove it (:func:`_proven_by_all`): the sink of each query
