@@ -16,31 +16,44 @@ WAIT_HEALTHY, WATCH, REPORT = "wait_healthy", "watch", "report"
 MODES = (WAIT_HEALTHY, WATCH, REPORT)
 
 
-def poll_once(spec_dict: dict[str, Any]) -> dict[str, Any]:
-    """One health verdict for a spec (blocking file I/O: run it in a thread from async code). The spec's
-    hook is reused across polls (:func:`~airflow_streaming.spec_hooks.hook_for`)."""
+def poll_verdict(spec_dict: dict[str, Any]) -> Any:
+    """One :class:`~airflow_streaming.health.verdict.HealthVerdict` for a spec (blocking file I/O: run it in a
+    thread from async code). The spec's hook is reused across polls
+    (:func:`~airflow_streaming.spec_hooks.hook_for`)."""
     from airflow_streaming.spec_hooks import hook_for
 
-    return hook_for(spec_dict).health().to_dict()
+    return hook_for(spec_dict).health()
+
+
+def poll_once(spec_dict: dict[str, Any]) -> dict[str, Any]:
+    """:func:`poll_verdict` as plain data (``HealthVerdict.to_dict``)."""
+    return poll_verdict(spec_dict).to_dict()
+
+
+def event_status(mode: str, state: str, started: float, now: float, watch_seconds: float,
+                 fail_on: tuple[str, ...]) -> str | None:
+    """The health sensor's event status for a verdict's ``state`` (its mode's condition met): ``report``,
+    ``healthy``, ``unhealthy`` or ``watched``; ``None`` to keep polling. Pure."""
+    if mode == REPORT:
+        return "report"
+    if mode == WAIT_HEALTHY:
+        if state in ("HEALTHY", "IDLE"):
+            return "healthy"
+        if state in ("FAILED", "STOPPED"):
+            return "unhealthy"
+        return None
+    if state in fail_on:
+        return "unhealthy"
+    if now - started >= watch_seconds:
+        return "watched"
+    return None
 
 
 def health_event(mode: str, verdict: dict[str, Any], started: float, now: float, watch_seconds: float,
-           fail_on: tuple[str, ...]) -> dict[str, Any] | None:
-    """The health sensor's event for this verdict (its mode's condition met), or ``None`` to keep polling. Pure."""
-    state = verdict["state"]
-    if mode == REPORT:
-        return {"status": "report", "verdict": verdict}
-    if mode == WAIT_HEALTHY:
-        if state in ("HEALTHY", "IDLE"):
-            return {"status": "healthy", "verdict": verdict}
-        if state in ("FAILED", "STOPPED"):
-            return {"status": "unhealthy", "verdict": verdict}
-        return None
-    if state in fail_on:
-        return {"status": "unhealthy", "verdict": verdict}
-    if now - started >= watch_seconds:
-        return {"status": "watched", "verdict": verdict}
-    return None
+                 fail_on: tuple[str, ...]) -> dict[str, Any] | None:
+    """The health sensor's event for this verdict (:func:`event_status`), or ``None`` to keep polling. Pure."""
+    status = event_status(mode, verdict["state"], started, now, watch_seconds, fail_on)
+    return None if status is None else {"status": status, "verdict": verdict}
 
 
 class SparkStreamHealthTrigger(BaseTrigger):
@@ -76,16 +89,19 @@ class SparkStreamHealthTrigger(BaseTrigger):
         last_state = None
         while True:
             try:
-                verdict = await poll_rounds.call(poll_once, self.spec, group=str(self.spec.get("name")))
+                found = await poll_rounds.call(poll_verdict, self.spec, group=str(self.spec.get("name")))
             except Exception as exc:  # noqa: BLE001 - report, do not kill the triggerer
                 yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
                 return
-            if verdict["state"] != last_state:
-                self.log.info("stream %s: %s", self.spec.get("name"), verdict["state"])
-                last_state = verdict["state"]
-            event = health_event(self.mode, verdict, self.started, time.time(), self.watch_seconds, self.fail_on)
-            if event is not None:
-                yield TriggerEvent(event)
+            state = found.state.value
+            if state != last_state:
+                self.log.info("stream %s: %s", self.spec.get("name"), state)
+                last_state = state
+            # Made plain data only when an event carries it (a watch polls a thousand streams every few seconds
+            # and fires rarely): the decision reads only the state.
+            status = event_status(self.mode, state, self.started, time.time(), self.watch_seconds, self.fail_on)
+            if status is not None:
+                yield TriggerEvent({"status": status, "verdict": found.to_dict()})
                 return
             await poll_rounds.sleep_aligned(str(self.spec.get("name")), self.poll_interval)
 

@@ -196,7 +196,7 @@ def test_a_streams_health_watch_and_completeness_watcher_parse_its_status_once_a
             return fn(*args)
         return call
 
-    monkeypatch.setattr(health_module, "poll_once", counted("health", health_module.poll_once))
+    monkeypatch.setattr(health_module, "poll_verdict", counted("health", health_module.poll_verdict))
     monkeypatch.setattr(completeness_module, "_look", counted("completeness", completeness_module._look))
     health = SparkStreamHealthTrigger(s.spec, "watch", 0.3, watch_seconds=3600.0, fail_on=())
     completeness = SparkStreamCompletenessTrigger(spec=s.spec, rule={"period": "hourly"}, poll_interval=0.3)
