@@ -49,8 +49,11 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "status" / "etl_dag_pha
 HISTORY = contract.RECENT_PROGRESS_LIMIT
 #: Batches a synthetic checkpoint keeps (``spark.sql.streaming.minBatchesToRetain``'s default).
 RETAIN = 100
-#: The event time the synthetic watermarks start from (2026-01-01T00:00:00Z, epoch ms).
-WATERMARK_T0_MS = 1_767_225_600_000
+#: Where a fleet's watermarks start: this many ms before the minute of its build. After the history a build
+#: writes (20 batches) a stream's watermark trails the wall clock by a few minutes, as with a watermark delay:
+#: under the health verdict's watermark-lag limit, so the verdicts stay HEALTHY with no warning, as a real
+#: stream's do (its progress reports carry the watermark since the gate reads it there).
+WATERMARK_BEHIND_MS = 300_000
 
 
 def iso_ms(t: float) -> str:
@@ -224,7 +227,7 @@ def build_fleet(base: str | Path, count: int, drivers: StandInDrivers, *, owner_
     ``ledger_every``: every n-th stream has a restart ledger with one restart (the supervisor column);
     ``hot_standby_every``: every n-th stream (from the n-th) wants a hot standby and has none prepared;
     ``watermark_step_ms``: write each stream's checkpoint, its watermark advancing this much per batch from
-    :data:`WATERMARK_T0_MS` plus a per-stream offset below one minute (so that period ends fall at different
+    :data:`WATERMARK_BEHIND_MS` before the build's minute, plus a per-stream offset below one minute (so that period ends fall at different
     batches of different streams)."""
     storage = LocalStorage()
     template = json.loads(FIXTURE.read_text())["queries"][0]["recent_progress"][-1]
@@ -232,6 +235,7 @@ def build_fleet(base: str | Path, count: int, drivers: StandInDrivers, *, owner_
     owners = owner_dags or ["fleet_dag"]
     host = socket.gethostname()
     now = time.time()
+    t0_ms = int(now * 1000) // 60_000 * 60_000 - WATERMARK_BEHIND_MS
     fleet = []
     for i in range(count):
         name = f"fleet-{i:04d}"
@@ -262,7 +266,7 @@ def build_fleet(base: str | Path, count: int, drivers: StandInDrivers, *, owner_
                              checkpoint_location=spec.checkpoint_location, ready=True, queries=[query])
         stream = FleetStream(spec, paths, doc, random.Random(seed * 100_003 + i), template,
                              watermark_step_ms=watermark_step_ms,
-                             watermark_ms=WATERMARK_T0_MS + rng.randrange(60_000) if watermark_step_ms else 0)
+                             watermark_ms=t0_ms + rng.randrange(60_000) if watermark_step_ms else 0)
         for k in range(HISTORY):
             stream._append(now - (HISTORY - k) * trigger_interval)
         stream.beat(storage, now)

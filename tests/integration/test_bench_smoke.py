@@ -172,6 +172,11 @@ SMOKES = {
         rf"^health\+completeness triggers x\d+\+\d+ @ {NUMBER}s poll: CPU {NUMBER}% of a core .* detection {NUMBER} "
         rf"polls median.* completeness event {NUMBER} polls median",
     )),
+    "watch_rounds_bench.py": Smoke(False, 180, (
+        rf"^health round x\d+ \(baseline\): {NUMBER} ms CPU \({NUMBER} us a poll\); health \+ look round: {NUMBER} ms "
+        rf"\(ratio {NUMBER}; {NUMBER} us a look\); \d+ period events$",
+        rf"^as a triggerer's rounds at a 5 s health poll and a 10 s look: health {NUMBER} % of a core, both {NUMBER} %$",
+    )),
     "scale_ui_bench.py": Smoke(False, 420, (
         rf"^streams page x\d+: load {NUMBER}s cold, {NUMBER}s warm median \(API {NUMBER} ms\); search {NUMBER}s",
     )),
