@@ -43,6 +43,18 @@ class LocalStorage(ControlStorage):
     #: size and times behind (git's "racy" files). Spark's checkpoint files are read again long after that.
     SETTLED_S = 2.0
 
+    def _settled_stat(self, path: str, is_type: Any) -> os.stat_result | None:
+        """``os.stat(path)`` when ``is_type(st_mode)`` (``stat.S_ISREG``, ``stat.S_ISDIR``), its inode changed at
+        least :attr:`SETTLED_S` ago, and its file system answers ``stat`` with current attributes
+        (:func:`attributes_current`); ``None`` otherwise (absent, unreadable too)."""
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            return None
+        if not is_type(st.st_mode) or time.time() - st.st_ctime < self.SETTLED_S or not attributes_current(st.st_dev):
+            return None
+        return st
+
     def file_identity(self, path: str) -> tuple[int, int, int, int, int] | None:
         """``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)``: a write changes the times, a rename into
         place the inode's ctime, a new file its inode or ctime (an inode number freed and used again comes

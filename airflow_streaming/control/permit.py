@@ -192,6 +192,10 @@ class GuardedStorage(ControlStorage):
         self._guard(path, "write of")
         self.inner.write_atomic(path, data)
 
+    def write_in_place(self, path: str, offset: int, data: bytes) -> bool:
+        self._guard(path, "write of")
+        return self.inner.write_in_place(path, offset, data)
+
     def write_once(self, path: str, data: bytes) -> None:
         self._guard(path, "write of")
         self.inner.write_once(path, data)

@@ -135,6 +135,14 @@ class ControlStorage(abc.ABC):
         lists. Never raises."""
         return None
 
+    def write_in_place(self, path: str, offset: int, data: bytes) -> bool:
+        """Write ``data`` at ``offset`` of the file ``path`` that is there, in place (no new file; durable when
+        it returns ``True``); ``False`` when this storage does not write in place or there is no such file (the
+        caller then writes the whole file with :meth:`write_atomic`). A reader may see the write half done: for a
+        file that keeps two copies of what it holds, each with its checksum (the completeness cursor).
+        :class:`StorageError` when the write fails."""
+        return False
+
     def makedirs(self, path: str) -> None:  # noqa: B027 - optional for object stores
         """Create a directory and its parents (a no-op for stores without directories)."""
 

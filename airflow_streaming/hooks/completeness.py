@@ -21,12 +21,20 @@ others are read at every look (their newest few batches: a commit of any of them
 such a stream's idle look is not the cheap one above.
 
 The **cursor** is the last period a watch emitted, kept per rule in the stream's control directory:
-``<control_dir>/completeness/<digest of the rule>.json`` (:func:`cursor_path`), replaced atomically through
-the hook's storage. It is ``{"rule", "identity", "start", "end", "batch_id", "at"}``, with ``"counted_through":
+``<control_dir>/completeness/<digest of the rule>.json`` (:func:`cursor_path`). The file holds two slots of
+:data:`CURSOR_SLOT` bytes, each a line ``<crc32 of the document, 8 hex digits> <sequence number> <the document
+as JSON>`` padded with spaces; the valid slot with the highest number is the cursor. A write replaces the other
+slot in place (:meth:`~airflow_streaming.control.storage.ControlStorage.write_in_place`, with its ``fsync``):
+no file is created per period (a file creation cost ~260 us of CPU here, ~0.45 ms a cursor write with the
+rename and the fsync: a thousand streams closing a period a minute wrote ~17 a second), and a write cut
+short (a crash, a full disk) spoils only the slot it wrote: the other holds the cursor before it (that one
+period is emitted again, as after a stop before the write). A storage that does not write in place (a remote
+one), an absent file or one in the one-document form (what the code before wrote) is written whole with an
+atomic replace. The document is ``{"rule", "identity", "start", "end", "batch_id", "at"}``, with ``"counted_through":
 {"epoch", "epoch_from", "batch", "input_rows", "late_rows"}`` when the running counts at the period's last batch
 were known (:class:`~airflow_streaming.completeness.CountedThrough`: the next period's counts start there; a cursor
 without it, or with garbage there, is valid: only the next period's counts may be unknown); a cursor that is not
-that (garbage, another rule, a period that is not one of the rule's) is a
+that (garbage - neither slot valid, another rule, a period that is not one of the rule's) is a
 :class:`~airflow_streaming.control.contract.ControlFileError` naming the file, never read as "no cursor"
 (that would emit again every period the checkpoint still shows).
 """
@@ -40,6 +48,7 @@ import json
 import posixpath
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +59,7 @@ from airflow_streaming.completeness import (CompletenessRule, CountedThrough, Co
                                             closed_periods)
 from airflow_streaming.control.contract import ControlFileError, ControlPaths, parse_json_object, progress_counting_fields
 
-__all__ = ["CURSOR_DIR", "Look", "cursor_path", "look", "read_cursor", "remember_progress", "rule_digest",
+__all__ = ["CURSOR_DIR", "CURSOR_SLOT", "Look", "cursor_path", "look", "read_cursor", "remember_progress", "rule_digest",
            "write_cursor"]
 
 #: The cursors' directory inside a stream's control directory.
@@ -79,6 +88,37 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+#: Bytes of each of the cursor file's two slots (a document is ~400).
+CURSOR_SLOT = 2048
+
+
+def _slot(sequence: int, document: bytes) -> bytes:
+    """One slot: ``<crc32 hex> <sequence> <document>`` padded with spaces to :data:`CURSOR_SLOT`, ending in a
+    newline."""
+    line = b"%08x %d %s" % (zlib.crc32(document), sequence, document)
+    if len(line) > CURSOR_SLOT - 1:
+        raise ValueError(f"a cursor of {len(line)} bytes does not fit a slot of {CURSOR_SLOT}")
+    return line.ljust(CURSOR_SLOT - 1) + b"\n"
+
+
+#: A slot that holds nothing (no checksum: never valid).
+_EMPTY_SLOT = b" " * (CURSOR_SLOT - 1) + b"\n"
+
+
+def _slots(data: bytes) -> list[tuple[int, int, bytes]] | None:
+    """The valid slots of a cursor file as ``(sequence, index, document)``, newest first; ``None`` when ``data``
+    is not a two-slot file (the one-document form)."""
+    if len(data) != 2 * CURSOR_SLOT or data[:1] == b"{":
+        return None
+    valid = []
+    for index in range(2):
+        crc, _, rest = data[index * CURSOR_SLOT:(index + 1) * CURSOR_SLOT].rstrip().partition(b" ")
+        sequence, _, document = rest.partition(b" ")
+        if len(crc) == 8 and sequence.isdigit() and crc.decode("ascii", "replace") == f"{zlib.crc32(document):08x}":
+            valid.append((int(sequence), index, document))
+    return sorted(valid, reverse=True)
+
+
 def read_cursor(storage: Any, path: str, rule: CompletenessRule) -> PeriodKey | None:
     """The last emitted period of ``rule`` (``None``: none yet, the file is absent).
 
@@ -89,6 +129,11 @@ def read_cursor(storage: Any, path: str, rule: CompletenessRule) -> PeriodKey | 
         return None
     fix = "the completeness watch emits nothing until it is fixed: restore it, or delete it to report again " \
           "from the periods the checkpoint still shows (duplicates possible)"
+    slots = _slots(data)
+    if slots is not None:
+        if not slots:
+            raise ControlFileError(f"{path}: neither of its two slots holds a cursor (checksums do not match); {fix}")
+        data = slots[0][2]
     doc = parse_json_object(path, data, fix)
     start, end = _int(doc.get("start")), _int(doc.get("end"))
     if doc.get("rule") != rule.to_dict():
@@ -110,13 +155,22 @@ def _counted_through(raw: Any) -> CountedThrough | None:
 
 
 def write_cursor(storage: Any, path: str, rule: CompletenessRule, event: PeriodEvent) -> None:
-    """Record ``event`` as the last emitted period of ``rule`` (atomic replace)."""
+    """Record ``event`` as the last emitted period of ``rule``: in the slot of the cursor file that does not hold
+    the newest valid cursor, in place; the whole file (atomic replace) when it is absent, in the one-document
+    form, garbage, or the storage does not write in place."""
     doc = {"rule": rule.to_dict(), "identity": event.identity, "start": event.key.start, "end": event.key.end,
            "batch_id": event.batch_id, "at": time.time()}
     if event.key.counted_through is not None:
         doc["counted_through"] = dataclasses.asdict(event.key.counted_through)
+    document = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    data = storage.read_bytes(path)
+    slots = _slots(data) if data is not None else None
+    if slots:
+        sequence, index, _ = slots[0]
+        if storage.write_in_place(path, (1 - index) * CURSOR_SLOT, _slot(sequence + 1, document)):
+            return
     storage.makedirs(posixpath.dirname(path))
-    storage.write_atomic(path, json.dumps(doc, sort_keys=True).encode())
+    storage.write_atomic(path, _slot(1, document) + _EMPTY_SLOT)
 
 
 @dataclass

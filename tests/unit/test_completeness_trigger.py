@@ -12,7 +12,7 @@ from airflow.triggers.base import BaseEventTrigger
 
 from airflow_streaming.completeness import HOUR_MS, iso_ms, parse_rule
 from airflow_streaming.control import contract
-from airflow_streaming.hooks.completeness import cursor_path
+from airflow_streaming.hooks.completeness import CURSOR_SLOT, cursor_path
 from airflow_streaming.hooks.streaming_job import SparkStreamHook
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.spec_hooks import forget_all
@@ -29,6 +29,13 @@ def offsets(wm: int) -> bytes:
 
 
 COMMIT = b'v1\n{"nextBatchWatermarkMs":0}'
+
+
+def cursor_identity(path: str) -> str:
+    """The ``identity`` of the newest valid slot of the cursor file at ``path`` (read as a person would)."""
+    data = open(path, "rb").read()
+    slots = [data[k * CURSOR_SLOT:(k + 1) * CURSOR_SLOT].split(b" ", 2) for k in (0, 1)]
+    return max((int(seq), json.loads(doc)) for _, seq, doc in slots if seq.isdigit())[1]["identity"]
 
 
 class Stream:
@@ -134,7 +141,7 @@ def test_each_closed_period_once_in_order_and_a_restart_resumes(tmp_path):
                                               "2026-01-01T01:00:00.000Z/2026-01-01T02:00:00.000Z"]
     assert first[0] == {**first[0], "stream": "s1", "version": "v7", "period": "hourly", "batch_id": 2,
                         "period_start": "2026-01-01T00:00:00.000Z", "input_rows": 20, "late_rows": 2, "batches": 2}
-    assert json.loads(open(s.cursor).read())["identity"] == first[1]["identity"]
+    assert cursor_identity(s.cursor) == first[1]["identity"]
 
     # A restart (a new trigger from the same kwargs): nothing twice, then only the newly closed hour.
     assert collect(s.trigger(), 0.5) == []
@@ -180,7 +187,8 @@ def test_counts_of_a_period_that_spans_two_driver_runs_come_from_what_the_watch_
 
 
 @pytest.mark.parametrize("garbage", [b"{not json", b'{"rule": {"period": "daily"}, "start": 0, "end": 86400000}',
-                                     b'{"rule": {"period": "hourly"}, "start": 5, "end": 7}'])
+                                     b'{"rule": {"period": "hourly"}, "start": 5, "end": 7}',
+                                     b"0badc0de 7 {}".ljust(CURSOR_SLOT) * 2])  # two slots, neither valid
 def test_a_garbage_cursor_emits_nothing_and_says_so(tmp_path, capsys, garbage):
     s = Stream(tmp_path)
     s.batch(0, hour(0) + 1)
@@ -247,7 +255,7 @@ def test_a_cursor_that_cannot_be_written_is_retried_and_the_trigger_goes_on(tmp_
     asyncio.run(main())
     assert [e["identity"] for e in got] == [identity(0)]
     assert "cursor not written" in capsys.readouterr().out
-    assert json.loads(open(s.cursor).read())["identity"] == identity(0)  # written at a later poll
+    assert cursor_identity(s.cursor) == identity(0)  # written at a later poll
 
 
 def test_serialize_round_trip_and_a_stable_hash(tmp_path):

@@ -41,6 +41,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: Calls that change something outside the process: control files, processes, drivers.
 SIDE_EFFECTS = frozenset({
     "write_atomic", "compare_and_swap", "create_exclusive", "delete", "delete_tree", "move", "write_once",
+    "write_in_place",
     "write_marker", "request_stop", "write_status", "acquire_lease", "renew_lease", "release_lease",
     "kill", "killpg", "send_signal", "terminate", "submit", "Popen", "take_over", "submit_gate", "adopt",
     "promote", "retire_hot_standby", "acknowledge_takeover", "begin_stop",
@@ -68,6 +69,8 @@ ACTING_CALLS: dict[str, str] = {
     "airflow_streaming/lifecycle/runner.py:LifecycleRunner.abandon_start:request_stop": STEP + " (the task's on_kill)",
     "airflow_streaming/lifecycle/runner.py:LifecycleRunner._prune_snapshots:delete_tree": NOT_ACTING + " (snapshots)",
     "airflow_streaming/hooks/completeness.py:write_cursor:write_atomic":
+        NOT_ACTING + " (the completeness watch's cursor, written by its trigger: changes no stream)",
+    "airflow_streaming/hooks/completeness.py:write_cursor:write_in_place":
         NOT_ACTING + " (the completeness watch's cursor, written by its trigger: changes no stream)",
     "airflow_streaming/lifecycle/gate_steps.py:GateSteps._ask_standby_gate:write_atomic": STEP,
     "airflow_streaming/lifecycle/gate_steps.py:GateSteps._end_gate_driver:kill": STEP,
@@ -108,6 +111,7 @@ ACTING_CALLS: dict[str, str] = {
     "airflow_streaming/control/permit.py:GuardedStorage.move:move": BACKEND,
     "airflow_streaming/control/permit.py:GuardedStorage.write_atomic:write_atomic": BACKEND,
     "airflow_streaming/control/permit.py:GuardedStorage.write_once:write_once": BACKEND,
+    "airflow_streaming/control/permit.py:GuardedStorage.write_in_place:write_in_place": BACKEND,
     "airflow_streaming/control/storage.py:ControlStorage.compare_and_swap:delete": BACKEND,
     "airflow_streaming/control/storage.py:ControlStorage.compare_and_swap:write_atomic": BACKEND,
     "airflow_streaming/control/storage.py:ControlStorage.delete_tree:delete": BACKEND,
