@@ -44,9 +44,11 @@ STREAM_FLAG = "--stream"
 CONTROL_DIR_FLAG = "--control-dir"
 
 
+@functools.lru_cache(maxsize=4096)
 def control_path(location: str) -> str:
     """The path part of a control location (``/abs``, ``file:///abs``, ``hdfs://nn:port/abs``), normalized:
-    what a driver's ``--control-dir`` and a target's ``paths.root`` are compared by."""
+    what a driver's ``--control-dir`` and a target's ``paths.root`` are compared by. Cached: a health poll asks
+    it of its stream's control directory (a triggerer: a thousand streams every few seconds)."""
     parsed = urlparse(location)
     path = parsed.path if parsed.scheme else location
     return posixpath.normpath(path) if path else ""
