@@ -134,7 +134,8 @@ sys.path.insert(0, {root!r})
 from tests.unit.test_completeness_cursor import RULE, event
 from airflow_streaming.control.local import LocalStorage
 from airflow_streaming.hooks.completeness import write_cursor
-storage, k = LocalStorage(), 0
+storage, k = LocalStorage(), 1
+write_cursor(storage, {path!r}, RULE, event(0))  # a cursor is there before the first kill, however slow the start
 print("ready", flush=True)
 while True:
     write_cursor(storage, {path!r}, RULE, event(k))
@@ -152,7 +153,7 @@ def test_a_writer_killed_at_any_moment_leaves_a_cursor(tmp_path):
         proc = subprocess.Popen([sys.executable, "-c", WRITER.format(root=root, path=path)], stdout=subprocess.PIPE)
         try:
             assert proc.stdout.readline() == b"ready\n"
-            time.sleep(0.01 + 0.013 * trial)
+            time.sleep(0.01 + 0.03 * trial)
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
