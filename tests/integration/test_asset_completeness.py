@@ -30,6 +30,7 @@ from airflow_streaming.completeness import HOUR_MS
 from airflow_streaming.control import contract
 from airflow_streaming.control.local import LocalStorage
 from airflow_streaming.control.contract import ControlPaths
+from airflow_streaming.hooks.completeness import CURSOR_SLOT
 
 pytestmark = [pytest.mark.airflow]
 
@@ -183,5 +184,7 @@ def test_one_downstream_run_per_closed_hour_across_a_triggerer_restart(airflow_s
     assert len({r["run_id"] for r in runs}) == 3
     dag_runs = airflow_stack.api("GET", "/api/v2/dags/downstream/dagRuns")["dag_runs"]
     assert len(dag_runs) == 3 and {r["run_type"] for r in dag_runs} == {"asset_triggered"}
-    cursor = json.loads(next((stream_root / "control" / STREAM / "completeness").glob("*.json")).read_text())
+    data = next((stream_root / "control" / STREAM / "completeness").glob("*.json")).read_bytes()
+    slots = [data[k * CURSOR_SLOT:(k + 1) * CURSOR_SLOT].split(b" ", 2) for k in (0, 1)]  # <crc> <seq> <json>
+    cursor = max((int(seq), json.loads(doc)) for _, seq, doc in slots if seq.isdigit())[1]  # the newest slot
     assert cursor["identity"] == identity(2)
