@@ -18,7 +18,9 @@ list of faults::
   once across processes and restarts.
 - ``until``: an epoch time after which the fault no longer fires.
 
-Nothing here runs when the variable is unset: one ``os.environ.get`` per call.
+Nothing here runs when the variable is unset: one look into the dict behind ``os.environ`` per call (~20 ns;
+``os.environ.get`` of an absent name costs ~0.7 us - it raises and catches a ``KeyError`` - and a triggerer
+watching a thousand streams passes here ~1,000 times a second).
 """
 
 from __future__ import annotations
@@ -61,9 +63,23 @@ def _claim(marker: str) -> bool:
     return True
 
 
+#: ``ENV`` as a key of the dict behind ``os.environ`` (``None``: that dict is not there to look into).
+_ENV_KEY = os.environ.encodekey(ENV) if hasattr(os.environ, "encodekey") else None  # type: ignore[attr-defined]
+
+
+def _configured() -> str | None:
+    """The value of ``ENV`` now. ``os.environ`` keeps its ``_data`` dict in step with every change made through
+    it (``monkeypatch.setenv`` included): an absent name is told by one dict lookup, without ``os.environ.get``'s
+    raised and caught ``KeyError``."""
+    data = getattr(os.environ, "_data", None)
+    if _ENV_KEY is not None and isinstance(data, dict) and _ENV_KEY not in data:
+        return None
+    return os.environ.get(ENV)
+
+
 def hit(point: str, subject: str = "") -> None:
     """Apply the faults configured for ``point`` whose ``match`` is in ``subject`` (no-op when inactive)."""
-    path = os.environ.get(ENV)
+    path = _configured()
     if not path:
         return
     for fault in _faults(path):

@@ -289,18 +289,24 @@ def _closed_by(rule: Any, before_ms: int, after_ms: int) -> list[str]:
 
 
 def set_cursors(fleet: list[Any], rule: Any) -> None:
-    """Each stream's completeness cursor at the newest period its checkpoint shows closed."""
-    from airflow_streaming.completeness import iso_ms
-    from airflow_streaming.hooks.completeness import cursor_path
+    """Each stream's completeness cursor at the newest period its checkpoint shows closed, written by the
+    product's own writer twice (a watcher that has been running: a two-slot file whose next write goes in
+    place; a cursor of the one-document form would make every stream's first write of the run a whole-file
+    replace, the path of a cursor left by the code before)."""
+    from airflow_streaming.completeness import PeriodEvent, PeriodKey
+    from airflow_streaming.control.local import LocalStorage
+    from airflow_streaming.hooks.completeness import cursor_path, write_cursor
 
+    storage = LocalStorage()
     for stream in fleet:
         end = rule.period_at(stream.watermark_ms).start
         start = rule.period_at(end - 1).start
         path = cursor_path(stream.paths, rule)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        doc = {"rule": rule.to_dict(), "identity": f"{iso_ms(start)}/{iso_ms(end)}", "start": start, "end": end,
-               "batch_id": stream.batch, "at": time.time()}
-        Path(path).write_text(json.dumps(doc, sort_keys=True))
+        if os.path.exists(path):
+            os.unlink(path)
+        event = PeriodEvent(PeriodKey(start, end), rule.period, False, stream.batch, end, 0, None, None)
+        for _ in range(2):
+            write_cursor(storage, path, rule, event)
 
 
 def run_config(kind: str, fleet: list[Any], storage: Any, args: argparse.Namespace, base: str, seed: int,

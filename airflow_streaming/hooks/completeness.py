@@ -199,9 +199,10 @@ def _iso_ms(text: Any) -> int | None:
     return _event_ms(text) if isinstance(text, str) else None
 
 
-def _reported_watermarks(view: Any, query_ids: set[Any] | None) -> dict[int, int]:
+def _reported_watermarks(view: Any, query_ids: set[Any] | None, batches: set[int] | None = None) -> dict[int, int]:
     """Batch id -> ``eventTime.watermark`` (epoch ms) of the progress reports in the status ``view`` of the
-    queries ``query_ids`` (``None``: the view's only query; with several and no ids, nothing). Spark writes a
+    queries ``query_ids`` (``None``: the view's only query; with several and no ids, nothing), of the batch ids
+    ``batches`` only when given (a look asks for its few new commits' of the ~20 reports). Spark writes a
     batch's report after its commit, with the watermark it ran with: its ``offsets`` file's
     ``batchWatermarkMs`` (``ProgressReporter``: ``formatTimestamp(offsetSeqMetadata.batchWatermarkMs)``)."""
     queries = (view.queries or []) if view is not None else []
@@ -213,7 +214,8 @@ def _reported_watermarks(view: Any, query_ids: set[Any] | None) -> dict[int, int
     for query in queries:
         for report in query.recent_progress or ():
             batch = report.batchId
-            if report.eventTime is None or not isinstance(batch, int) or isinstance(batch, bool):
+            if report.eventTime is None or not isinstance(batch, int) or isinstance(batch, bool) or (
+                    batches is not None and batch not in batches):
                 continue
             ms = _iso_ms(report.eventTime.watermark)
             if ms is not None:
@@ -242,7 +244,7 @@ def _crosses(hook: Any, rule: CompletenessRule, checkpoint: str, location: str, 
     if since is None or since[0] != seen_commit or since[1] is None:
         return True
     top = since[1]
-    reported = _reported_watermarks(view, query_ids)
+    reported = _reported_watermarks(view, query_ids, set(new))
     for batch_id in new:
         mark = reported.get(batch_id)
         if mark is not None:
