@@ -8,6 +8,7 @@ import stat
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from airflow_streaming import faults
@@ -44,7 +45,7 @@ class LocalStorage(ControlStorage):
     #: size and times behind (git's "racy" files). Spark's checkpoint files are read again long after that.
     SETTLED_S = 2.0
 
-    def _settled_stat(self, path: str, is_type: Any) -> os.stat_result | None:
+    def _settled_stat(self, path: str, is_type: Callable[[int], bool]) -> os.stat_result | None:
         """``os.stat(path)`` when ``is_type(st_mode)`` (``stat.S_ISREG``, ``stat.S_ISDIR``), its inode changed at
         least :attr:`SETTLED_S` ago, and its file system answers ``stat`` with current attributes
         (:func:`attributes_current`); ``None`` otherwise (absent, unreadable too)."""

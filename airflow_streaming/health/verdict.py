@@ -107,7 +107,8 @@ def _plain(value: Any) -> Any:
 
 
 def _ts(report: Report) -> float | None:
-    return None if report.timestamp is None else _epoch_s(str(report.timestamp))
+    stamp = report.timestamp
+    return None if stamp is None else _epoch_s(stamp if type(stamp) is str else str(stamp))
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -133,7 +134,10 @@ def _progress(doc: StatusView) -> tuple[list[Report], list[float]]:
     """Every query's reports, oldest first (by timestamp, then batch id), and each one's timestamp (0.0: none),
     read once for the verdict's windows."""
     items = [p for q in doc.queries or () for p in q.recent_progress or ()]
-    keyed = sorted([(_ts(p) or 0.0, _num(p.batchId) or 0.0, p) for p in items], key=operator.itemgetter(0, 1))
+    stamps = [_ts(p) or 0.0 for p in items]
+    if all(a < b for a, b in zip(stamps, stamps[1:])):  # in order already (one query's reports, as Spark keeps them)
+        return items, stamps
+    keyed = sorted([(ts, _num(p.batchId) or 0.0, p) for ts, p in zip(stamps, items)], key=operator.itemgetter(0, 1))
     return [k[2] for k in keyed], [k[0] for k in keyed]
 
 

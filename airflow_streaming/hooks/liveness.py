@@ -14,9 +14,12 @@ import time
 from typing import Any
 
 from airflow_streaming.control import contract
-from airflow_streaming.control.contract import ControlFileError, DriverRecord
+from airflow_streaming.control.contract import ControlFileError, DriverRecord, check_view
 from airflow_streaming.control.storage import StorageError
 from airflow_streaming.exceptions import StreamStateUnknownError
+from airflow_streaming.health.verdict import HealthState, HealthVerdict, Reason, evaluate
+from airflow_streaming.health.view import view_of
+from airflow_streaming.hooks.spark_master import app_state, master_ui_url
 from airflow_streaming.targets.base import Liveness
 from airflow_streaming.targets.local import reap_children
 
@@ -126,10 +129,6 @@ class LivenessMixin:
         never FAILED or STOPPED; garbage in the status document likewise. ``status``: the status document
         as the caller has just read and parsed it (a dict, or ``None`` when there is none), so that a
         caller that needs it too does not read and parse ~30 KB twice per poll; by default it is read here."""
-        from airflow_streaming.control.contract import check_view
-        from airflow_streaming.health.verdict import HealthState, HealthVerdict, Reason, evaluate
-        from airflow_streaming.health.view import view_of
-
         reap_children()
         unreadable = None
         doc = None
@@ -205,8 +204,6 @@ class LivenessMixin:
 
     def cluster_app_state(self, app_id: str | None) -> Any:
         """The standalone master's view of the stream's application (``None`` if not applicable/reachable)."""
-        from airflow_streaming.hooks.spark_master import app_state, master_ui_url
-
         ui = master_ui_url(self.spec.master or "", self.spec.master_ui_url)
         if ui is None or not app_id:
             return None

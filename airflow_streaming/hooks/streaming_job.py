@@ -52,8 +52,10 @@ from airflow_streaming.hooks.planning import (
     lease_ttl,
 )
 from airflow_streaming.hooks.submission import SubmissionMixin
+from airflow_streaming.json_object import status_view as view_of_status
 from airflow_streaming.private_dir import private_dir
 from airflow_streaming.redaction import redact, secret_values
+from airflow_streaming.round_memo import round_memo
 from airflow_streaming.spec import StreamSpec
 from airflow_streaming.targets import target_for, target_for_record, target_settings
 from airflow_streaming.targets.base import DriverTarget
@@ -224,7 +226,7 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         had come first. Outside a round, or before the round read this stream's status, it reads. For
         polls only (:meth:`health`, the completeness look): a call that waits for the file to change must
         read it."""
-        from airflow_streaming.json_object import json_object
+        from airflow_streaming.json_object import json_object  # looked up at each call (tests count the parses)
 
         entry = self._status_entry(round_read)
         if entry is None:
@@ -245,14 +247,12 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         :func:`airflow_streaming.json_object.status_view`), checked as :meth:`status` checks it; ``None``
         before the first driver wrote one. Read and shared within a round as :meth:`status_parsed` (the same
         bytes: a look that goes on to the whole document in the same round parses what its view was made of)."""
-        from airflow_streaming.json_object import status_view
-
         entry = self._status_entry(round_read)
         if entry is None:
             return None
         if entry[3] is None:
             try:
-                entry[3] = status_view(entry[0], entry[1])
+                entry[3] = view_of_status(entry[0], entry[1])
             except ControlFileError as exc:
                 entry[3] = exc
         if isinstance(entry[3], ControlFileError):
@@ -264,8 +264,6 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         :class:`ControlFileError` making it raised); ``None`` when there is no file. Inside a round the entry is
         kept in the round's memo, one at a time: with ``round_read`` the kept one of this file is taken as it
         is; otherwise the file is read, and the kept entry is used only if its bytes are the ones read."""
-        from airflow_streaming.round_memo import round_memo
-
         path = self.paths.status
         memo = round_memo()
         kept = memo.get("status.json") if memo is not None else None

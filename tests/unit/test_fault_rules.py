@@ -337,3 +337,28 @@ def test_stop_kill_and_supervisor_never_signal_a_process_that_is_not_the_recorde
     finally:
         victim.kill()
         victim.wait()
+
+
+def test_a_failpoint_follows_the_environment_as_it_changes(tmp_path, monkeypatch):
+    """``faults.hit`` tells an absent ``AIRFLOW_STREAMING_FAULTS`` by a look into the dict behind ``os.environ``
+    (not ``os.environ.get``): a variable set, changed or removed while the process runs - through
+    ``os.environ`` or ``monkeypatch`` - is what the next hit sees."""
+    from airflow_streaming import faults
+
+    rules = tmp_path / "faults.json"
+    rules.write_text(json.dumps([{"point": "p.x", "action": "error", "errno": "ENOSPC"}]))
+    monkeypatch.delenv(faults.ENV, raising=False)
+    faults.hit("p.x")  # absent: nothing
+    monkeypatch.setenv(faults.ENV, str(rules))
+    with pytest.raises(OSError) as raised:
+        faults.hit("p.x")
+    assert raised.value.errno == errno.ENOSPC
+    os.environ[faults.ENV] = ""  # set but empty: inactive
+    faults.hit("p.x")
+    os.environ[faults.ENV] = str(rules)
+    with pytest.raises(OSError):
+        faults.hit("p.x")
+    del os.environ[faults.ENV]
+    faults.hit("p.x")
+    monkeypatch.setenv(faults.ENV, str(tmp_path / "absent.json"))  # a file that is not there: no faults
+    faults.hit("p.x")
