@@ -636,7 +636,7 @@ def check_view(path: str, view: Any) -> Any:
     :meth:`StatusDocument.from_dict` accepts (the same checks, the same messages); :class:`ControlFileError`
     naming ``path`` otherwise."""
     require = _require
-    raw = view.__dict__
+    raw = view.fields()
     if view.schema != SCHEMA_VERSION:
         raise ControlFileError(f"{path}: unsupported status schema {view.schema!r}")
     if view.totals is not None:
@@ -654,7 +654,7 @@ def check_view(path: str, view: Any) -> Any:
     require(path, raw, "heartbeat_at", _NUMBER)
     require(path, raw, "ready", (bool,), optional=True)
     for i, query in enumerate(view.queries or ()):
-        where, q = f"{path} queries[{i}]", query.__dict__
+        where, q = f"{path} queries[{i}]", query.fields()
         for name in ("id", "run_id"):
             require(where, q, name, (str,))
         require(where, q, "name", (str,), optional=True)

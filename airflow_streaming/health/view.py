@@ -1,4 +1,4 @@
-"""What a health verdict reads of a status document: a typed view of ``status.json`` (plain dataclasses).
+"""What a health verdict reads of a status document: a typed view of ``status.json`` (``msgspec`` structs).
 
 A status document is ~25 KB, most of it Spark's progress reports (sources' descriptions, every duration,
 the sink...), of which the verdict reads a dozen numbers per report. A triggerer watching a thousand
@@ -13,44 +13,56 @@ Leaves are ``Any``: the verdict converts them as it always did (a count written 
 so the two ways agree on every document (``tests/unit/test_status_view.py``); an object where a list or
 another object is expected is refused by both. :func:`airflow_streaming.control.contract.check_view` then
 validates what :meth:`~airflow_streaming.control.contract.StatusDocument.from_dict` validates of these fields,
-with its messages. Plain Python: no Airflow, no Spark.
+with its messages. Plain Python: no Airflow, no Spark; ``msgspec`` (a requirement of Airflow's core and task SDK,
+and of this package) gives the classes - Airflow side only, the driver never imports this module.
+
+The classes are :class:`msgspec.Struct` types, not dataclasses: a triggerer makes and frees ~200 views a second,
+and a view of 20 reports holds ~100 of these nodes (and ~60 lists and dicts). A struct is one object where a
+dataclass instance is two (it and its ``__dict__``), and - ``gc=False``: a view is a tree decoded from JSON, it
+holds no cycle - it is never tracked by the garbage collector (BENCHMARKS.md, "The status view as structs").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from airflow_streaming.health import job_trigger
 
 __all__ = ["Duration", "EventTime", "QueryView", "Report", "Source", "StateOperator", "StatusView", "view_of"]
 
-# Field names are Spark's (camelCase) and the status document's: the decoder matches them by name.
+# Field names are Spark's (camelCase) and the status document's: the decoder matches them by name, and skips
+# the names a class does not have.
 
 
-@dataclass
-class Duration:
+class _Struct(msgspec.Struct, gc=False):
+    """A view's node (``gc=False``: a tree, never part of a reference cycle)."""
+
+    def fields(self) -> dict[str, Any]:
+        """The fields by name (what a ``__dict__`` would be; :func:`~airflow_streaming.control.contract.check_view`
+        checks them)."""
+        return msgspec.structs.asdict(self)
+
+
+class Duration(_Struct):
     triggerExecution: Any = None  # noqa: N815 - Spark's name
 
 
-@dataclass
-class StateOperator:
+class StateOperator(_Struct):
     numRowsTotal: Any = None  # noqa: N815
     numRowsDroppedByWatermark: Any = None  # noqa: N815
 
 
-@dataclass
-class EventTime:
+class EventTime(_Struct):
     watermark: Any = None
 
 
-@dataclass
-class Source:
+class Source(_Struct):
     metrics: dict[str, Any] | None = None
 
 
-@dataclass
-class Report:
+class Report(_Struct):
     """A ``StreamingQueryProgress``: the fields the verdict reads."""
 
     timestamp: Any = None
@@ -65,8 +77,7 @@ class Report:
     observedMetrics: dict[str, dict[str, Any]] | None = None  # noqa: N815
 
 
-@dataclass
-class QueryView:
+class QueryView(_Struct):
     id: Any = None
     run_id: Any = None
     name: Any = None
@@ -77,8 +88,7 @@ class QueryView:
     trigger: Any = None
 
 
-@dataclass
-class StatusView:
+class StatusView(_Struct):
     """The status document's fields a health verdict, a liveness check and a completeness look read."""
 
     schema: Any = None

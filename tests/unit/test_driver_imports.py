@@ -47,8 +47,8 @@ DRIVER_SIDE = ("airflow_streaming", "airflow_streaming.checkpoint", "airflow_str
                "airflow_streaming.bundled_job",
                # the spec's check of its assets (Airflow's Asset URI rule, reproduced without Airflow)
                "airflow_streaming.stream_assets")
-#: Never on the driver side: Airflow, HTTP client libraries, pydantic, ORMs, cloud SDKs.
-FORBIDDEN = ("airflow", "pydantic", "requests", "httpx", "urllib3", "aiohttp", "sqlalchemy", "hdfs",
+#: Never on the driver side: Airflow, HTTP client libraries, pydantic and msgspec, ORMs, cloud SDKs.
+FORBIDDEN = ("airflow", "pydantic", "msgspec", "requests", "httpx", "urllib3", "aiohttp", "sqlalchemy", "hdfs",
              "kubernetes", "psutil", "tenacity", "flask", "fastapi", "starlette")
 
 _PROBE = """
