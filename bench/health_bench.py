@@ -32,7 +32,7 @@ with P=5 s, N=100 with P=1 s. Each worker:
    all documents, runs one ``poll_once`` (loads lazily imported modules; checks the verdict is HEALTHY);
 2. RSS before (``VmRSS``), creates the triggers, warm-up of P + 5 s;
 3. measured period (``--measure`` s): process CPU time (``time.process_time``, user+sys of this process)
-   and ``VmRSS`` sampled every second (median); ``poll_once`` calls are counted through a thin wrapper;
+   and ``VmRSS`` sampled every second (median); ``poll_verdict`` calls are counted through a thin wrapper;
 4. detection latency: 10 randomly chosen watched streams are flipped to FAILED (state FAILED, exit
    code 3) by the writer at random times over 5 s; flip time = wall clock right after the atomic
    replace returned in the writer; event time = wall clock when the trigger's ``run()`` yielded its
@@ -136,17 +136,17 @@ def worker_main(config_path: str) -> int:
 
         calls = itertools.count()
         poll_times: list[tuple[float, float]] = []
-        original = trig.poll_once
+        original = trig.poll_verdict
 
-        def counted_poll_once(spec_dict: dict[str, Any]) -> dict[str, Any]:
+        def counted_poll_verdict(*args: Any) -> Any:
             next(calls)
             t0 = time.perf_counter()
             try:
-                return original(spec_dict)
+                return original(*args)
             finally:
                 poll_times.append((t0, time.perf_counter() - t0))
 
-        trig.poll_once = counted_poll_once  # run() looks poll_once up in the module at each poll
+        trig.poll_verdict = counted_poll_verdict  # run() looks poll_verdict up in the module at each poll
 
         async def main() -> dict[str, Any]:
             events: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -216,7 +216,10 @@ def worker_main(config_path: str) -> int:
             return out
 
         result.update(asyncio.run(main()))
-        trig.poll_once = original
+        trig.poll_verdict = original
+        if n and not result["polls"]:  # the wrapper no longer sees the trigger's polls: the figures would be wrong
+            raise RuntimeError(f"{n} watched streams, no poll counted in {measure:.0f} s: is poll_verdict still "
+                               "what SparkStreamHealthTrigger.run calls?")
         stdout, _ = writer.communicate(timeout=30)  # closes the writer's stdin: it reports and exits
         wreport = json.loads(stdout.decode().strip().splitlines()[-1])
         result["writer"] = {k: v for k, v in wreport.items() if k != "flips"}

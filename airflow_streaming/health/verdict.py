@@ -174,10 +174,16 @@ def evaluate(
     thresholds: HealthThresholds | None = None,
     unreadable: str | None = None,
     liveness_note: str | None = None,
+    details: bool = True,
 ) -> HealthVerdict:
     """Compute the verdict. ``doc`` is the status document's view, or the document as a dict (``None`` if
     absent); ``unreadable`` explains why it could not be read; ``driver_alive`` is ``None`` when unknown.
-    ``TypeError``/``ValueError`` for a document whose fields are not what a driver writes."""
+    ``TypeError``/``ValueError`` for a document whose fields are not what a driver writes.
+
+    ``details=False``: the state and its reasons only, without the warnings and the metrics (empty) - for a
+    watch that reads only the state until its event fires (a thousand watches poll every few seconds; the
+    warnings and metrics are ~14 us of a ~170 us poll). The state and the reasons are the same either way: no
+    rule reads a warning or a metric."""
     t = thresholds or HealthThresholds()
     if unreadable is not None:
         return HealthVerdict(None, HealthState.UNKNOWN, (Reason("STATUS_UNREADABLE", unreadable),), at=now)
@@ -200,12 +206,14 @@ def evaluate(
     error = doc.last_exception or {}
     heartbeat_age = now - float(doc.heartbeat_at or 0.0)
     progress, stamps = _progress(doc)
-    metrics = _metrics(doc, progress, now)
-    metrics["heartbeat_age_s"] = _round(heartbeat_age)
-    metrics["trigger_interval_s"] = trigger_interval
-    metrics["trigger_from"] = trigger_source  # type: ignore[assignment]
-    if liveness_note:
-        metrics["cluster"] = liveness_note  # type: ignore[assignment]
+    metrics: dict[str, Any] = {}
+    if details:
+        metrics = _metrics(doc, progress, now)
+        metrics["heartbeat_age_s"] = _round(heartbeat_age)
+        metrics["trigger_interval_s"] = trigger_interval
+        metrics["trigger_from"] = trigger_source
+        if liveness_note:
+            metrics["cluster"] = liveness_note
 
     def verdict(s: HealthState, *reasons: Reason, warnings: tuple[Reason, ...] = ()) -> HealthVerdict:
         return HealthVerdict(stream, s, tuple(reasons), warnings, metrics, run_id, now)
@@ -238,8 +246,8 @@ def evaluate(
         return verdict(HealthState.STALLED if driver_alive else HealthState.UNKNOWN, reason)
     window = t.window(trigger_interval)
     recent = _since(progress, stamps, now - window)
-    warnings = tuple(_warnings(recent or progress[-t.min_batches:], metrics, t)) + _storage_warning(
-        doc, now, t, trigger_interval)
+    warnings = (tuple(_warnings(recent or progress[-t.min_batches:], metrics, t))
+                + _storage_warning(doc, now, t, trigger_interval)) if details else ()
     # Per query: a trigger active with no batch of that query completed for too long. Checked before
     # "starting", so a first batch that hangs is STALLED, not "starting" forever.
     stall_after = t.stall_after(trigger_interval)

@@ -122,13 +122,15 @@ class LivenessMixin:
         submission happened even if its record was never written."""
         return self.target.find(run_id)
 
-    def health(self, thresholds: Any = None, now: float | None = None, status: Any = _READ_IT) -> Any:
+    def health(self, thresholds: Any = None, now: float | None = None, status: Any = _READ_IT,
+               details: bool = True) -> Any:
         """The stream's :class:`~airflow_streaming.health.verdict.HealthVerdict` right now.
 
         Anything that cannot be read (status, record, lease, the cluster) gives UNKNOWN with the reason,
         never FAILED or STOPPED; garbage in the status document likewise. ``status``: the status document
         as the caller has just read and parsed it (a dict, or ``None`` when there is none), so that a
-        caller that needs it too does not read and parse ~30 KB twice per poll; by default it is read here."""
+        caller that needs it too does not read and parse ~30 KB twice per poll; by default it is read here.
+        ``details=False``: without the warnings and the metrics (:func:`~airflow_streaming.health.verdict.evaluate`)."""
         reap_children()
         unreadable = None
         doc = None
@@ -169,7 +171,7 @@ class LivenessMixin:
                 driver_alive=alive, trigger_interval=self.spec.trigger_interval,
                 heartbeat_interval=contract.heartbeat_seconds(self.spec.heartbeat_interval, self.remote_storage),
                 thresholds=thresholds or self._health_thresholds(), unreadable=unreadable,
-                liveness_note=liveness_note)
+                liveness_note=liveness_note, details=details)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:  # garbage that passed validation
             verdict = HealthVerdict(self.spec.name, HealthState.UNKNOWN, (Reason(
                 "STATUS_UNREADABLE", f"{self.paths.status} has unexpected content ({type(exc).__name__}: {exc})"),))

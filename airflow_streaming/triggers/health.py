@@ -16,13 +16,14 @@ WAIT_HEALTHY, WATCH, REPORT = "wait_healthy", "watch", "report"
 MODES = (WAIT_HEALTHY, WATCH, REPORT)
 
 
-def poll_verdict(spec_dict: dict[str, Any]) -> Any:
+def poll_verdict(spec_dict: dict[str, Any], details: bool = True) -> Any:
     """One :class:`~airflow_streaming.health.verdict.HealthVerdict` for a spec (blocking file I/O: run it in a
-    thread from async code). The spec's hook is reused across polls
+    thread from async code); ``details=False``: its state and reasons only, without warnings and metrics
+    (:func:`~airflow_streaming.health.verdict.evaluate`). The spec's hook is reused across polls
     (:func:`~airflow_streaming.spec_hooks.hook_for`)."""
     from airflow_streaming.spec_hooks import hook_for
 
-    return hook_for(spec_dict).health()
+    return hook_for(spec_dict).health(details=details)
 
 
 def poll_once(spec_dict: dict[str, Any]) -> dict[str, Any]:
@@ -86,24 +87,31 @@ class SparkStreamHealthTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        name = str(self.spec.get("name"))
         last_state = None
         while True:
+            # A watch polls a thousand streams every few seconds and fires rarely: it polls for the state only
+            # (no warnings, no metrics), and when that state meets its condition, polls the whole verdict -
+            # what the event carries - and decides again on it (the state may have moved in between).
+            status, found = None, None
             try:
-                found = await poll_rounds.call(poll_verdict, self.spec, group=str(self.spec.get("name")))
+                for details in (False, True):
+                    found = await poll_rounds.call(poll_verdict, self.spec, details, group=name)
+                    state = found.state.value
+                    if state != last_state:
+                        self.log.info("stream %s: %s", name, state)
+                        last_state = state
+                    status = event_status(self.mode, state, self.started, time.time(), self.watch_seconds,
+                                          self.fail_on)
+                    if status is None:
+                        break
             except Exception as exc:  # noqa: BLE001 - report, do not kill the triggerer
                 yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
                 return
-            state = found.state.value
-            if state != last_state:
-                self.log.info("stream %s: %s", self.spec.get("name"), state)
-                last_state = state
-            # Made plain data only when an event carries it (a watch polls a thousand streams every few seconds
-            # and fires rarely): the decision reads only the state.
-            status = event_status(self.mode, state, self.started, time.time(), self.watch_seconds, self.fail_on)
             if status is not None:
                 yield TriggerEvent({"status": status, "verdict": found.to_dict()})
                 return
-            await poll_rounds.sleep_aligned(str(self.spec.get("name")), self.poll_interval)
+            await poll_rounds.sleep_aligned(name, self.poll_interval)
 
 
 __getattr__ = module_getattr(__name__, 'StreamingHealthTrigger')  # the old name, deprecated

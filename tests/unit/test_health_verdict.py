@@ -92,8 +92,16 @@ def make_doc(progress: list[dict[str, Any]] | None = None, *, state: str = "RUNN
 def run(doc: dict[str, Any] | None, *, now: float = NOW, driver_alive: bool | None = True,
         trigger_interval: float = 1.0, heartbeat_interval: float = 1.0, thresholds: HealthThresholds | None = None,
         unreadable: str | None = None) -> HealthVerdict:
-    return evaluate(doc, now=now, driver_alive=driver_alive, trigger_interval=trigger_interval,
-                    heartbeat_interval=heartbeat_interval, thresholds=thresholds, unreadable=unreadable)
+    """The verdict; every verdict of this file is also computed state-only (``details=False``, what a health watch
+    polls until its event fires) and must give the same state and reasons, with no warnings and no metrics."""
+    kwargs: dict[str, Any] = dict(now=now, driver_alive=driver_alive, trigger_interval=trigger_interval,
+                                  heartbeat_interval=heartbeat_interval, thresholds=thresholds, unreadable=unreadable)
+    verdict = evaluate(doc, **kwargs)
+    brief = evaluate(copy.deepcopy(doc), details=False, **kwargs)
+    assert (brief.stream, brief.state, brief.reasons, brief.run_id, brief.at) == (
+        verdict.stream, verdict.state, verdict.reasons, verdict.run_id, verdict.at)
+    assert brief.warnings == () and brief.metrics == {}
+    return verdict
 
 
 def steady(n: int = 5, *, end: float = NOW - 1, every: float = 1.0, **kw: Any) -> list[dict[str, Any]]:
