@@ -198,8 +198,10 @@ def read_committed(storage: ControlStorage, checkpoint: str, last: int = DEFAULT
     known = _KNOWN.get(root, {})
     kept: dict[int, tuple[int, Any, int | None]] = {}
     batches = []
+    # The directories' paths joined once: a look's read stats ~60 files, and a join is ~2.5 us.
+    offsets_dir, commits_dir = posixpath.join(root, "offsets", ""), posixpath.join(root, "commits", "")
     for batch_id in newest:
-        offsets_path = posixpath.join(root, "offsets", str(batch_id))
+        offsets_path = offsets_dir + str(batch_id)
         identity = storage.file_identity(offsets_path)
         entry = known.get(batch_id)
         if identity is not None and entry is not None and entry[0] == hash(identity):
@@ -215,7 +217,7 @@ def read_committed(storage: ControlStorage, checkpoint: str, last: int = DEFAULT
                 continue
         committed, commit_hash = False, None
         if batch_id in commits:
-            commit_path = posixpath.join(root, "commits", str(batch_id))
+            commit_path = commits_dir + str(batch_id)
             commit_identity = storage.file_identity(commit_path)
             if commit_identity is not None and entry is not None and entry[2] == hash(commit_identity):
                 committed, commit_hash = True, entry[2]

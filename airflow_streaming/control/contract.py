@@ -295,13 +295,6 @@ class Lease:
             return not self.identity().alive()
         return (now or time.time()) - self.renewed_at > self.ttl
 
-    def counters_of(self, query_id: str | None) -> dict[str, Any] | None:
-        """The valid :attr:`counters` entry of ``query_id`` (:func:`valid_counters`), ``None`` when there is none
-        or it is garbage (never raised: an older or damaged document only loses counts)."""
-        if query_id is None or not isinstance(self.counters, dict):
-            return None
-        return valid_counters(self.counters.get(query_id))
-
     def to_json(self) -> bytes:
         return _dumps(asdict(self))
 
@@ -436,13 +429,6 @@ class DriverRecord:
         if self.submit_pid is None:
             return None
         return ProcessIdentity(self.submit_pid, self.submit_pid_start_time, self.host, token=self.run_id)
-
-    def counters_of(self, query_id: str | None) -> dict[str, Any] | None:
-        """The valid :attr:`counters` entry of ``query_id`` (:func:`valid_counters`), ``None`` when there is none
-        or it is garbage (never raised: an older or damaged document only loses counts)."""
-        if query_id is None or not isinstance(self.counters, dict):
-            return None
-        return valid_counters(self.counters.get(query_id))
 
     def to_json(self) -> bytes:
         return _dumps(asdict(self))
