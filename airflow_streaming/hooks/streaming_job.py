@@ -29,6 +29,9 @@ from urllib.parse import urlparse
 
 from airflow.sdk import BaseHook
 
+# The module, not its functions: its functions are looked up at each call (a test counts the parses by patching
+# json_object.json_object), with no import statement in a poll.
+from airflow_streaming import json_object as control_json
 from airflow_streaming.checkpoint.batches import BatchPosition, read_batch_position
 from airflow_streaming.control import contract
 from airflow_streaming.control.contract import ControlFileError, ControlPaths, DriverRecord, StatusDocument
@@ -52,7 +55,6 @@ from airflow_streaming.hooks.planning import (
     lease_ttl,
 )
 from airflow_streaming.hooks.submission import SubmissionMixin
-from airflow_streaming.json_object import status_view as view_of_status
 from airflow_streaming.private_dir import private_dir
 from airflow_streaming.redaction import redact, secret_values
 from airflow_streaming.round_memo import round_memo
@@ -226,14 +228,12 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
         had come first. Outside a round, or before the round read this stream's status, it reads. For
         polls only (:meth:`health`, the completeness look): a call that waits for the file to change must
         read it."""
-        from airflow_streaming.json_object import json_object  # looked up at each call (tests count the parses)
-
         entry = self._status_entry(round_read)
         if entry is None:
             return None
         if entry[2] is None:
             try:
-                doc_dict = json_object(entry[0], entry[1])
+                doc_dict = control_json.json_object(entry[0], entry[1])
                 entry[2] = (doc_dict, StatusDocument.from_dict(entry[0], doc_dict))
             except ControlFileError as exc:
                 entry[2] = exc
@@ -252,7 +252,7 @@ class SparkStreamHook(PlanningMixin, SubmissionMixin, HotStandbyMixin, LivenessM
             return None
         if entry[3] is None:
             try:
-                entry[3] = view_of_status(entry[0], entry[1])
+                entry[3] = control_json.status_view(entry[0], entry[1])
             except ControlFileError as exc:
                 entry[3] = exc
         if isinstance(entry[3], ControlFileError):
